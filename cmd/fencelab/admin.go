@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/migrations"
+	_ "github.com/fencelab/fencelab/services" // registers every module's invariants
+)
+
+func runMigrate(args []string) error {
+	loadLocalEnv("")
+	fs := newFlags("migrate", "migrate up | down [N] | version")
+	url := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *url == "" {
+		return errors.New("DATABASE_URL is not set")
+	}
+	m := pg.Migrator{FS: migrations.FS, URL: *url}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	switch rest[0] {
+	case "up":
+		if err := m.Up(); err != nil {
+			return err
+		}
+	case "down":
+		n := 1
+		if len(rest) > 1 {
+			v, err := strconv.Atoi(rest[1])
+			if err != nil || v < 1 {
+				return fmt.Errorf("down takes a positive step count, got %q", rest[1])
+			}
+			n = v
+		}
+		if err := m.Down(n); err != nil {
+			return err
+		}
+	case "version":
+	default:
+		fs.Usage()
+		return errUsage
+	}
+	ctx := context.Background()
+	pool, err := pg.Connect(ctx, *url, pg.PoolOptions{MaxConns: 1})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := pg.ReadMigrationState(ctx, pool, migrations.FS)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("version %d (dirty=%v), latest %d\n", st.Version, st.Dirty, st.Latest)
+	return nil
+}
+
+func runCheck(args []string) error {
+	loadLocalEnv("")
+	fs := newFlags("check", "check [--list] [MODULE|ID ...]")
+	url := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
+	list := fs.Bool("list", false, "print every registered invariant (ID, module, chapter, statement) and exit")
+	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *list {
+		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tMODULE\tCHAPTER\tSTATEMENT")
+		for _, inv := range invariant.Select(fs.Args()...) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", inv.ID, inv.Module, inv.Chapter, inv.Statement)
+		}
+		return w.Flush()
+	}
+	if *url == "" {
+		return errors.New("DATABASE_URL is not set")
+	}
+	if len(invariant.Select(fs.Args()...)) == 0 {
+		return fmt.Errorf("no invariants match %v (try --list)", fs.Args())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	pool, err := pg.Connect(ctx, *url, pg.PoolOptions{MaxConns: 2, ApplicationName: "fencelab-check"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	results := invariant.Run(ctx, pool, fs.Args()...)
+	failed := 0
+	for _, r := range results {
+		if r.Holds() {
+			fmt.Printf("ok    %-10s %s\n", r.ID, r.Statement)
+		}
+	}
+	for _, r := range results {
+		if !r.Holds() {
+			failed++
+			var sb strings.Builder
+			invariant.Format(&sb, r)
+			fmt.Printf("FAIL  %s", sb.String())
+		}
+	}
+	fmt.Printf("%d invariants checked, %d violated\n", len(results), failed)
+	if failed > 0 {
+		return exitError{code: 1}
+	}
+	return nil
+}
+
+func runToken(args []string) error {
+	loadLocalEnv("")
+	fs := newFlags("token", "token --sub SUBJECT [--role user|admin|service] [--ttl 24h]")
+	sub := fs.String("sub", "", "subject (user id), e.g. user-0042")
+	role := fs.String("role", "user", "user, admin or service")
+	ttl := fs.Duration("ttl", 24*time.Hour, "validity")
+	secret := fs.String("token-secret", app.Env("FENCELAB_TOKEN_SECRET", ""), "HMAC secret (FENCELAB_TOKEN_SECRET)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *sub == "" {
+		fs.Usage()
+		return errUsage
+	}
+	r, err := httpx.ParseRole(*role)
+	if err != nil {
+		return err
+	}
+	a, err := httpx.NewAuth([]byte(*secret))
+	if err != nil {
+		return err
+	}
+	tok, err := a.Mint(*sub, r, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Println(tok)
+	return nil
+}

@@ -1,0 +1,82 @@
+// Command fencelab is the one deployable: every HTTP API, every background
+// worker, migrations, invariant checks, tokens and benchmarks.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+const usage = `fencelab — a runnable reference for correctness under concurrency
+
+Usage:
+  fencelab dev                      provision PostgreSQL, migrate, seed, serve everything (start here)
+  fencelab serve [--migrate]        all HTTP APIs on one port, plus the background workers
+  fencelab worker                   background workers only (run several for multi-process setups)
+  fencelab migrate up|down [N]|version
+  fencelab check [--list] [MODULE|ID ...]
+                                    run the SQL invariants against DATABASE_URL; exit 1 on any violation
+  fencelab token --sub user-0042 [--role user|admin|service] [--ttl 24h]
+  fencelab bench NAME [flags]       benchmarks (fencelab bench --help lists them)
+
+Every subcommand takes --help. Configuration comes from flags or the
+environment: DATABASE_URL, FENCELAB_ADDR, FENCELAB_TOKEN_SECRET,
+FENCELAB_DB_MAX_CONNS, FENCELAB_WORKERS, FENCELAB_DATA_DIR, FENCELAB_LOG_LEVEL,
+FENCELAB_LOG_FORMAT, FENCELAB_ACCESS_LOG, FENCELAB_SHUTDOWN_GRACE. After
+'fencelab dev' has run once, check/token/migrate read DATABASE_URL and the
+token secret from .fencelab/env when they are not set.
+`
+
+var commands = map[string]func(args []string) error{
+	"dev":     runDev,
+	"serve":   runServe,
+	"worker":  runWorker,
+	"migrate": runMigrate,
+	"check":   runCheck,
+	"token":   runToken,
+	"bench":   runBench,
+}
+
+// errUsage marks an error whose message is already printed (exit 2).
+var errUsage = errors.New("usage")
+
+// exitError carries a specific exit code (check exits 1 on violations).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		fmt.Print(usage)
+		return
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "fencelab: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	err := cmd(os.Args[2:])
+	var ee exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	default:
+		fmt.Fprintf(os.Stderr, "fencelab %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+// newFlags returns a flag set whose errors are reported, not fatal.
+func newFlags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: fencelab %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}

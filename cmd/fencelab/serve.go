@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/faults"
+)
+
+func runServe(args []string) error {
+	loadLocalEnv("")
+	cfg := app.Defaults()
+	fs := newFlags("serve", "serve [flags]")
+	cfg.Bind(fs)
+	migrate := fs.Bool("migrate", false, "apply pending migrations before serving")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := openProcess(ctx, cfg, "serve", *migrate, nil)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	logStart(p.deps.Log, "serving", cfg)
+	return serveUntilDone(ctx, p, nil)
+}
+
+// serveUntilDone serves HTTP and runs the background tasks until ctx ends,
+// then shuts both down within the grace period. ready, if set, is called
+// with the bound address once the listener is open.
+func serveUntilDone(ctx context.Context, p *process, ready func(addr string)) error {
+	cfg := p.deps.Config
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	e := app.NewHTTP(p.deps, p.mods)
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+
+	taskCtx, cancelTasks := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); app.RunTasks(taskCtx, p.deps.Log, p.mods) }()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	p.deps.Log.Info("shutting down", "grace", cfg.ShutdownGrace)
+	shCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	_ = srv.Shutdown(shCtx)
+	cancelTasks()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func runWorker(args []string) error {
+	loadLocalEnv("")
+	cfg := app.Defaults()
+	fs := newFlags("worker", "worker [flags]")
+	cfg.Bind(fs)
+	var pauseAt multiFlag
+	fs.Var(&pauseAt, "pause-at", "fault point to pause at: print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
+	startGate := fs.Bool("start-gate", false, "print READY and wait for a line on stdin before starting work")
+	migrate := fs.Bool("migrate", false, "apply pending migrations before starting")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var set *faults.Set
+	lines := faults.NewLines(os.Stdin)
+	if len(pauseAt) > 0 {
+		set = faults.New()
+		for _, name := range pauseAt {
+			set.PauseOnLines(name, lines, os.Stdout)
+		}
+	}
+	p, err := openProcess(ctx, cfg, "worker", *migrate, set)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	if *startGate {
+		os.Stdout.WriteString("READY\n")
+		if err := lines.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	logStart(p.deps.Log, "worker running", cfg)
+	app.RunTasks(ctx, p.deps.Log, p.mods)
+	return nil
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return "" }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }

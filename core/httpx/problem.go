@@ -1,0 +1,207 @@
+package httpx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// ProblemContentType is RFC 9457's media type.
+const ProblemContentType = "application/problem+json"
+
+// Problem is an RFC 9457 problem document with a stable machine code. It is
+// also an error, so handlers simply return it.
+type Problem struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Code      string `json:"code"`
+	Detail    string `json:"detail,omitempty"`
+	Instance  string `json:"instance,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	// RetryAfter, in seconds, becomes a Retry-After header (503, 409 in flight).
+	RetryAfter int `json:"-"`
+	// Extra members (e.g. the balance that was insufficient).
+	Extra map[string]any `json:"-"`
+}
+
+func (p *Problem) Error() string { return fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Detail) }
+
+// NewProblem builds a problem; detail is formatted with args.
+func NewProblem(status int, code, detail string, args ...any) *Problem {
+	if len(args) > 0 {
+		detail = fmt.Sprintf(detail, args...)
+	}
+	return &Problem{Type: "urn:fencelab:problem:" + code, Title: http.StatusText(status), Status: status, Code: code, Detail: detail}
+}
+
+// Shorthands for the statuses the conventions name.
+func BadRequest(code, detail string, args ...any) *Problem {
+	return NewProblem(http.StatusBadRequest, code, detail, args...)
+}
+func Invalid(code, detail string, args ...any) *Problem {
+	return NewProblem(http.StatusUnprocessableEntity, code, detail, args...)
+}
+func NotFound(code, detail string, args ...any) *Problem {
+	return NewProblem(http.StatusNotFound, code, detail, args...)
+}
+func Conflict(code, detail string, args ...any) *Problem {
+	return NewProblem(http.StatusConflict, code, detail, args...)
+}
+func Forbidden(detail string, args ...any) *Problem {
+	return NewProblem(http.StatusForbidden, "forbidden", detail, args...)
+}
+func Unauthorized(detail string, args ...any) *Problem {
+	return NewProblem(http.StatusUnauthorized, "unauthorized", detail, args...)
+}
+
+// Overloaded is the 503 a shedding limiter returns, with Retry-After.
+func Overloaded(retryAfterSeconds int) *Problem {
+	p := NewProblem(http.StatusServiceUnavailable, "overloaded", "the server is at its admission limit; retry later")
+	p.RetryAfter = retryAfterSeconds
+	return p
+}
+
+// With adds an extra member to the problem document.
+func (p *Problem) With(key string, v any) *Problem {
+	if p.Extra == nil {
+		p.Extra = map[string]any{}
+	}
+	p.Extra[key] = v
+	return p
+}
+
+// mapping is one sentinel → HTTP translation.
+type mapping struct {
+	err    error
+	status int
+	code   string
+}
+
+var (
+	mapMu    sync.RWMutex
+	mappings = []mapping{
+		{pg.ErrNotFound, http.StatusNotFound, "not_found"},
+		{pg.ErrSerialization, http.StatusServiceUnavailable, "retry"},
+		{pg.ErrDeadlock, http.StatusServiceUnavailable, "retry"},
+	}
+)
+
+// MapError declares how a module's sentinel error is answered over HTTP.
+// Modules call it from their errors.go, next to the sentinels, so the
+// translation lives in one table per module and is applied in one place
+// (the error handler).
+func MapError(err error, status int, code string) {
+	mapMu.Lock()
+	defer mapMu.Unlock()
+	// Newer, more specific mappings are consulted first.
+	mappings = append([]mapping{{err, status, code}}, mappings...)
+}
+
+// ToProblem converts any error into the problem the client sees. Unknown
+// errors become a 500 whose detail does not leak internals.
+func ToProblem(err error) *Problem {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return fromHTTPError(he)
+	}
+	mapMu.RLock()
+	defer mapMu.RUnlock()
+	for _, m := range mappings {
+		if errors.Is(err, m.err) {
+			p := NewProblem(m.status, m.code, "%s", err.Error())
+			if m.status == http.StatusServiceUnavailable {
+				p.RetryAfter = 1
+			}
+			return p
+		}
+	}
+	return NewProblem(http.StatusInternalServerError, "internal", "internal error")
+}
+
+func fromHTTPError(he *echo.HTTPError) *Problem {
+	code := map[int]string{
+		http.StatusNotFound:              "not_found",
+		http.StatusMethodNotAllowed:      "method_not_allowed",
+		http.StatusRequestEntityTooLarge: "body_too_large",
+		http.StatusUnsupportedMediaType:  "unsupported_media_type",
+		http.StatusUnauthorized:          "unauthorized",
+		http.StatusForbidden:             "forbidden",
+		http.StatusBadRequest:            "bad_request",
+		http.StatusTooManyRequests:       "too_many_requests",
+		http.StatusServiceUnavailable:    "overloaded",
+	}[he.Code]
+	if code == "" {
+		code = "http_" + strconv.Itoa(he.Code)
+	}
+	detail := http.StatusText(he.Code)
+	if s, ok := he.Message.(string); ok && s != "" {
+		detail = s
+	}
+	if he.Code == http.StatusRequestEntityTooLarge {
+		detail = "request body exceeds the limit for this route"
+	}
+	return NewProblem(he.Code, code, "%s", detail)
+}
+
+// ErrorHandler writes every error as problem+json, and logs server-side
+// failures with the request ID (the client sees only "internal error").
+func ErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		p := ToProblem(err)
+		if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil {
+			// The client went away; nobody reads the answer.
+			p = NewProblem(499, "client_closed_request", "client closed the request")
+		}
+		cp := *p
+		cp.Instance = c.Request().URL.Path
+		cp.RequestID = c.Response().Header().Get(echo.HeaderXRequestID)
+		if cp.Status >= 500 && cp.Status != http.StatusServiceUnavailable {
+			log.Error("request failed", "err", err, "method", c.Request().Method,
+				"path", c.Request().URL.Path, "request_id", cp.RequestID)
+		}
+		if cp.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(cp.RetryAfter))
+		}
+		if cp.Status == http.StatusUnauthorized {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="fencelab"`)
+		}
+		body := map[string]any{
+			"type": cp.Type, "title": cp.Title, "status": cp.Status, "code": cp.Code,
+		}
+		if cp.Detail != "" {
+			body["detail"] = cp.Detail
+		}
+		if cp.Instance != "" {
+			body["instance"] = cp.Instance
+		}
+		if cp.RequestID != "" {
+			body["request_id"] = cp.RequestID
+		}
+		for k, v := range cp.Extra {
+			body[k] = v
+		}
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(cp.Status)
+			return
+		}
+		b, _ := json.Marshal(body)
+		_ = c.Blob(cp.Status, ProblemContentType, b)
+	}
+}

@@ -1,0 +1,203 @@
+// Package invariant is the registry of every business invariant as a query
+// that returns the rows breaking it: zero rows means it holds. e2e tests call
+// Assert after each experiment; `fencelab check` calls Run on a live
+// database.
+package invariant
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// Invariant is one checkable statement from the spec.
+type Invariant struct {
+	ID        string // e.g. "PTS-I1"
+	Module    string // e.g. "points"
+	Chapter   string // where the book argues it
+	Statement string // one line
+	// SQL returns the violating rows. It must be a single SELECT (it is
+	// wrapped in a LIMIT so a badly broken database cannot flood the report).
+	SQL string
+	// Check replaces SQL for invariants that also look outside the database
+	// (e.g. blob files); it returns column names and violating rows.
+	Check func(ctx context.Context, db pg.Querier) (cols []string, rows [][]any, err error)
+}
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Invariant{}
+)
+
+// Register adds invariants; a duplicate or incomplete entry panics at init,
+// where a mistake is cheapest to see.
+func Register(invs ...Invariant) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, inv := range invs {
+		if inv.ID == "" || inv.Module == "" || inv.Statement == "" || (inv.SQL == "" && inv.Check == nil) {
+			panic(fmt.Sprintf("invariant: incomplete registration %+v", inv))
+		}
+		if _, dup := registry[inv.ID]; dup {
+			panic("invariant: duplicate ID " + inv.ID)
+		}
+		registry[inv.ID] = inv
+	}
+}
+
+// All returns the registered invariants ordered by module, then ID.
+func All() []Invariant {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]Invariant, 0, len(registry))
+	for _, inv := range registry {
+		out = append(out, inv)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Module != out[j].Module {
+			return out[i].Module < out[j].Module
+		}
+		return naturalLess(out[i].ID, out[j].ID)
+	})
+	return out
+}
+
+// naturalLess orders "X-I2" before "X-I10".
+func naturalLess(a, b string) bool {
+	if len(a) != len(b) && strings.TrimRight(a, "0123456789") == strings.TrimRight(b, "0123456789") {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// Select returns the invariants whose module or ID is in names (all when
+// names is empty).
+func Select(names ...string) []Invariant {
+	all := All()
+	if len(names) == 0 {
+		return all
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []Invariant
+	for _, inv := range all {
+		if want[inv.Module] || want[inv.ID] {
+			out = append(out, inv)
+		}
+	}
+	return out
+}
+
+// MaxRows bounds the violating rows reported per invariant.
+const MaxRows = 20
+
+// Result is one invariant's outcome.
+type Result struct {
+	Invariant
+	Columns []string
+	Rows    [][]any // at most MaxRows
+	More    bool    // more rows than reported
+	Err     error   // the check itself failed (e.g. bad SQL)
+}
+
+// Holds reports whether the check ran and found nothing.
+func (r Result) Holds() bool { return r.Err == nil && len(r.Rows) == 0 }
+
+// Run checks the selected invariants (all when names is empty). It never
+// stops at the first failure: the caller wants the whole picture.
+func Run(ctx context.Context, db pg.Querier, names ...string) []Result {
+	invs := Select(names...)
+	out := make([]Result, 0, len(invs))
+	for _, inv := range invs {
+		out = append(out, runOne(ctx, db, inv))
+	}
+	return out
+}
+
+func runOne(ctx context.Context, db pg.Querier, inv Invariant) Result {
+	r := Result{Invariant: inv}
+	if inv.Check != nil {
+		r.Columns, r.Rows, r.Err = inv.Check(ctx, db)
+	} else {
+		r.Columns, r.Rows, r.Err = query(ctx, db, inv.SQL)
+	}
+	if len(r.Rows) > MaxRows {
+		r.Rows, r.More = r.Rows[:MaxRows], true
+	}
+	return r
+}
+
+func query(ctx context.Context, db pg.Querier, sql string) ([]string, [][]any, error) {
+	rows, err := db.Query(ctx, fmt.Sprintf("SELECT * FROM (%s) AS violation LIMIT %d", strings.TrimRight(strings.TrimSpace(sql), ";"), MaxRows+1))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var cols []string
+	for _, f := range rows.FieldDescriptions() {
+		cols = append(cols, f.Name)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+	return cols, out, err
+}
+
+// TB is the part of testing.TB that Assert needs.
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+	FailNow()
+}
+
+// Assert runs the selected invariants (by module or ID) and fails the test
+// with a table of every violating row. Selecting nothing is itself an error:
+// a typo in a module name must not make the assertion vacuous.
+func Assert(t TB, db pg.Querier, names ...string) {
+	t.Helper()
+	invs := Select(names...)
+	if len(invs) == 0 {
+		t.Errorf("invariant: no invariants registered for %v", names)
+		t.FailNow()
+		return
+	}
+	var sb strings.Builder
+	for _, r := range Run(context.Background(), db, names...) {
+		if !r.Holds() {
+			Format(&sb, r)
+		}
+	}
+	if sb.Len() > 0 {
+		t.Errorf("invariants violated:\n%s", sb.String())
+		t.FailNow()
+	}
+}
+
+// Format writes a readable block for one result.
+func Format(sb *strings.Builder, r Result) {
+	fmt.Fprintf(sb, "%s [%s, %s] %s\n", r.ID, r.Module, r.Chapter, r.Statement)
+	if r.Err != nil {
+		fmt.Fprintf(sb, "  check failed: %v\n", r.Err)
+		return
+	}
+	if r.Holds() {
+		return
+	}
+	fmt.Fprintf(sb, "  %s\n", strings.Join(r.Columns, " | "))
+	for _, row := range r.Rows {
+		cells := make([]string, len(row))
+		for i, v := range row {
+			cells[i] = fmt.Sprint(v)
+		}
+		fmt.Fprintf(sb, "  %s\n", strings.Join(cells, " | "))
+	}
+	if r.More {
+		fmt.Fprintf(sb, "  … more than %d rows\n", MaxRows)
+	}
+}

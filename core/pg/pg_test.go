@@ -1,0 +1,85 @@
+package pg_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/pg/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The harness must hand out a real PostgreSQL, not a stand-in: the server
+// reports its version, and a CHECK violation comes back from the server as
+// the mapped sentinel with the constraint's name.
+func TestHarnessGivesARealPostgreSQL(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	t.Logf("harness start-up: %v (%s)", pgtest.StartupCost(), pgtest.Describe(pgtest.Server(t)))
+
+	var version string
+	require.NoError(t, db.QueryRow(ctx, `SHOW server_version`).Scan(&version))
+	require.Regexp(t, `^\d+`, version)
+
+	_, err := db.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY, n int CONSTRAINT n_positive CHECK (n > 0))`)
+	require.NoError(t, err)
+
+	_, err = db.Exec(ctx, `INSERT INTO t VALUES (1, -1)`)
+	err = pg.MapError(err)
+	require.ErrorIs(t, err, pg.ErrCheckViolation)
+	require.Equal(t, "n_positive", pg.Constraint(err))
+
+	_, err = db.Exec(ctx, `INSERT INTO t VALUES (1, 1)`)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO t VALUES (1, 2)`)
+	require.ErrorIs(t, pg.MapError(err), pg.ErrUniqueViolation)
+	require.Equal(t, "t_pkey", pg.Constraint(err))
+
+	var n int
+	err = db.QueryRow(ctx, `SELECT n FROM t WHERE id = 42`).Scan(&n)
+	require.ErrorIs(t, pg.MapError(err), pg.ErrNotFound)
+	require.ErrorIs(t, pg.MapError(err), pgx.ErrNoRows, "the driver error stays in the chain")
+}
+
+// Each test owns its database: a table made in one clone is absent from the
+// next, and the schema is migrated to the embedded latest version.
+func TestEachTestGetsAFreshMigratedClone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := pgtest.New(t), pgtest.New(t)
+	_, err := a.Exec(ctx, `CREATE TABLE only_in_a (id int)`)
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, `SELECT 1 FROM only_in_a`)
+	require.Error(t, err)
+	require.True(t, strings.Contains(err.Error(), "does not exist"), err)
+
+	st, err := pg.ReadMigrationState(ctx, b, migrationsFS)
+	require.NoError(t, err)
+	require.True(t, st.Current(), "%+v", st)
+}
+
+func TestInTxRollsBackOnError(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	err = pg.InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	var n int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n))
+	require.Zero(t, n)
+}

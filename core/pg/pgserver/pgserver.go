@@ -1,0 +1,487 @@
+// Package pgserver provisions a PostgreSQL server for `fencelab dev` and for
+// the test harness, in the order the spec fixes: a given URL, else the local
+// PostgreSQL binaries (run as the `postgres` user when we are root, because
+// PostgreSQL refuses to run as root), else a testcontainers-go container when
+// a Docker engine answers, else an error that says what to install.
+package pgserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Strategy is how a server is obtained.
+type Strategy string
+
+const (
+	FromURL   Strategy = "url"
+	Local     Strategy = "local"
+	Container Strategy = "container"
+)
+
+// ErrNoPostgres is returned when no strategy is available.
+var ErrNoPostgres = errors.New(`pgserver: no PostgreSQL available: set DATABASE_URL, ` +
+	`or install the server binaries (Debian/Ubuntu: apt-get install postgresql; ` +
+	`initdb and pg_ctl must be on PATH or under /usr/lib/postgresql/*/bin), ` +
+	`or start a Docker engine for testcontainers`)
+
+// Env is what Choose looks at; tests fill it by hand to cover every branch.
+type Env struct {
+	URL          string // a given database URL
+	BinDir       string // directory holding initdb and postgres, "" if none found
+	DockerAnswer bool   // a Docker engine answered
+}
+
+// Choose applies the spec's order. It is pure so the choice is unit-tested
+// even on machines without Docker.
+func Choose(e Env) (Strategy, error) {
+	switch {
+	case e.URL != "":
+		return FromURL, nil
+	case e.BinDir != "":
+		return Local, nil
+	case e.DockerAnswer:
+		return Container, nil
+	}
+	return "", ErrNoPostgres
+}
+
+// DetectEnv fills Env from the machine. Docker is only probed when nothing
+// cheaper is available, because the probe can take a moment.
+func DetectEnv(ctx context.Context, givenURL string) Env {
+	e := Env{URL: givenURL}
+	if e.URL != "" {
+		return e
+	}
+	e.BinDir = FindBinDir()
+	if e.BinDir == "" {
+		e.DockerAnswer = dockerAnswers(ctx)
+	}
+	return e
+}
+
+// FindBinDir finds a directory holding initdb and postgres: PATH first, then
+// the newest /usr/lib/postgresql/*/bin.
+func FindBinDir() string {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(p)
+		if resolved, err := filepath.EvalSymlinks(p); err == nil {
+			dir = filepath.Dir(resolved)
+		}
+		if isExec(filepath.Join(dir, "postgres")) {
+			return dir
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
+			return d
+		}
+	}
+	return ""
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// Options for a local server.
+type Options struct {
+	// DataDir is kept across runs when set (dev); when empty a temporary
+	// directory is made and removed by Stop (tests).
+	DataDir string
+	// Port to listen on (127.0.0.1); 0 picks a free one, preferring
+	// PreferredPort when it is free.
+	Port          int
+	PreferredPort int
+	// Ephemeral turns off durability (fsync, full page writes, synchronous
+	// commit) for throwaway test clusters. Benchmarks must not set it.
+	Ephemeral bool
+	// MaxConnections for the server; 0 means 400, enough for parallel tests
+	// and a few hundred concurrent HTTP clients behind bounded pools.
+	MaxConnections int
+	// Log receives the server's stderr; nil writes it to <parent>/postgres.log.
+	Log io.Writer
+}
+
+// Server is a running PostgreSQL.
+type Server struct {
+	Strategy Strategy
+	Host     string
+	Port     int
+	User     string
+	Password string
+
+	url       string
+	binDir    string
+	dataDir   string
+	ownedDir  string // removed on Stop when we made it
+	opts      Options
+	cred      *syscall.Credential
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	logFile   *os.File
+	terminate func(context.Context) error // container
+}
+
+// URL returns a superuser connection URL for database db ("postgres" if empty).
+func (s *Server) URL(db string) string {
+	if s.url != "" && db == "" {
+		return s.url
+	}
+	if db == "" {
+		db = "postgres"
+	}
+	if s.url != "" {
+		u, err := url.Parse(s.url)
+		if err == nil {
+			u.Path = "/" + db
+			return u.String()
+		}
+	}
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(s.Host, strconv.Itoa(s.Port)), Path: "/" + db}
+	if s.Password != "" {
+		u.User = url.UserPassword(s.User, s.Password)
+	} else {
+		u.User = url.User(s.User)
+	}
+	u.RawQuery = "sslmode=disable"
+	return u.String()
+}
+
+// DataDir is the cluster's data directory (local servers only).
+func (s *Server) DataDir() string { return s.dataDir }
+
+// Provision returns a server by the spec's order. givenURL wins; otherwise a
+// local cluster with o, otherwise a container.
+func Provision(ctx context.Context, givenURL string, o Options) (*Server, error) {
+	env := DetectEnv(ctx, givenURL)
+	st, err := Choose(env)
+	if err != nil {
+		return nil, err
+	}
+	switch st {
+	case FromURL:
+		return fromURL(givenURL)
+	case Local:
+		return StartLocal(ctx, env.BinDir, o)
+	default:
+		return startContainer(ctx)
+	}
+}
+
+func fromURL(raw string) (*Server, error) {
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: parse database url: %w", err)
+	}
+	return &Server{Strategy: FromURL, url: raw, Host: cfg.Host, Port: int(cfg.Port), User: cfg.User, Password: cfg.Password}, nil
+}
+
+// StartLocal initialises (if needed) and starts a cluster from binDir.
+func StartLocal(ctx context.Context, binDir string, o Options) (*Server, error) {
+	if binDir == "" {
+		binDir = FindBinDir()
+		if binDir == "" {
+			return nil, ErrNoPostgres
+		}
+	}
+	s := &Server{Strategy: Local, Host: "127.0.0.1", User: "postgres", binDir: binDir, opts: o}
+	cred, err := runAsCredential()
+	if err != nil {
+		return nil, err
+	}
+	s.cred = cred
+	if o.DataDir == "" {
+		reapStale()
+		// A 0755 parent under the system temp dir, so that the postgres user
+		// can traverse it (t.TempDir() is 0700 and root-owned).
+		parent, err := os.MkdirTemp("", fmt.Sprintf("fencelab-pg-%d-", os.Getpid()))
+		if err != nil {
+			return nil, fmt.Errorf("pgserver: temp dir: %w", err)
+		}
+		if err := os.Chmod(parent, 0o755); err != nil {
+			return nil, err
+		}
+		s.ownedDir = parent
+		s.dataDir = filepath.Join(parent, "data")
+	} else {
+		abs, err := filepath.Abs(o.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		s.dataDir = abs
+	}
+	if err := s.initdb(ctx); err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	s.Port = o.Port
+	if s.Port == 0 {
+		s.Port = freePort(o.PreferredPort)
+	}
+	if err := s.Start(ctx); err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	return s, nil
+}
+
+// runAsCredential returns the postgres user's credential when we are root.
+func runAsCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: running as root, and PostgreSQL refuses root: "+
+			"create a 'postgres' OS user (apt-get install postgresql does): %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func (s *Server) chown(p string) error {
+	if s.cred == nil {
+		return nil
+	}
+	return os.Chown(p, int(s.cred.Uid), int(s.cred.Gid))
+}
+
+func (s *Server) initdb(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join(s.dataDir, "PG_VERSION")); err == nil {
+		return nil // reuse an existing cluster (dev keeps its data)
+	}
+	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
+		return fmt.Errorf("pgserver: data dir: %w", err)
+	}
+	if err := s.chown(s.dataDir); err != nil {
+		return fmt.Errorf("pgserver: chown data dir: %w", err)
+	}
+	if s.cred != nil {
+		if err := traversable(filepath.Dir(s.dataDir)); err != nil {
+			return err
+		}
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(s.binDir, "initdb"),
+		"-D", s.dataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	cmd.Dir = os.TempDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgserver: initdb %s: %w\n%s", s.dataDir, err, out)
+	}
+	return nil
+}
+
+// traversable checks that every parent of dir lets others search it, which
+// the postgres user needs to reach its data directory.
+func traversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("pgserver: %s is not traversable by the postgres user (mode %v); "+
+				"choose a data directory under a 0755 parent or chmod o+x it", d, st.Mode().Perm())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// Start (re)starts the postmaster on s.Port and waits until it accepts
+// connections. It is exported so experiments can restart a server they
+// stopped with Stop("immediate").
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.Strategy != Local {
+		return fmt.Errorf("pgserver: Start is only for local servers")
+	}
+	if s.cmd != nil {
+		return fmt.Errorf("pgserver: already running")
+	}
+	maxConn := s.opts.MaxConnections
+	if maxConn == 0 {
+		maxConn = 400
+	}
+	args := []string{"-D", s.dataDir, "-p", strconv.Itoa(s.Port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+		"-c", "max_connections=" + strconv.Itoa(maxConn)}
+	if s.opts.Ephemeral {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), args...)
+	// Setpgid keeps a terminal's Ctrl-C away from the postmaster (we stop it
+	// ourselves, in order); Pdeathsig takes it down if we die without
+	// stopping it (SIGQUIT is PostgreSQL's immediate shutdown).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	cmd.Dir = os.TempDir()
+	if s.opts.Log != nil {
+		cmd.Stdout, cmd.Stderr = s.opts.Log, s.opts.Log
+	} else {
+		if s.logFile == nil {
+			f, err := os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				return fmt.Errorf("pgserver: log file: %w", err)
+			}
+			s.logFile = f
+		}
+		cmd.Stdout, cmd.Stderr = s.logFile, s.logFile
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgserver: start postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-exited:
+			s.cmd = nil
+			return fmt.Errorf("pgserver: postgres exited during start-up; see %s", s.logPath())
+		default:
+		}
+		if err := ping(ctx, s.URL("postgres")); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			<-exited
+			s.cmd = nil
+			return fmt.Errorf("pgserver: postgres did not accept connections in time; see %s", s.logPath())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *Server) logPath() string { return filepath.Join(filepath.Dir(s.dataDir), "postgres.log") }
+
+func ping(ctx context.Context, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	return c.Close(ctx)
+}
+
+// Stop shuts the server down: mode "smart", "fast" (default) or
+// "immediate" (no checkpoint; crash recovery on the next start — what
+// `pg_ctl stop -m immediate` does). A local server can be started again.
+func (s *Server) Stop(mode string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.Strategy {
+	case Container:
+		if s.terminate != nil {
+			return s.terminate(context.Background())
+		}
+		return nil
+	case FromURL:
+		return nil
+	}
+	if s.cmd == nil {
+		return nil
+	}
+	sig := syscall.SIGINT
+	switch mode {
+	case "smart":
+		sig = syscall.SIGTERM
+	case "immediate":
+		sig = syscall.SIGQUIT
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.cmd = nil
+	return nil
+}
+
+// Close stops the server and removes a temporary data directory.
+func (s *Server) Close() error {
+	err := s.Stop("fast")
+	s.cleanup()
+	return err
+}
+
+func (s *Server) cleanup() {
+	if s.logFile != nil {
+		_ = s.logFile.Close()
+		s.logFile = nil
+	}
+	if s.ownedDir != "" {
+		_ = os.RemoveAll(s.ownedDir)
+	}
+}
+
+// reapStale removes temporary clusters left by test processes that died
+// without cleaning up (their postmaster died with them via Pdeathsig).
+func reapStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "fencelab-pg-*"))
+	for _, d := range dirs {
+		parts := strings.Split(filepath.Base(d), "-")
+		if len(parts) < 4 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[2])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == nil || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue // still alive (or not ours to judge)
+		}
+		_ = os.RemoveAll(d)
+	}
+}
+
+// freePort returns preferred when it is free, else a port the kernel picks.
+func freePort(preferred int) int {
+	if preferred > 0 {
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(preferred))); err == nil {
+			_ = l.Close()
+			return preferred
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,1 @@
+SELECT 1; -- the sequence begins here; each module owns a version range (migrations.go)

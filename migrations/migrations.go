@@ -1,0 +1,14 @@
+// Package migrations embeds the one golang-migrate sequence for the whole
+// schema. Version ranges are reserved per module so modules can grow in
+// parallel: 0001 base, 0010 lease, 0020 claim, 0030 idem+outbox,
+// 0100 points, 0200 flashsale reservations, 0210 flashsale orders,
+// 0300 social rel, 0310 feed, 0320 like, 0400 notify, 0500 shortlink,
+// 0600 upload.
+package migrations
+
+import "embed"
+
+// FS holds every *.sql migration, embedded into the binary.
+//
+//go:embed *.sql
+var FS embed.FS

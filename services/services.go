@@ -1,0 +1,25 @@
+// Package services lists every module of the deployable. It is the only
+// package that knows them all; `fencelab` and the e2e tests build the
+// process from this list, and importing it registers every module's
+// invariants for `fencelab check`.
+package services
+
+import (
+	"github.com/fencelab/fencelab/core/app"
+)
+
+// All builds every module from the shared dependencies, in mount order.
+func All(d app.Deps) ([]app.Module, error) {
+	var mods []app.Module
+	for _, build := range builders {
+		m, err := build(d)
+		if err != nil {
+			return nil, err
+		}
+		mods = append(mods, m)
+	}
+	return mods, nil
+}
+
+// builders is the module table: one line per module.
+var builders = []func(app.Deps) (app.Module, error){}
