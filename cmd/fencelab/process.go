@@ -82,4 +82,3 @@ func loadLocalEnv(dataDir string) {
 func logStart(log *slog.Logger, what string, cfg app.Config) {
 	log.Info(what, "addr", cfg.Addr, "db_max_conns", cfg.MaxConns, "workers", cfg.Workers)
 }
-

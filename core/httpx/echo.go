@@ -104,4 +104,3 @@ func JSON(c echo.Context, status int, v any) error { return c.JSON(status, v) }
 
 // NoStore marks a response as uncacheable (tokens, balances).
 func NoStore(c echo.Context) { c.Response().Header().Set("Cache-Control", "no-store") }
-
