@@ -166,6 +166,11 @@ func validate(name, holder string, ttl time.Duration) error {
 	return nil
 }
 
+// CheckName reports whether s is acceptable as a lease name, holder or
+// guarded resource (ErrInvalid otherwise), so configuration can be refused
+// at start-up instead of on every Acquire.
+func CheckName(what, s string) error { return validName(what, s) }
+
 // validName bounds a name, holder or resource: non-empty, at most
 // MaxNameLen bytes of UTF-8 without NUL (which PostgreSQL text refuses).
 func validName(what, s string) error {

@@ -83,7 +83,6 @@ func TestReportJobAcrossTwoProcesses(t *testing.T) {
 	invariant.Assert(t, a.Pool, "lease", "report")
 }
 
-
 // worker is a running `fencelab worker` child process.
 type worker struct {
 	name   string

@@ -100,8 +100,8 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Interval < MinInterval || cfg.Interval > 24*time.Hour {
 		return nil, fmt.Errorf("report: interval must be between %s and 24h, got %s", MinInterval, cfg.Interval)
 	}
-	if len(cfg.Holder) > lease.MaxNameLen {
-		return nil, fmt.Errorf("report: holder longer than %d bytes", lease.MaxNameLen)
+	if err := lease.CheckName("report holder", cfg.Holder); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	if cfg.Output == nil {
 		cfg.Output = FencedOutput{DB: d.Pool}
