@@ -160,6 +160,11 @@ func (s *Service) Get(ctx context.Context, day time.Time) (Report, error) {
 // Step 4 is what most lease code stops at. It cannot help: an instance
 // that stalls between 4 and 6 resumes straight into the write. Step 6 is
 // the guarantee.
+//
+// The job runs no lease.Watchdog: it is short next to its TTL, and a
+// watchdog stalls with its process anyway. (In the experiments, where only
+// this goroutine pauses, a watchdog would cancel the run before the write
+// and hide the very refusal they demonstrate.)
 func (s *Service) Run(ctx context.Context, day time.Time) (Report, error) {
 	if done, err := exists(ctx, s.db, day); err != nil {
 		return Report{}, err
