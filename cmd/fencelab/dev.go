@@ -207,5 +207,6 @@ Try:
 
 // demoCurls lists one example request per module; modules add theirs here.
 func demoCurls(base string) string {
-	return ""
+	return "" +
+		"  curl -s -H \"Authorization: Bearer $USER42\" " + base + "/reports/$(date +%F)   # today's report: content, fence, writer\n"
 }

@@ -1,0 +1,2 @@
+DROP TABLE report_write;
+DROP TABLE report_output;

@@ -1,0 +1,23 @@
+package report
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/fencelab/fencelab/core/httpx"
+)
+
+var (
+	// ErrInvalidDate: the date is not YYYY-MM-DD.
+	ErrInvalidDate = errors.New("report: invalid date")
+	// ErrNoReport: nothing has been written for that day yet.
+	ErrNoReport = errors.New("report: no report for that day")
+	// ErrAlreadyWritten: a run found the day's report already written and
+	// did nothing.
+	ErrAlreadyWritten = errors.New("report: already written")
+)
+
+func init() {
+	httpx.MapError(ErrInvalidDate, http.StatusBadRequest, "invalid_date")
+	httpx.MapError(ErrNoReport, http.StatusNotFound, "report_not_found")
+}

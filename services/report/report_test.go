@@ -1,0 +1,61 @@
+package report_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/services/report"
+)
+
+func TestParseDateAcceptsOnlyRealDays(t *testing.T) {
+	t.Parallel()
+	d, err := report.ParseDate("2026-05-01")
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC), d)
+	require.Equal(t, "report:2026-05-01", report.LeaseName(d))
+	require.Equal(t, "report_output:2026-05-01", report.Resource(d))
+
+	for _, bad := range []string{"", "2026-13-01", "2026-02-29", "2026-5-1", "26-05-01", "0000-01-01",
+		"2026-05-01T00:00:00Z", " 2026-05-01", "today", "2026/05/01"} {
+		_, err := report.ParseDate(bad)
+		require.ErrorIs(t, err, report.ErrInvalidDate, "%q", bad)
+	}
+}
+
+func TestBadConfigIsAnErrorNotAPanic(t *testing.T) {
+	t.Parallel()
+	for _, c := range []report.Config{
+		{TTL: -time.Second},
+		{TTL: time.Microsecond},
+		{TTL: 48 * time.Hour},
+		{Interval: -time.Second},
+		{Interval: time.Millisecond},
+		{Interval: 25 * time.Hour},
+		{Holder: string(make([]byte, 201))},
+		{Holder: "worker\x00a"},
+	} {
+		_, err := report.NewService(app.Deps{}, c)
+		require.Error(t, err, "%+v", c)
+	}
+	svc, err := report.NewService(app.Deps{}, report.Config{})
+	require.NoError(t, err, "zero values take the defaults")
+	require.NotEmpty(t, svc.Holder())
+}
+
+func TestConfigFromEnvRefusesABadDate(t *testing.T) {
+	t.Setenv("FENCELAB_REPORT_DATE", "2026-02-30")
+	_, err := report.ConfigFromEnv()
+	require.ErrorIs(t, err, report.ErrInvalidDate)
+
+	t.Setenv("FENCELAB_REPORT_DATE", "2026-05-01")
+	t.Setenv("FENCELAB_REPORT_HOLDER", "worker-a")
+	t.Setenv("FENCELAB_REPORT_TTL", "2s")
+	t.Setenv("FENCELAB_REPORT_INTERVAL", "50ms")
+	c, err := report.ConfigFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, report.Config{Holder: "worker-a", TTL: 2 * time.Second, Interval: 50 * time.Millisecond,
+		Date: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}, c)
+}
