@@ -6,6 +6,7 @@ package services
 
 import (
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/services/shortlink"
 )
 
 // All builds every module from the shared dependencies, in mount order.
@@ -22,4 +23,6 @@ func All(d app.Deps) ([]app.Module, error) {
 }
 
 // builders is the module table: one line per module.
-var builders = []func(app.Deps) (app.Module, error){}
+var builders = []func(app.Deps) (app.Module, error){
+	shortlink.New,
+}
