@@ -40,9 +40,10 @@ type click struct {
 // batches, far from it:
 //
 //   - Record never waits (SL-I3): a full queue drops the click and counts it.
-//   - The writer owns a small pool with short connect, lock and statement
-//     timeouts, opened on the stats URL, so a dead or locked stats store
-//     costs the writer retries and drops, and the redirect path nothing.
+//   - The writers (one per stats connection) own a small pool with short
+//     connect, lock and statement timeouts, opened on the stats URL, so a
+//     dead or locked stats store costs them retries and drops, and the
+//     redirect path nothing.
 //   - Each click gets its id before the first attempt; a retried batch
 //     re-sends the same ids and ON CONFLICT DO NOTHING keeps one row each
 //     (SL-I4).
@@ -86,8 +87,8 @@ func (r *clickRecorder) drop(reason, code string, n int64) {
 	r.pending[code] += n
 }
 
-// Run drives the writer and the drop flusher until ctx ends; then the
-// writer drains the queue and the flusher records the last drops, each
+// Run drives the writers and the drop flusher until ctx ends; then the
+// writers drain the queue and the flusher records the last drops, each
 // within a short grace.
 func (r *clickRecorder) Run(ctx context.Context) error {
 	stats, err := r.openStatsPool(ctx)
@@ -100,12 +101,15 @@ func (r *clickRecorder) Run(ctx context.Context) error {
 		defer r.m.reg.Unregister(collector)
 	}
 
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		r.write(ctx, stats)
-	}()
-	r.flushDrops(ctx, writerDone)
+	// One writer per stats connection: while one batch waits on its
+	// commit, the next is being filled and sent.
+	var writers sync.WaitGroup
+	for range r.cfg.StatsMaxConns {
+		writers.Go(func() { r.write(ctx, stats) })
+	}
+	writersDone := make(chan struct{})
+	go func() { writers.Wait(); close(writersDone) }()
+	r.flushDrops(ctx, writersDone)
 	return nil
 }
 
@@ -191,7 +195,7 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, bat
 	for i, c := range batch {
 		// Truncated, not rounded, to the database's microseconds: the
 		// stored instant stays before the expiry it was checked against.
-		ids[i], codes[i], ats[i] = uuid.New(), c.code, c.at.Truncate(time.Microsecond)
+		ids[i], codes[i], ats[i] = uuid.Must(uuid.NewV7()), c.code, c.at.Truncate(time.Microsecond)
 	}
 	var err error
 	for attempt := 1; attempt <= r.cfg.StatsAttempts; attempt++ {
@@ -225,9 +229,9 @@ func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, ids
 }
 
 // flushDrops writes the pending drop counts every ClickInterval until ctx
-// ends and the writer is done, then once more. A failed flush is retried
+// ends and the writers are done, then once more. A failed flush is retried
 // with the same flush id, so a count that did commit is not added twice.
-func (r *clickRecorder) flushDrops(ctx context.Context, writerDone <-chan struct{}) {
+func (r *clickRecorder) flushDrops(ctx context.Context, writersDone <-chan struct{}) {
 	var inflight map[string]int64
 	var flushID uuid.UUID
 	flush := func(ctx context.Context) {
@@ -263,8 +267,8 @@ func (r *clickRecorder) flushDrops(ctx context.Context, writerDone <-chan struct
 			if ctx.Err() == nil {
 				flush(ctx)
 			}
-		case <-writerDone:
-			// The writer has drained: record what it dropped, with a grace.
+		case <-writersDone:
+			// The writers have drained: record what it dropped, with a grace.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			for range 2 { // the in-flight flush, then drops counted since
