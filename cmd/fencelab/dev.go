@@ -207,5 +207,7 @@ Try:
 
 // demoCurls lists one example request per module; modules add theirs here.
 func demoCurls(base string) string {
-	return ""
+	return "" +
+		"  curl -si " + base + "/s/demo          # shortlink: 302 to the seeded demo link\n" +
+		""
 }

@@ -257,3 +257,51 @@ func TestSeedCreatesTheDemoLinkOnce(t *testing.T) {
 	require.Contains(t, r.Header.Get("Location"), "example.test")
 	invariant.Assert(t, a.Pool, "shortlink")
 }
+
+// The SQL invariants are not vacuous: each one reports rows broken by hand
+// (with the guards that normally prevent them switched off).
+func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for id, breakIt := range map[string][]string{
+		"SL-I1": {
+			`ALTER TABLE shortlink_links DISABLE TRIGGER shortlink_links_guard`,
+			`UPDATE shortlink_links SET target = 'https://evil.example.test/' WHERE code = 'inv'`,
+		},
+		"SL-I2": {
+			`INSERT INTO shortlink_clicks (id, code, clicked_at) VALUES (gen_random_uuid(), 'inv', now() + interval '2 hours')`,
+		},
+		"SL-I3": {
+			`INSERT INTO shortlink_clicks (id, code, clicked_at) VALUES (gen_random_uuid(), 'nosuchcode', now())`,
+		},
+		"SL-I4": {
+			`ALTER TABLE shortlink_clicks DROP CONSTRAINT shortlink_clicks_pkey`,
+			`INSERT INTO shortlink_clicks (id, code, clicked_at) SELECT '00000000-0000-7000-8000-000000000001', 'inv', now() FROM generate_series(1, 2)`,
+		},
+	} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			a := start(t, opts{})
+			tok := userToken(t, a, "user-0042")
+			future := time.Now().Add(time.Hour)
+			mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/inv", Alias: "inv", ExpiresAt: &future})
+			require.Len(t, failing(ctx, a), 0)
+			for _, sql := range breakIt {
+				_, err := a.Pool.Exec(ctx, sql)
+				require.NoError(t, err, sql)
+			}
+			require.Equal(t, []string{id}, failing(ctx, a))
+		})
+	}
+}
+
+// failing lists the shortlink invariants that do not hold.
+func failing(ctx context.Context, a *e2etest.App) []string {
+	var ids []string
+	for _, r := range invariant.Run(ctx, a.Pool, "shortlink") {
+		if !r.Holds() {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}

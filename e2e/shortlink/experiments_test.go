@@ -246,6 +246,11 @@ func TestSL03RedirectsStay302WhileTheStatsStoreIsLockedOrDead(t *testing.T) {
 		return dropped > 0
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Positive(t, counter(t, a, "fencelab_shortlink_clicks_dropped_total"))
+	// The owner's stats read cannot count a locked table: it gives up with
+	// a 503, it does not hang.
+	r := a.Do(t, e2etest.Req{Method: "GET", Path: "/shortlink/links/" + l.Code + "/stats", Token: tok})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Equal(t, "stats_unavailable", r.Code())
 
 	deadPort := hammer(dead, path, n, c)
 	require.Equal(t, map[int]int{http.StatusFound: n}, statuses(deadPort))

@@ -3,6 +3,7 @@ package shortlink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -85,8 +86,13 @@ func scanLink(row pgx.Row) (Link, error) {
 // createLink inserts the link; created is false when the code is taken.
 func createLink(ctx context.Context, db pg.Querier, code, target, owner string, custom bool, expiresAt *time.Time) (l Link, created bool, err error) {
 	l, err = scanLink(db.QueryRow(ctx, sqlCreate, code, target, owner, custom, expiresAt))
-	if errors.Is(err, pg.ErrNotFound) {
+	switch {
+	case errors.Is(err, pg.ErrNotFound):
 		return Link{}, false, nil
+	case pg.Constraint(err) == "shortlink_links_expiry_after_creation":
+		// The service checked the expiry against its own clock; the
+		// database's clock is ahead of it.
+		return Link{}, false, fmt.Errorf("%w: expires_at is not after the creation time", ErrInvalidExpiry)
 	}
 	return l, err == nil, err
 }
