@@ -19,7 +19,7 @@ import (
 // counted in the owner's stats.
 func TestCreateFollowRevokeAndCountTheClick(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{tasks: true, settings: map[string]string{shortlink.EnvClickInterval: "10ms"}})
+	a := start(t, opts{tasks: true, settings: map[string]string{shortlink.EnvClickInterval: "10ms", shortlink.EnvStatsTimeout: "5s"}})
 	tok := userToken(t, a, "user-0042")
 
 	l := mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://book.example.test/ch/9?x=1#top"})

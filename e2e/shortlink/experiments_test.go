@@ -292,7 +292,8 @@ func deadPortURL(t *testing.T, dbURL string) string {
 func TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce(t *testing.T) {
 	t.Parallel()
 	a := start(t, opts{tasks: true, settings: map[string]string{
-		shortlink.EnvClickBatch: "50", shortlink.EnvClickInterval: "20ms", shortlink.EnvStatsAttempts: "3"}})
+		shortlink.EnvClickBatch: "50", shortlink.EnvClickInterval: "20ms", shortlink.EnvStatsAttempts: "3",
+		shortlink.EnvStatsTimeout: "5s"}}) // only the injected fault fails a batch, however busy the machine
 	var commits atomic.Int32
 	a.Faults.ArmFunc(faults.AfterCommit, func(_ context.Context, key string) error {
 		if key == shortlink.FaultClicksCommitted && commits.Add(1) <= 2 {
