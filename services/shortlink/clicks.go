@@ -71,13 +71,14 @@ func (r *clickRecorder) Record(code string, at time.Time) {
 	select {
 	case r.queue <- click{code: code, at: at}:
 	default:
-		r.drop(dropQueueFull, code, 1)
+		r.drop(r.m.droppedQueueFull, code, 1)
 	}
 }
 
-// drop counts n lost clicks of code (SL-I4).
-func (r *clickRecorder) drop(reason, code string, n int64) {
-	r.m.dropped.WithLabelValues(reason).Add(float64(n))
+// drop counts n lost clicks of code (SL-I4) on the metric of their reason
+// and for the link's stats.
+func (r *clickRecorder) drop(metric prometheus.Counter, code string, n int64) {
+	metric.Add(float64(n))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.pending[code]; !ok && len(r.pending) >= maxPendingDropCodes {
@@ -212,7 +213,7 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, bat
 	}
 	r.log.Warn("shortlink: click batch dropped", "clicks", len(batch), "attempts", r.cfg.StatsAttempts, "err", err)
 	for _, c := range batch {
-		r.drop(dropWriteFailed, c.code, 1)
+		r.drop(r.m.droppedWriteFailed, c.code, 1)
 	}
 }
 
@@ -268,7 +269,7 @@ func (r *clickRecorder) flushDrops(ctx context.Context, writersDone <-chan struc
 				flush(ctx)
 			}
 		case <-writersDone:
-			// The writers have drained: record what it dropped, with a grace.
+			// The writers have drained: record what they dropped, with a grace.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			for range 2 { // the in-flight flush, then drops counted since
@@ -292,14 +293,16 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // metrics are the module's Prometheus series.
 type metrics struct {
-	reg               prometheus.Registerer
-	lookups           *prometheus.CounterVec
-	hit, negHit, miss prometheus.Counter
-	dropped           *prometheus.CounterVec
-	dropsUnattributed prometheus.Counter
-	written           prometheus.Counter
-	batchRetries      prometheus.Counter
-	invalidations     prometheus.Counter
+	reg                prometheus.Registerer
+	lookups            *prometheus.CounterVec
+	hit, negHit, miss  prometheus.Counter
+	dropped            *prometheus.CounterVec
+	droppedQueueFull   prometheus.Counter
+	droppedWriteFailed prometheus.Counter
+	dropsUnattributed  prometheus.Counter
+	written            prometheus.Counter
+	batchRetries       prometheus.Counter
+	invalidations      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, queue func() int, cacheLen func() int) *metrics {
@@ -331,8 +334,7 @@ func newMetrics(reg prometheus.Registerer, queue func() int, cacheLen func() int
 		}),
 	}
 	m.hit, m.negHit, m.miss = m.lookups.WithLabelValues("hit"), m.lookups.WithLabelValues("negative_hit"), m.lookups.WithLabelValues("miss")
-	m.dropped.WithLabelValues(dropQueueFull)
-	m.dropped.WithLabelValues(dropWriteFailed)
+	m.droppedQueueFull, m.droppedWriteFailed = m.dropped.WithLabelValues(dropQueueFull), m.dropped.WithLabelValues(dropWriteFailed)
 	reg.MustRegister(m.lookups, m.dropped, m.dropsUnattributed, m.written, m.batchRetries, m.invalidations,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelab_shortlink_click_queue_depth",
