@@ -305,3 +305,32 @@ func failing(ctx context.Context, a *e2etest.App) []string {
 	}
 	return ids
 }
+
+// A redirect whose read cannot finish within the lookup timeout answers 503
+// with Retry-After — never a hanging request, never an answer older than
+// the TTL — while links already cached keep redirecting.
+func TestRedirectAnswers503WhenTheLinkStoreDoesNotAnswerInTime(t *testing.T) {
+	t.Parallel()
+	a := start(t, opts{settings: map[string]string{shortlink.EnvCacheTTL: "1h", shortlink.EnvLookupTimeout: "100ms"}})
+	tok := userToken(t, a, "user-0042")
+	mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/warm", Alias: "warm"})
+	mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/cold", Alias: "cold"})
+	require.Equal(t, http.StatusFound, visit(t, a, "warm").Status)
+
+	ctx := context.Background()
+	locker, err := a.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, `LOCK TABLE shortlink_links IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	r := visit(t, a, "cold")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Equal(t, "lookup_unavailable", r.Code())
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	require.Equal(t, http.StatusFound, visit(t, a, "warm").Status, "a cached answer younger than the TTL is still served")
+
+	require.NoError(t, locker.Rollback(ctx))
+	require.Equal(t, http.StatusFound, visit(t, a, "cold").Status)
+	invariant.Assert(t, a.Pool, "shortlink")
+}

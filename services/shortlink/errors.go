@@ -27,9 +27,10 @@ var (
 	ErrExpired = errors.New("shortlink: link expired")
 	// ErrNotOwner: the link belongs to someone else.
 	ErrNotOwner = errors.New("shortlink: not your link")
-	// ErrLookupUnavailable: the link store did not answer within the lookup
-	// timeout, so there is no answer young enough to serve (SL-I2).
-	ErrLookupUnavailable = errors.New("shortlink: link store did not answer in time")
+	// ErrLookupUnavailable: the link store failed or did not answer within
+	// the lookup timeout, so there is no answer young enough to serve
+	// (SL-I2).
+	ErrLookupUnavailable = errors.New("shortlink: link store unavailable; retry")
 	// ErrStatsUnavailable: the stats store did not answer in time.
 	ErrStatsUnavailable = errors.New("shortlink: stats store did not answer in time")
 )

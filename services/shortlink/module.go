@@ -54,7 +54,7 @@ func NewService(d app.Deps, cfg Config) *Service {
 	s.m = newMetrics(reg, func() int { return len(s.clicks.queue) }, func() int { return s.resolver.len() })
 	s.resolver = newResolver(cfg, func(ctx context.Context, code string) (route, bool, error) {
 		return lookupRoute(ctx, s.db, code)
-	}, s.m)
+	}, s.m, log)
 	s.clicks = newClickRecorder(cfg, d.Pool, log, d.Faults, s.m)
 	return s
 }

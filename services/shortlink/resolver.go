@@ -2,7 +2,7 @@ package shortlink
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -32,9 +32,10 @@ type resolver struct {
 	flights singleflight.Group
 	lookup  func(ctx context.Context, code string) (route, bool, error)
 	m       *metrics
+	log     *slog.Logger
 }
 
-func newResolver(cfg Config, lookup func(context.Context, string) (route, bool, error), m *metrics) *resolver {
+func newResolver(cfg Config, lookup func(context.Context, string) (route, bool, error), m *metrics, log *slog.Logger) *resolver {
 	return &resolver{
 		ttl:     cfg.CacheTTL,
 		timeout: cfg.LookupTimeout,
@@ -42,6 +43,7 @@ func newResolver(cfg Config, lookup func(context.Context, string) (route, bool, 
 		unknown: newTTLCache[struct{}](max(1, cfg.CacheSize/4), cfg.CacheTTL),
 		lookup:  lookup,
 		m:       m,
+		log:     log,
 	}
 }
 
@@ -83,10 +85,10 @@ func (r *resolver) resolve(ctx context.Context, code string, now time.Time) (rou
 		return lookupResult{route: rt, found: found, began: began}, nil
 	})
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return route{}, false, ErrLookupUnavailable
-		}
-		return route{}, false, err
+		// Timed out or unreachable: a 503 the client may retry. The cause
+		// is logged, not sent.
+		r.log.Warn("shortlink: lookup failed", "code", code, "err", err)
+		return route{}, false, ErrLookupUnavailable
 	}
 	res := v.(lookupResult)
 	if time.Since(res.began) >= r.ttl {
