@@ -24,7 +24,6 @@ const statsTimeout = 2 * time.Second
 // Service holds the rules: create, revoke, read, stats, visit.
 type Service struct {
 	db       *pgxpool.Pool
-	cfg      Config
 	log      *slog.Logger
 	resolver *resolver
 	clicks   *clickRecorder
