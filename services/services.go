@@ -7,6 +7,7 @@ package services
 import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/services/report"
+	"github.com/fencelab/fencelab/services/shortlink"
 )
 
 // All builds every module from the shared dependencies, in mount order.
@@ -25,4 +26,5 @@ func All(d app.Deps) ([]app.Module, error) {
 // builders is the module table: one line per module.
 var builders = []func(app.Deps) (app.Module, error){
 	report.New,
+	shortlink.New,
 }

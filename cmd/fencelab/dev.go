@@ -208,5 +208,7 @@ Try:
 // demoCurls lists one example request per module; modules add theirs here.
 func demoCurls(base string) string {
 	return "" +
-		"  curl -s -H \"Authorization: Bearer $USER42\" " + base + "/reports/$(date +%F)   # today's report: content, fence, writer\n"
+		"  curl -s -H \"Authorization: Bearer $USER42\" " + base + "/reports/$(date +%F)   # today's report: content, fence, writer\n" +
+		"  curl -si " + base + "/s/demo          # shortlink: 302 to the seeded demo link\n" +
+		""
 }

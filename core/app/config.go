@@ -26,6 +26,23 @@ type Config struct {
 	AccessLog   bool   // FENCELAB_ACCESS_LOG: one log line per request
 	// ShutdownGrace bounds graceful shutdown (FENCELAB_SHUTDOWN_GRACE).
 	ShutdownGrace time.Duration
+	// Settings override environment variables for module settings read
+	// through Lookup, so one test process can run several apps with
+	// different module settings (environment variables are process-wide).
+	Settings map[string]string
+}
+
+// Lookup returns a module setting: Settings[key] when present, else the
+// environment variable key. Modules parse the value themselves and report
+// a malformed one from their constructor.
+func (c Config) Lookup(key string) (string, bool) {
+	if v, ok := c.Settings[key]; ok {
+		return v, true
+	}
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v, true
+	}
+	return "", false
 }
 
 // Defaults returns the configuration before env and flags.

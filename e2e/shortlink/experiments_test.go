@@ -1,0 +1,323 @@
+package shortlink_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/faults"
+	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/shortlink"
+)
+
+// SL-01: 100 creators race for one alias over real HTTP, each with its own
+// target. One is told "created"; every other is told 409 alias_taken; the
+// alias leads to the winner's target and nobody else's (SL-I1).
+func TestSL01HundredCreatorsOfOneAliasOneWinsEveryLoserGets409(t *testing.T) {
+	t.Parallel()
+	a := start(t, opts{})
+	const n = 100
+	tokens, targets := make([]string, n), make([]string, n)
+	for i := range n {
+		tokens[i] = userToken(t, a, fmt.Sprintf("user-%04d", i+1))
+		targets[i] = fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
+	}
+	results, errs := make([]e2etest.Response, n), make([]error, n)
+	gate := make(chan struct{})
+	var ready, done sync.WaitGroup
+	for i := range n {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gate
+			results[i], errs[i] = a.Send(context.Background(), e2etest.Req{Method: "POST", Path: "/shortlink/links", Token: tokens[i],
+				Body: shortlink.CreateRequest{Target: targets[i], Alias: "launch"}})
+		}()
+	}
+	ready.Wait()
+	close(gate)
+	done.Wait()
+
+	winner := -1
+	for i, r := range results {
+		require.NoError(t, errs[i])
+		switch r.Status {
+		case http.StatusCreated:
+			require.Equal(t, -1, winner, "two creators were told created: %d and %d", winner, i)
+			winner = i
+		case http.StatusConflict:
+			require.Equal(t, "alias_taken", r.Code())
+		default:
+			t.Fatalf("creator %d: status %d: %s", i, r.Status, r.Body)
+		}
+	}
+	require.NotEqual(t, -1, winner, "nobody won")
+	t.Logf("SL-01: creator %d won; %d losers got 409 alias_taken", winner+1, n-1)
+
+	var told shortlink.Link
+	results[winner].JSON(t, &told)
+	require.Equal(t, targets[winner], told.Target)
+	var stored shortlink.Link
+	a.Do(t, e2etest.Req{Method: "GET", Path: "/shortlink/links/launch", Token: tokens[winner]}).JSON(t, &stored)
+	require.Equal(t, targets[winner], stored.Target)
+	require.Equal(t, fmt.Sprintf("user-%04d", winner+1), stored.Owner)
+	r := visit(t, a, "launch")
+	require.Equal(t, http.StatusFound, r.Status)
+	require.Equal(t, targets[winner], r.Header.Get("Location"))
+
+	var creations int
+	require.NoError(t, a.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM shortlink_creations WHERE code = 'launch'`).Scan(&creations))
+	require.Equal(t, 1, creations)
+	invariant.Assert(t, a.Pool, "shortlink")
+}
+
+// SL-02: pollers on one replica follow a link while its owner revokes it
+// through another replica. The last 302 to the old target comes no later
+// than the cache TTL after the revoke — with the NOTIFY lost (that replica
+// does not listen) as well as delivered.
+//
+// The window is measured from timestamps the test records: a 302 whose
+// request was sent d after the revoke was acknowledged was served at least
+// d after the commit (the lower estimate, asserted ≤ TTL); one received d
+// after the revoke was sent was served at most d after it (the upper
+// estimate, printed).
+func TestSL02RevokedLinkRedirectsAtMostOneTTLAfterTheRevoke(t *testing.T) {
+	t.Parallel()
+	const ttl = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		listen bool
+	}{{"notification lost", false}, {"notification delivered", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			writer := start(t, opts{})
+			reader := start(t, opts{tasks: true, dbURL: writer.DBURL, settings: map[string]string{
+				shortlink.EnvCacheTTL: ttl.String(), shortlink.EnvListen: strconv.FormatBool(tc.listen)}})
+			ctx := context.Background()
+			if tc.listen {
+				require.Eventually(t, func() bool {
+					var n int
+					_ = writer.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					   WHERE datname = current_database() AND query = 'LISTEN shortlink_invalidate'`).Scan(&n)
+					return n == 1
+				}, 10*time.Second, 5*time.Millisecond, "the reader's listener never started")
+			}
+			tok := userToken(t, writer, "user-0042")
+			l := mustCreate(t, writer, tok, shortlink.CreateRequest{Target: "https://example.test/old"})
+
+			const pollers = 4
+			var (
+				mu      sync.Mutex
+				samples []sample
+				saw410  = make([]atomic.Bool, pollers)
+				warm    sync.WaitGroup
+				stopped sync.WaitGroup
+				stop    = make(chan struct{})
+			)
+			warm.Add(pollers)
+			for p := range pollers {
+				stopped.Add(1)
+				go func() {
+					defer stopped.Done()
+					warmed := false
+					for {
+						select {
+						case <-stop:
+							if !warmed {
+								warm.Done()
+							}
+							return
+						default:
+						}
+						s := sample{sent: time.Now()}
+						r, err := reader.Send(ctx, e2etest.Req{Method: "GET", Path: "/s/" + l.Code})
+						s.recv, s.status, s.err = time.Now(), r.Status, err
+						mu.Lock()
+						samples = append(samples, s)
+						mu.Unlock()
+						if s.status == http.StatusFound && !warmed {
+							warmed = true
+							warm.Done()
+						}
+						if s.status == http.StatusGone {
+							saw410[p].Store(true)
+						}
+					}
+				}()
+			}
+			warm.Wait() // the reader's cache holds the live link
+
+			revokeSent := time.Now()
+			require.Equal(t, http.StatusOK, revoke(t, writer, tok, l.Code).Status)
+			revokeAcked := time.Now()
+			// Observe well past the bound, until every poller has seen 410.
+			require.Eventually(t, func() bool {
+				for p := range saw410 {
+					if !saw410[p].Load() {
+						return false
+					}
+				}
+				return time.Since(revokeAcked) > 3*ttl
+			}, 10*time.Second, time.Millisecond)
+			close(stop)
+			stopped.Wait()
+
+			var stale int
+			var lower, upper time.Duration
+			for _, s := range samples {
+				require.NoError(t, s.err)
+				require.Contains(t, []int{http.StatusFound, http.StatusGone}, s.status)
+				if s.status == http.StatusGone {
+					require.True(t, s.recv.After(revokeSent), "410 before the revoke was sent")
+				}
+				if s.status != http.StatusFound || !s.recv.After(revokeSent) {
+					continue
+				}
+				stale++
+				lower = max(lower, s.sent.Sub(revokeAcked))
+				upper = max(upper, s.recv.Sub(revokeSent))
+			}
+			t.Logf("SL-02 (%s): %d requests, %d 302s possibly after the revoke; measured stale window %v (lower) … %v (upper); configured TTL %v",
+				tc.name, len(samples), stale, lower.Round(time.Microsecond), upper.Round(time.Microsecond), ttl)
+			require.LessOrEqual(t, lower, ttl, "a 302 was served more than one TTL after the revoke committed (SL-I2)")
+			invariant.Assert(t, writer.Pool, "shortlink")
+		})
+	}
+}
+
+// SL-03: the stats store falls sick two ways — its clicks table locked by
+// another session (ACCESS EXCLUSIVE, held open), and the stats pool
+// pointed at a dead port — while redirects keep flowing. Every redirect
+// is still a 302; drops are counted, in the metric and in the link's
+// stats; and once the lock is gone, stored clicks plus counted drops equal
+// the 302s served (SL-I3, SL-I4). Latencies are printed, not asserted: the
+// comparison belongs to `fencelab bench shortlink`.
+func TestSL03RedirectsStay302WhileTheStatsStoreIsLockedOrDead(t *testing.T) {
+	t.Parallel()
+	sick := map[string]string{
+		shortlink.EnvClickQueue: "256", shortlink.EnvClickBatch: "32", shortlink.EnvClickInterval: "10ms",
+		shortlink.EnvStatsTimeout: "100ms", shortlink.EnvStatsAttempts: "2",
+	}
+	a := start(t, opts{tasks: true, settings: sick})
+	deadSettings := map[string]string{shortlink.EnvStatsURL: deadPortURL(t, a.DBURL)}
+	for k, v := range sick {
+		deadSettings[k] = v
+	}
+	dead := start(t, opts{tasks: true, dbURL: a.DBURL, settings: deadSettings})
+	ctx := context.Background()
+	tok := userToken(t, a, "user-0042")
+	l := mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/busy"})
+	path := "/s/" + l.Code
+	const n, c = 1000, 16
+
+	healthy := hammer(a, path, n, c)
+	require.Equal(t, map[int]int{http.StatusFound: n}, statuses(healthy))
+
+	// Another session takes the clicks table and holds it.
+	locker, err := pgx.Connect(ctx, a.DBURL)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	lockTx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lockTx.Exec(ctx, `LOCK TABLE shortlink_clicks IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	locked := hammer(a, path, n, c)
+	require.Equal(t, map[int]int{http.StatusFound: n}, statuses(locked))
+	// While the lock is still held, the drops reach the link's record.
+	require.Eventually(t, func() bool {
+		var dropped int64
+		_ = a.Pool.QueryRow(ctx, `SELECT coalesce(sum(dropped), 0) FROM shortlink_click_drops WHERE code = $1`, l.Code).Scan(&dropped)
+		return dropped > 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Positive(t, counter(t, a, "fencelab_shortlink_clicks_dropped_total"))
+	// The owner's stats read cannot count a locked table: it gives up with
+	// a 503, it does not hang.
+	r := a.Do(t, e2etest.Req{Method: "GET", Path: "/shortlink/links/" + l.Code + "/stats", Token: tok})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Equal(t, "stats_unavailable", r.Code())
+
+	deadPort := hammer(dead, path, n, c)
+	require.Equal(t, map[int]int{http.StatusFound: n}, statuses(deadPort))
+
+	t.Logf("SL-03 redirect p99 over %d requests at concurrency %d: healthy %v, clicks table locked %v, stats pool on a dead port %v",
+		n, c, p99(healthy), p99(locked), p99(deadPort))
+
+	require.NoError(t, lockTx.Commit(ctx))
+
+	// Every 302 is a stored click or a counted drop, exactly once.
+	var st shortlink.Stats
+	require.Eventually(t, func() bool {
+		st = stats(t, a, tok, l.Code)
+		return st.Clicks+st.Dropped == 3*n
+	}, 20*time.Second, 20*time.Millisecond, "clicks + dropped never reached %d", 3*n)
+	t.Logf("SL-03 after recovery: %d clicks stored, %d dropped and counted (healthy replica: queue_full %v, write_failed %v; dead-port replica: queue_full %v, write_failed %v)",
+		st.Clicks, st.Dropped,
+		counter(t, a, "fencelab_shortlink_clicks_dropped_total", "reason", "queue_full"),
+		counter(t, a, "fencelab_shortlink_clicks_dropped_total", "reason", "write_failed"),
+		counter(t, dead, "fencelab_shortlink_clicks_dropped_total", "reason", "queue_full"),
+		counter(t, dead, "fencelab_shortlink_clicks_dropped_total", "reason", "write_failed"))
+	require.Positive(t, st.Dropped)
+	require.Equal(t, float64(n), counter(t, dead, "fencelab_shortlink_clicks_dropped_total"), "the dead-port replica stored nothing and counted every click")
+	require.Zero(t, counter(t, dead, "fencelab_shortlink_clicks_written_total"))
+	invariant.Assert(t, a.Pool, "shortlink")
+}
+
+// deadPortURL is dbURL with its port replaced by one nobody listens on.
+func deadPortURL(t *testing.T, dbURL string) string {
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(pgtest.FreePort(t)))
+	return u.String()
+}
+
+// SL-04: the first commits of the click writer lose their reply (a fault
+// between commit and acknowledgement), so it retries batches that are
+// already stored. Their ids are the same, and each click is one row.
+func TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce(t *testing.T) {
+	t.Parallel()
+	a := start(t, opts{tasks: true, settings: map[string]string{
+		shortlink.EnvClickBatch: "50", shortlink.EnvClickInterval: "20ms", shortlink.EnvStatsAttempts: "3",
+		shortlink.EnvStatsTimeout: "5s"}}) // only the injected fault fails a batch, however busy the machine
+	var commits atomic.Int32
+	a.Faults.ArmFunc(faults.AfterCommit, func(_ context.Context, key string) error {
+		if key == shortlink.FaultClicksCommitted && commits.Add(1) <= 2 {
+			return faults.ErrInjected // committed, but the writer never hears so
+		}
+		return nil
+	})
+	tok := userToken(t, a, "user-0042")
+	l := mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/counted"})
+	const n = 200
+	require.Equal(t, map[int]int{http.StatusFound: n}, statuses(hammer(a, "/s/"+l.Code, n, 8)))
+
+	require.Eventually(t, func() bool {
+		return counter(t, a, "fencelab_shortlink_clicks_written_total") == n
+	}, 10*time.Second, 10*time.Millisecond)
+	require.GreaterOrEqual(t, commits.Load(), int32(3), "two lost replies and at least one acknowledged commit")
+	require.GreaterOrEqual(t, counter(t, a, "fencelab_shortlink_click_batch_retries_total"), 2.0)
+	require.Zero(t, counter(t, a, "fencelab_shortlink_clicks_dropped_total"))
+
+	var rows, ids int
+	require.NoError(t, a.Pool.QueryRow(context.Background(),
+		`SELECT count(*), count(DISTINCT id) FROM shortlink_clicks WHERE code = $1`, l.Code).Scan(&rows, &ids))
+	require.Equal(t, n, rows, "each click is one row")
+	require.Equal(t, n, ids)
+	require.Equal(t, shortlink.Stats{Code: l.Code, Clicks: n}, stats(t, a, tok, l.Code))
+	invariant.Assert(t, a.Pool, "shortlink")
+}

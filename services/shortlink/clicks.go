@@ -1,0 +1,292 @@
+package shortlink
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/faults"
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// Drop reasons (the metric's label).
+const (
+	dropQueueFull   = "queue_full"
+	dropWriteFailed = "write_failed"
+)
+
+// FaultClicksCommitted is the key the click writer passes to
+// faults.AfterCommit once a batch has committed: a test that fails it plays
+// a commit whose reply was lost, and the writer retries the batch (SL-04).
+const FaultClicksCommitted = "shortlink_clicks"
+
+// maxPendingDropCodes bounds the per-link drop counts held between flushes;
+// drops of further links are still counted, in the metrics only
+// (fencelab_shortlink_clicks_dropped_unattributed_total).
+const maxPendingDropCodes = 10_000
+
+type click struct {
+	code string
+	at   time.Time
+}
+
+// clickRecorder takes clicks from the redirect path and writes them in
+// batches, far from it:
+//
+//   - Record never waits (SL-I3): a full queue drops the click and counts it.
+//   - The writers (one per stats connection) own a small pool with short
+//     connect, lock and statement timeouts, opened on the stats URL, so a
+//     dead or locked stats store costs them retries and drops, and the
+//     redirect path nothing.
+//   - Each click gets its id before the first attempt; a retried batch
+//     re-sends the same ids and ON CONFLICT DO NOTHING keeps one row each
+//     (SL-I4).
+//   - Drops are counted per link and flushed through the main pool, so the
+//     record of a stats outage does not depend on the stats store.
+type clickRecorder struct {
+	cfg    Config
+	main   *pgxpool.Pool
+	log    *slog.Logger
+	faults *faults.Set
+	queue  chan click
+	m      *metrics
+
+	mu      sync.Mutex
+	pending map[string]int64 // drops per code since the last flush
+}
+
+func newClickRecorder(cfg Config, main *pgxpool.Pool, log *slog.Logger, fs *faults.Set, m *metrics) *clickRecorder {
+	return &clickRecorder{cfg: cfg, main: main, log: log, faults: fs, m: m,
+		queue: make(chan click, cfg.ClickQueue), pending: map[string]int64{}}
+}
+
+// Record queues a click without ever blocking the caller.
+func (r *clickRecorder) Record(code string, at time.Time) {
+	select {
+	case r.queue <- click{code: code, at: at}:
+	default:
+		r.drop(r.m.droppedQueueFull, code, 1)
+	}
+}
+
+// drop counts n lost clicks of code (SL-I4) on the metric of their reason
+// and for the link's stats.
+func (r *clickRecorder) drop(metric prometheus.Counter, code string, n int64) {
+	metric.Add(float64(n))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.pending[code]; !ok && len(r.pending) >= maxPendingDropCodes {
+		r.m.dropsUnattributed.Add(float64(n))
+		return
+	}
+	r.pending[code] += n
+}
+
+// Run drives the writers and the drop flusher until ctx ends; then the
+// writers drain the queue and the flusher records the last drops, each
+// within a short grace.
+func (r *clickRecorder) Run(ctx context.Context) error {
+	stats, err := r.openStatsPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer stats.Close()
+	collector := pg.NewPoolCollector(stats, "shortlink_stats")
+	if r.m.reg.Register(collector) == nil {
+		defer r.m.reg.Unregister(collector)
+	}
+
+	// One writer per stats connection: while one batch waits on its
+	// commit, the next is being filled and sent.
+	var writers sync.WaitGroup
+	for range r.cfg.StatsMaxConns {
+		writers.Go(func() { r.write(ctx, stats) })
+	}
+	writersDone := make(chan struct{})
+	go func() { writers.Wait(); close(writersDone) }()
+	r.flushDrops(ctx, writersDone)
+	return nil
+}
+
+// openStatsPool opens the writer's pool lazily: no connection is made until
+// the first batch, so a dead stats store shows up as failed batches (and
+// counted drops), not as a writer that cannot start.
+func (r *clickRecorder) openStatsPool(ctx context.Context) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(r.cfg.StatsURL)
+	if err != nil {
+		return nil, err
+	}
+	ms := strconv.FormatInt(r.cfg.StatsTimeout.Milliseconds(), 10)
+	pc.MaxConns = int32(r.cfg.StatsMaxConns)
+	pc.ConnConfig.ConnectTimeout = r.cfg.StatsTimeout
+	pc.ConnConfig.RuntimeParams["application_name"] = "fencelab-shortlink-stats"
+	pc.ConnConfig.RuntimeParams["statement_timeout"] = ms
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = ms
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// write collects batches until ctx ends, then drains what is queued.
+func (r *clickRecorder) write(ctx context.Context, stats *pgxpool.Pool) {
+	batch := make([]click, 0, r.cfg.ClickBatch)
+	for {
+		select {
+		case c := <-r.queue:
+			batch = r.fill(ctx, append(batch, c))
+			r.writeBatch(ctx, stats, batch)
+			batch = batch[:0]
+		case <-ctx.Done():
+			r.drain(stats)
+			return
+		}
+	}
+}
+
+// fill adds queued clicks until the batch is full or ClickInterval has
+// passed since its first click.
+func (r *clickRecorder) fill(ctx context.Context, batch []click) []click {
+	timer := time.NewTimer(r.cfg.ClickInterval)
+	defer timer.Stop()
+	for len(batch) < r.cfg.ClickBatch {
+		select {
+		case c := <-r.queue:
+			batch = append(batch, c)
+		case <-timer.C:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
+}
+
+// drain writes what is left in the queue at shutdown, within a grace of
+// one batch's attempts; whatever does not make it is counted as dropped.
+func (r *clickRecorder) drain(stats *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.cfg.StatsAttempts)*2*r.cfg.StatsTimeout)
+	defer cancel()
+	batch := make([]click, 0, r.cfg.ClickBatch)
+	for {
+		select {
+		case c := <-r.queue:
+			if batch = append(batch, c); len(batch) == r.cfg.ClickBatch {
+				r.writeBatch(ctx, stats, batch)
+				batch = batch[:0]
+			}
+		default:
+			if len(batch) > 0 {
+				r.writeBatch(ctx, stats, batch)
+			}
+			return
+		}
+	}
+}
+
+// writeBatch tries a batch up to StatsAttempts times with the same ids;
+// after the last failure its clicks are counted as dropped.
+func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, batch []click) {
+	ids := make([]uuid.UUID, len(batch))
+	codes := make([]string, len(batch))
+	ats := make([]time.Time, len(batch))
+	for i, c := range batch {
+		// Truncated, not rounded, to the database's microseconds: the
+		// stored instant stays before the expiry it was checked against.
+		ids[i], codes[i], ats[i] = uuid.Must(uuid.NewV7()), c.code, c.at.Truncate(time.Microsecond)
+	}
+	var err error
+	for attempt := 1; attempt <= r.cfg.StatsAttempts; attempt++ {
+		if attempt > 1 {
+			r.m.batchRetries.Inc()
+			if !sleepCtx(ctx, time.Duration(attempt-1)*r.cfg.StatsTimeout/4) {
+				break
+			}
+		}
+		if err = r.insertOnce(ctx, stats, ids, codes, ats); err == nil {
+			r.m.written.Add(float64(len(batch)))
+			return
+		}
+	}
+	r.log.Warn("shortlink: click batch dropped", "clicks", len(batch), "attempts", r.cfg.StatsAttempts, "err", err)
+	for _, c := range batch {
+		r.drop(r.m.droppedWriteFailed, c.code, 1)
+	}
+}
+
+// insertOnce is one attempt; the context bound backs up the server-side
+// timeouts when the server cannot even be reached.
+func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, ids []uuid.UUID, codes []string, ats []time.Time) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.StatsTimeout)
+	defer cancel()
+	if err := insertClicks(ctx, stats, ids, codes, ats); err != nil {
+		return err
+	}
+	// SL-04: a test fails this point to lose the reply of a committed batch.
+	return r.faults.Hit(ctx, faults.AfterCommit, FaultClicksCommitted)
+}
+
+// flushDrops writes the pending drop counts every ClickInterval until ctx
+// ends and the writers are done, then once more. A failed flush is retried
+// with the same flush id, so a count that did commit is not added twice.
+func (r *clickRecorder) flushDrops(ctx context.Context, writersDone <-chan struct{}) {
+	var inflight map[string]int64
+	var flushID uuid.UUID
+	flush := func(ctx context.Context) {
+		if inflight == nil {
+			r.mu.Lock()
+			if len(r.pending) > 0 {
+				inflight, r.pending = r.pending, map[string]int64{}
+				flushID = uuid.New()
+			}
+			r.mu.Unlock()
+		}
+		if inflight == nil {
+			return
+		}
+		codes := make([]string, 0, len(inflight))
+		counts := make([]int64, 0, len(inflight))
+		for code, n := range inflight {
+			codes, counts = append(codes, code), append(counts, n)
+		}
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := insertDrops(ctx, r.main, flushID, codes, counts); err != nil {
+			r.log.Warn("shortlink: drop counts not flushed; will retry", "links", len(codes), "err", err)
+			return
+		}
+		inflight = nil
+	}
+	tick := time.NewTicker(r.cfg.ClickInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if ctx.Err() == nil {
+				flush(ctx)
+			}
+		case <-writersDone:
+			// The writers have drained: record what they dropped, with a grace.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			for range 2 { // the in-flight flush, then drops counted since
+				flush(ctx)
+			}
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,51 @@
+package shortlink
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/fencelab/fencelab/core/httpx"
+)
+
+var (
+	// ErrInvalidTarget: the target is not an absolute http(s) URL we accept.
+	ErrInvalidTarget = errors.New("shortlink: invalid target")
+	// ErrInvalidAlias: the alias breaks the charset or length rule.
+	ErrInvalidAlias = errors.New("shortlink: invalid alias")
+	// ErrReservedAlias: the alias is a reserved word.
+	ErrReservedAlias = errors.New("shortlink: alias is reserved")
+	// ErrInvalidExpiry: the expiry is not in the future, or too far in it.
+	ErrInvalidExpiry = errors.New("shortlink: invalid expiry")
+	// ErrAliasTaken: another link already holds the alias (SL-I1).
+	ErrAliasTaken = errors.New("shortlink: alias taken")
+	// ErrCodeExhausted: every random code tried was taken; retrying helps.
+	ErrCodeExhausted = errors.New("shortlink: no free random code found; retry")
+	// ErrNotFound: no link has this code.
+	ErrNotFound = errors.New("shortlink: no such link")
+	// ErrRevoked and ErrExpired: the link exists but no longer redirects.
+	ErrRevoked = errors.New("shortlink: link revoked")
+	ErrExpired = errors.New("shortlink: link expired")
+	// ErrNotOwner: the link belongs to someone else.
+	ErrNotOwner = errors.New("shortlink: not your link")
+	// ErrLookupUnavailable: the link store failed or did not answer within
+	// the lookup timeout, so there is no answer young enough to serve
+	// (SL-I2).
+	ErrLookupUnavailable = errors.New("shortlink: link store unavailable; retry")
+	// ErrStatsUnavailable: the stats store did not answer in time.
+	ErrStatsUnavailable = errors.New("shortlink: stats store did not answer in time")
+)
+
+func init() {
+	httpx.MapError(ErrInvalidTarget, http.StatusUnprocessableEntity, "invalid_target")
+	httpx.MapError(ErrInvalidAlias, http.StatusUnprocessableEntity, "invalid_alias")
+	httpx.MapError(ErrReservedAlias, http.StatusUnprocessableEntity, "alias_reserved")
+	httpx.MapError(ErrInvalidExpiry, http.StatusUnprocessableEntity, "invalid_expiry")
+	httpx.MapError(ErrAliasTaken, http.StatusConflict, "alias_taken")
+	httpx.MapError(ErrCodeExhausted, http.StatusServiceUnavailable, "code_exhausted")
+	httpx.MapError(ErrNotFound, http.StatusNotFound, "link_not_found")
+	httpx.MapError(ErrRevoked, http.StatusGone, "link_revoked")
+	httpx.MapError(ErrExpired, http.StatusGone, "link_expired")
+	httpx.MapError(ErrNotOwner, http.StatusForbidden, "forbidden")
+	httpx.MapError(ErrLookupUnavailable, http.StatusServiceUnavailable, "lookup_unavailable")
+	httpx.MapError(ErrStatsUnavailable, http.StatusServiceUnavailable, "stats_unavailable")
+}

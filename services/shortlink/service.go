@@ -1,0 +1,169 @@
+package shortlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// maxCodeAttempts bounds the random codes tried for one creation; with
+// 62^8 codes, even a billion links make a second try rare.
+const maxCodeAttempts = 5
+
+// statsTimeout bounds the owner's stats read (it counts clicks, and the
+// clicks table may be locked by a sick stats side).
+const statsTimeout = 2 * time.Second
+
+// Service holds the rules: create, revoke, read, stats, visit.
+type Service struct {
+	db       *pgxpool.Pool
+	log      *slog.Logger
+	resolver *resolver
+	clicks   *clickRecorder
+	m        *metrics
+	// newCode returns a random code candidate (replaced in tests to force
+	// collisions).
+	newCode func() string
+	now     func() time.Time
+}
+
+// Create stores a new link owned by owner: under req.Alias when given
+// (409 alias_taken if any link holds it), else under a fresh random code.
+// The target and expiry are fixed from here on.
+func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (Link, error) {
+	if err := ValidateTarget(req.Target); err != nil {
+		return Link{}, err
+	}
+	now := s.now()
+	if err := ValidateExpiry(req.ExpiresAt, now); err != nil {
+		return Link{}, err
+	}
+	if req.Alias != "" {
+		if err := ValidateAlias(req.Alias); err != nil {
+			return Link{}, err
+		}
+		l, created, err := createLink(ctx, s.db, req.Alias, req.Target, owner, true, req.ExpiresAt)
+		switch {
+		case err != nil:
+			return Link{}, err
+		case !created:
+			return Link{}, fmt.Errorf("%w: %q", ErrAliasTaken, req.Alias) // SL-I1: never overwritten
+		}
+		return s.created(l, now), nil
+	}
+	for range maxCodeAttempts {
+		l, created, err := createLink(ctx, s.db, s.newCode(), req.Target, owner, false, req.ExpiresAt)
+		if err != nil {
+			return Link{}, err
+		}
+		if created {
+			return s.created(l, now), nil
+		}
+		// A random code collided with an existing one: draw another.
+	}
+	return Link{}, ErrCodeExhausted
+}
+
+// created finishes a creation: this replica may hold "unknown" for the
+// code, which is no longer true (other replicas hear the notification).
+func (s *Service) created(l Link, now time.Time) Link {
+	s.resolver.invalidate(l.Code)
+	l.State = l.stateAt(now)
+	return l
+}
+
+// Revoke ends a link for good. Only its owner (or an admin) may; revoking
+// a revoked link returns it unchanged.
+func (s *Service) Revoke(ctx context.Context, actor httpx.Principal, code string) (Link, error) {
+	if !validCode(code) {
+		return Link{}, ErrNotFound
+	}
+	l, ok, err := revokeLink(ctx, s.db, code, actor.Subject, actor.Role == httpx.RoleAdmin)
+	if err != nil {
+		return Link{}, err
+	}
+	if !ok {
+		// Nothing changed; find out why. Owner and revocation never change
+		// back, so this read cannot contradict the update above.
+		if l, err = s.Get(ctx, actor, code); err != nil {
+			return Link{}, err
+		}
+		return l, nil // already revoked
+	}
+	// This replica stops serving the old target now; others when the
+	// notification arrives, and at most CacheTTL later if it never does.
+	s.resolver.invalidate(code)
+	l.State = l.stateAt(s.now())
+	return l, nil
+}
+
+// Get returns a link to its owner (or an admin).
+func (s *Service) Get(ctx context.Context, actor httpx.Principal, code string) (Link, error) {
+	if !validCode(code) {
+		return Link{}, ErrNotFound
+	}
+	l, err := getLink(ctx, s.db, code)
+	if err != nil {
+		return Link{}, notFound(err)
+	}
+	if !actor.CanActFor(l.Owner) {
+		return Link{}, ErrNotOwner
+	}
+	l.State = l.stateAt(s.now())
+	return l, nil
+}
+
+// Stats returns the link's stored clicks and counted drops to its owner.
+// Drops appear once flushed (every ClickInterval).
+func (s *Service) Stats(ctx context.Context, actor httpx.Principal, code string) (Stats, error) {
+	if _, err := s.Get(ctx, actor, code); err != nil {
+		return Stats{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	st, err := readStats(ctx, s.db, code)
+	if err != nil && ctx.Err() != nil {
+		return Stats{}, ErrStatsUnavailable
+	}
+	return st, err
+}
+
+// Visit is the redirect path: the live target of code, with the click
+// queued for the writer. Expiry is checked on every visit against the
+// cached expiry (it never changes), so a link stops at its expiry exactly;
+// revocation is seen within CacheTTL (SL-I2). Recording never waits on the
+// stats side (SL-I3).
+func (s *Service) Visit(ctx context.Context, code string) (string, error) {
+	if !validCode(code) {
+		return "", ErrNotFound
+	}
+	now := s.now()
+	rt, found, err := s.resolver.resolve(ctx, code, now)
+	switch {
+	case err != nil:
+		return "", err
+	case !found:
+		return "", ErrNotFound
+	case rt.revoked:
+		return "", ErrRevoked
+	case !rt.expiresAt.IsZero() && !now.Before(rt.expiresAt):
+		return "", ErrExpired
+	}
+	s.clicks.Record(code, now)
+	return rt.target, nil
+}
+
+// notFound turns the store's "no rows" into the module's 404.
+func notFound(err error) error {
+	if errors.Is(err, pg.ErrNotFound) {
+		return ErrNotFound
+	}
+	return err
+}

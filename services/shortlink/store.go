@@ -1,0 +1,145 @@
+package shortlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// invalidateChannel carries codes whose cached answers other replicas must
+// forget (a revocation, or a creation that ends a cached "unknown").
+const invalidateChannel = "shortlink_invalidate"
+
+// All of the module's SQL (invariants.go holds the invariant checks).
+const (
+	// sqlCreate inserts a link and its creation record in one statement
+	// and tells the other replicas. SL-I1: the primary key decides the race
+	// for a code; ON CONFLICT DO NOTHING turns a lost race into zero rows —
+	// the caller is told "taken" — and never into an overwrite. The
+	// creation record exists exactly when a row comes back.
+	sqlCreate = `
+WITH link AS (
+    INSERT INTO shortlink_links (code, target, owner, custom, expires_at)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (code) DO NOTHING
+    RETURNING code, target, owner, custom, created_at, expires_at, revoked_at
+), creation AS (
+    INSERT INTO shortlink_creations (code, target, owner, created_at)
+    SELECT code, target, owner, created_at FROM link
+)
+SELECT l.code, l.target, l.owner, l.custom, l.created_at, l.expires_at, l.revoked_at
+FROM link l CROSS JOIN LATERAL (SELECT pg_notify('` + invalidateChannel + `', l.code)) AS notified`
+
+	// sqlRevoke revokes a live link if the caller may (owner, or admin when
+	// $3). The WHERE clause refuses a second revocation, so revoked_at is
+	// never overwritten (the trigger is the first line). The notification
+	// is delivered at commit; SL-I2's bound does not depend on it.
+	sqlRevoke = `
+WITH revoked AS (
+    UPDATE shortlink_links SET revoked_at = now()
+    WHERE code = $1 AND revoked_at IS NULL AND (owner = $2 OR $3)
+    RETURNING code, target, owner, custom, created_at, expires_at, revoked_at
+)
+SELECT r.code, r.target, r.owner, r.custom, r.created_at, r.expires_at, r.revoked_at
+FROM revoked r CROSS JOIN LATERAL (SELECT pg_notify('` + invalidateChannel + `', r.code)) AS notified`
+
+	sqlGetLink = `
+SELECT code, target, owner, custom, created_at, expires_at, revoked_at
+FROM shortlink_links WHERE code = $1`
+
+	// sqlLookup is the redirect path's only query (on a cache miss).
+	sqlLookup = `SELECT target, expires_at, revoked_at IS NOT NULL FROM shortlink_links WHERE code = $1`
+
+	// sqlInsertClicks writes one batch. SL-I4: a retry of the same batch
+	// carries the same ids and inserts nothing new.
+	sqlInsertClicks = `
+INSERT INTO shortlink_clicks (id, code, clicked_at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[])
+ON CONFLICT (id) DO NOTHING`
+
+	// sqlInsertDrops records one flush of drop counts; a retried flush
+	// carries the same flush_id and counts nothing twice (SL-I4).
+	sqlInsertDrops = `
+INSERT INTO shortlink_click_drops (flush_id, code, dropped)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[])
+ON CONFLICT (flush_id, code) DO NOTHING`
+
+	sqlStats = `
+SELECT (SELECT count(*) FROM shortlink_clicks WHERE code = $1),
+       (SELECT coalesce(sum(dropped), 0)::bigint FROM shortlink_click_drops WHERE code = $1)`
+
+	sqlListen = `LISTEN ` + invalidateChannel
+)
+
+func scanLink(row pgx.Row) (Link, error) {
+	var l Link
+	err := row.Scan(&l.Code, &l.Target, &l.Owner, &l.Custom, &l.CreatedAt, &l.ExpiresAt, &l.RevokedAt)
+	return l, pg.MapError(err)
+}
+
+// createLink inserts the link; created is false when the code is taken.
+func createLink(ctx context.Context, db pg.Querier, code, target, owner string, custom bool, expiresAt *time.Time) (l Link, created bool, err error) {
+	l, err = scanLink(db.QueryRow(ctx, sqlCreate, code, target, owner, custom, expiresAt))
+	switch {
+	case errors.Is(err, pg.ErrNotFound):
+		return Link{}, false, nil
+	case pg.Constraint(err) == "shortlink_links_expiry_after_creation":
+		// The service checked the expiry against its own clock; the
+		// database's clock is ahead of it.
+		return Link{}, false, fmt.Errorf("%w: expires_at is not after the creation time", ErrInvalidExpiry)
+	}
+	return l, err == nil, err
+}
+
+// revokeLink revokes code if it is live and the actor may; ok is false
+// when nothing was revoked (unknown, not the actor's, or already revoked).
+func revokeLink(ctx context.Context, db pg.Querier, code, actor string, admin bool) (l Link, ok bool, err error) {
+	l, err = scanLink(db.QueryRow(ctx, sqlRevoke, code, actor, admin))
+	if errors.Is(err, pg.ErrNotFound) {
+		return Link{}, false, nil
+	}
+	return l, err == nil, err
+}
+
+func getLink(ctx context.Context, db pg.Querier, code string) (Link, error) {
+	return scanLink(db.QueryRow(ctx, sqlGetLink, code))
+}
+
+// lookupRoute reads what the redirect path needs; found is false for an
+// unknown code.
+func lookupRoute(ctx context.Context, db pg.Querier, code string) (r route, found bool, err error) {
+	var expires *time.Time
+	err = pg.MapError(db.QueryRow(ctx, sqlLookup, code).Scan(&r.target, &expires, &r.revoked))
+	switch {
+	case errors.Is(err, pg.ErrNotFound):
+		return route{}, false, nil
+	case err != nil:
+		return route{}, false, err
+	}
+	if expires != nil {
+		r.expiresAt = *expires
+	}
+	return r, true, nil
+}
+
+func insertClicks(ctx context.Context, db pg.Querier, ids []uuid.UUID, codes []string, at []time.Time) error {
+	_, err := db.Exec(ctx, sqlInsertClicks, ids, codes, at)
+	return pg.MapError(err)
+}
+
+func insertDrops(ctx context.Context, db pg.Querier, flushID uuid.UUID, codes []string, counts []int64) error {
+	_, err := db.Exec(ctx, sqlInsertDrops, flushID, codes, counts)
+	return pg.MapError(err)
+}
+
+func readStats(ctx context.Context, db pg.Querier, code string) (Stats, error) {
+	s := Stats{Code: code}
+	err := db.QueryRow(ctx, sqlStats, code).Scan(&s.Clicks, &s.Dropped)
+	return s, pg.MapError(err)
+}
