@@ -7,9 +7,9 @@ import (
 )
 
 // New builds the report module: GET /reports/{date} and the daily-report
-// background task, configured from the environment (ConfigFromEnv).
+// background task, configured by LoadConfig.
 func New(d app.Deps) (app.Module, error) {
-	cfg, err := ConfigFromEnv()
+	cfg, err := LoadConfig(d.Config)
 	if err != nil {
 		return app.Module{}, err
 	}

@@ -45,16 +45,22 @@ func TestBadConfigIsAnErrorNotAPanic(t *testing.T) {
 	require.NotEmpty(t, svc.Holder())
 }
 
-func TestConfigFromEnvRefusesABadDate(t *testing.T) {
-	t.Setenv("FENCELAB_REPORT_DATE", "2026-02-30")
-	_, err := report.ConfigFromEnv()
+func TestLoadConfigRefusesABadDate(t *testing.T) {
+	t.Parallel()
+	ac := app.Defaults()
+	ac.Settings = map[string]string{"FENCELAB_REPORT_DATE": "2026-02-30"}
+	_, err := report.LoadConfig(ac)
 	require.ErrorIs(t, err, report.ErrInvalidDate)
 
-	t.Setenv("FENCELAB_REPORT_DATE", "2026-05-01")
-	t.Setenv("FENCELAB_REPORT_HOLDER", "worker-a")
-	t.Setenv("FENCELAB_REPORT_TTL", "2s")
-	t.Setenv("FENCELAB_REPORT_INTERVAL", "50ms")
-	c, err := report.ConfigFromEnv()
+	ac.Settings = map[string]string{"FENCELAB_REPORT_TTL": "soon"}
+	_, err = report.LoadConfig(ac)
+	require.ErrorContains(t, err, "FENCELAB_REPORT_TTL")
+
+	ac.Settings = map[string]string{
+		"FENCELAB_REPORT_DATE": "2026-05-01", "FENCELAB_REPORT_HOLDER": "worker-a",
+		"FENCELAB_REPORT_TTL": "2s", "FENCELAB_REPORT_INTERVAL": "50ms",
+	}
+	c, err := report.LoadConfig(ac)
 	require.NoError(t, err)
 	require.Equal(t, report.Config{Holder: "worker-a", TTL: 2 * time.Second, Interval: 50 * time.Millisecond,
 		Date: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}, c)

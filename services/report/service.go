@@ -47,17 +47,23 @@ const (
 	MinInterval     = 10 * time.Millisecond
 )
 
-// ConfigFromEnv reads the job's configuration from the environment.
-func ConfigFromEnv() (Config, error) {
-	c := Config{
-		Holder:   app.Env("FENCELAB_REPORT_HOLDER", defaultHolder()),
-		TTL:      app.EnvDuration("FENCELAB_REPORT_TTL", DefaultTTL),
-		Interval: app.EnvDuration("FENCELAB_REPORT_INTERVAL", DefaultInterval),
+// LoadConfig reads the job's configuration through ac.Lookup: per-app
+// settings in tests, the environment in `serve` and `worker`.
+func LoadConfig(ac app.Config) (Config, error) {
+	c := Config{Holder: defaultHolder(), TTL: DefaultTTL, Interval: DefaultInterval}
+	r := app.NewSettingsReader(ac, "report")
+	r.String("FENCELAB_REPORT_HOLDER", &c.Holder, nil)
+	r.Duration("FENCELAB_REPORT_TTL", &c.TTL, time.Millisecond, 24*time.Hour)
+	r.Duration("FENCELAB_REPORT_INTERVAL", &c.Interval, MinInterval, 24*time.Hour)
+	var date string
+	r.String("FENCELAB_REPORT_DATE", &date, nil)
+	if err := r.Err(); err != nil {
+		return Config{}, err
 	}
-	if s := app.Env("FENCELAB_REPORT_DATE", ""); s != "" {
-		d, err := ParseDate(s)
+	if date != "" {
+		d, err := ParseDate(date)
 		if err != nil {
-			return Config{}, fmt.Errorf("FENCELAB_REPORT_DATE: %w", err)
+			return Config{}, fmt.Errorf("report: FENCELAB_REPORT_DATE: %w", err)
 		}
 		c.Date = d
 	}

@@ -2,7 +2,6 @@ package shortlink
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,22 +82,22 @@ func DefaultConfig() Config {
 func LoadConfig(ac app.Config) (Config, error) {
 	c := DefaultConfig()
 	c.StatsURL = ac.DatabaseURL
-	r := settingsReader{ac: ac}
-	r.duration(EnvCacheTTL, &c.CacheTTL, time.Millisecond, time.Hour)
-	r.int(EnvCacheSize, &c.CacheSize, 1, 100_000_000)
-	r.duration(EnvLookupTimeout, &c.LookupTimeout, time.Millisecond, time.Minute)
-	r.bool(EnvListen, &c.Listen)
-	r.int(EnvClickQueue, &c.ClickQueue, 1, 10_000_000)
-	r.int(EnvClickBatch, &c.ClickBatch, 1, 10_000)
-	r.duration(EnvClickInterval, &c.ClickInterval, time.Millisecond, time.Minute)
+	r := app.NewSettingsReader(ac, "shortlink")
+	r.Duration(EnvCacheTTL, &c.CacheTTL, time.Millisecond, time.Hour)
+	r.Int(EnvCacheSize, &c.CacheSize, 1, 100_000_000)
+	r.Duration(EnvLookupTimeout, &c.LookupTimeout, time.Millisecond, time.Minute)
+	r.Bool(EnvListen, &c.Listen)
+	r.Int(EnvClickQueue, &c.ClickQueue, 1, 10_000_000)
+	r.Int(EnvClickBatch, &c.ClickBatch, 1, 10_000)
+	r.Duration(EnvClickInterval, &c.ClickInterval, time.Millisecond, time.Minute)
 	if v, ok := ac.Lookup(EnvStatsURL); ok {
 		c.StatsURL = v
 	}
-	r.int(EnvStatsMaxConns, &c.StatsMaxConns, 1, 100)
-	r.duration(EnvStatsTimeout, &c.StatsTimeout, time.Millisecond, time.Minute)
-	r.int(EnvStatsAttempts, &c.StatsAttempts, 1, 100)
-	if r.err != nil {
-		return Config{}, r.err
+	r.Int(EnvStatsMaxConns, &c.StatsMaxConns, 1, 100)
+	r.Duration(EnvStatsTimeout, &c.StatsTimeout, time.Millisecond, time.Minute)
+	r.Int(EnvStatsAttempts, &c.StatsAttempts, 1, 100)
+	if r.Err() != nil {
+		return Config{}, r.Err()
 	}
 	if _, err := pgxpool.ParseConfig(c.StatsURL); err != nil {
 		return Config{}, fmt.Errorf("shortlink: stats database url (%s): %w", EnvStatsURL, err)
@@ -107,55 +106,4 @@ func LoadConfig(ac app.Config) (Config, error) {
 	// lookup may not be allowed to run longer than that.
 	c.LookupTimeout = min(c.LookupTimeout, c.CacheTTL)
 	return c, nil
-}
-
-// settingsReader parses settings, keeping the first error.
-type settingsReader struct {
-	ac  app.Config
-	err error
-}
-
-func (r *settingsReader) fail(key, v, want string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("shortlink: %s=%q: want %s", key, v, want)
-	}
-}
-
-func (r *settingsReader) duration(key string, dst *time.Duration, lo, hi time.Duration) {
-	v, ok := r.ac.Lookup(key)
-	if !ok {
-		return
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < lo || d > hi {
-		r.fail(key, v, fmt.Sprintf("a duration in %v..%v", lo, hi))
-		return
-	}
-	*dst = d
-}
-
-func (r *settingsReader) int(key string, dst *int, lo, hi int) {
-	v, ok := r.ac.Lookup(key)
-	if !ok {
-		return
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		r.fail(key, v, fmt.Sprintf("an integer in %d..%d", lo, hi))
-		return
-	}
-	*dst = n
-}
-
-func (r *settingsReader) bool(key string, dst *bool) {
-	v, ok := r.ac.Lookup(key)
-	if !ok {
-		return
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		r.fail(key, v, "true or false")
-		return
-	}
-	*dst = b
 }
