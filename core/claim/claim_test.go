@@ -206,7 +206,10 @@ func TestPeriodicKindRunsOncePerSlotAcrossPools(t *testing.T) {
 	for i := range 2 {
 		c := claim.NewClient(pool, claim.Options{Owner: fmt.Sprintf("p%d", i)})
 		require.NoError(t, c.Register(kind))
-		go func() { _ = c.Work(ctx, claim.PoolOptions{Workers: 2, PollInterval: 20 * time.Millisecond}); done <- struct{}{} }()
+		go func() {
+			_ = c.Work(ctx, claim.PoolOptions{Workers: 2, PollInterval: 20 * time.Millisecond})
+			done <- struct{}{}
+		}()
 	}
 	slot := <-ran
 	require.Equal(t, time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339), slot)

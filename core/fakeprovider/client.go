@@ -38,7 +38,9 @@ func (e *StatusError) Error() string {
 
 // Retryable reports whether the same request may simply be sent again (the
 // party said it did nothing: overload or a server error).
-func (e *StatusError) Retryable() bool { return e.Status == http.StatusTooManyRequests || e.Status >= 500 }
+func (e *StatusError) Retryable() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
 
 // Client talks to a party. Every method is one HTTP request; none retries:
 // retry policy belongs to the caller (the claim engine's backoff).
