@@ -6,6 +6,7 @@ package services
 
 import (
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/services/workflow"
 )
 
 // All builds every module from the shared dependencies, in mount order.
@@ -18,8 +19,13 @@ func All(d app.Deps) ([]app.Module, error) {
 		}
 		mods = append(mods, m)
 	}
+	if err := app.RegisterKinds(d, mods); err != nil {
+		return nil, err
+	}
 	return mods, nil
 }
 
 // builders is the module table: one line per module.
-var builders = []func(app.Deps) (app.Module, error){}
+var builders = []func(app.Deps) (app.Module, error){
+	workflow.New,
+}

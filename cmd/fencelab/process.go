@@ -48,6 +48,7 @@ func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool,
 		return nil, err
 	}
 	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
+	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
 	mods, err := services.All(d)
 	if err != nil {
 		pool.Close()
@@ -82,4 +83,3 @@ func loadLocalEnv(dataDir string) {
 func logStart(log *slog.Logger, what string, cfg app.Config) {
 	log.Info(what, "addr", cfg.Addr, "db_max_conns", cfg.MaxConns, "workers", cfg.Workers)
 }
-
