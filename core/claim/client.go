@@ -551,21 +551,21 @@ func (c *Client) heartbeatMany(ctx context.Context, owner string, jobs []*Job, l
 	if err != nil {
 		return nil, fmt.Errorf("claim: heartbeat: %w", pg.MapError(err))
 	}
-	renewed := make(map[int64]bool, len(jobs))
+	gone := make(map[int64]bool)
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		renewed[id] = true
+		gone[id] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: heartbeat: %w", pg.MapError(err))
 	}
 	for _, j := range jobs {
-		if !renewed[j.ID] {
+		if gone[j.ID] {
 			lost = append(lost, j)
 			c.m.heartbeatLost.WithLabelValues(j.Kind).Inc()
 		}

@@ -155,10 +155,12 @@ const sqlRejectStale = `
 INSERT INTO job_event (job_id, event, fence, owner, state, detail)
 SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), $4`
 
-// sqlHeartbeat extends the leases of many held jobs; the ones that no longer
-// match (fence raised, lease already expired, job finished) are lost: a
-// heartbeat_lost event is written for each and the caller cancels their
-// handlers. An expired lease is never extended: once RecoverExpired may have
+// sqlHeartbeat extends the leases of many held jobs and returns the ones
+// that are lost: fence raised, lease already expired, or taken by another
+// owner. A heartbeat_lost event is written for each and the caller cancels
+// their handlers. A job this holder has just finished itself (same fence, no
+// longer running: its completion won the race with the heartbeat) is not
+// lost. An expired lease is never extended: once RecoverExpired may have
 // seen it, it is gone.
 const sqlHeartbeat = `
 WITH input AS (
@@ -172,13 +174,17 @@ renewed AS (
       AND job.state = 'running' AND job.lease_until > now()
     RETURNING job.id
 ),
-ev AS (
-    INSERT INTO job_event (job_id, event, fence, owner, state)
-    SELECT input.id, 'heartbeat_lost', input.fence, $3, job.state
+lost AS (
+    SELECT input.id, input.fence, job.state
     FROM input LEFT JOIN job ON job.id = input.id
     WHERE input.id NOT IN (SELECT id FROM renewed)
+      AND NOT (job.fence = input.fence AND job.state <> 'running')
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state)
+    SELECT id, 'heartbeat_lost', fence, $3, state FROM lost
 )
-SELECT id FROM renewed`
+SELECT id FROM lost`
 
 // sqlRecoverExpired reclaims up to $1 running jobs whose lease expired.
 // SKIP LOCKED lets several recoverers (and claimers) run at once: each row is

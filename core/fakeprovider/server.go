@@ -110,8 +110,9 @@ type Fault struct {
 	Delay time.Duration
 	// Status answers with this error status and no effect (503, 429, 500 …).
 	Status int
-	// DropResponse performs the effect, then closes the connection without
-	// answering: the caller cannot know what happened.
+	// DropResponse performs the effect (or replays it, for a repeated
+	// idempotency key), then closes the connection without answering: the
+	// caller cannot know what happened.
 	DropResponse bool
 }
 
@@ -376,6 +377,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if s.caps.IdempotencyKeys && key != "" {
 		if st, ok := s.byKey[key]; ok {
 			s.mu.Unlock()
+			if f != nil && f.DropResponse {
+				drop(w)
+				return
+			}
 			replay(w, st, fp)
 			return
 		}
