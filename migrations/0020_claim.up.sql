@@ -28,6 +28,12 @@ CREATE TABLE job (
         state <> 'running' OR (owner IS NOT NULL AND fence > 0 AND lease_until IS NOT NULL))
 );
 
+-- A queue table churns: every claim and completion leaves a dead tuple, and
+-- the claim's plan (an ordered scan of job_ready_idx under LIMIT) depends on
+-- fresh statistics after a burst of enqueues. Vacuum and analyze it early.
+ALTER TABLE job SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02,
+                     autovacuum_vacuum_insert_scale_factor = 0.02);
+
 -- The claim scan: ready jobs in (due_at, created_at) order.
 CREATE INDEX job_ready_idx ON job (due_at, created_at, id) WHERE state = 'ready';
 -- RecoverExpired's scan: running jobs by lease expiry.

@@ -223,10 +223,12 @@ func (p *pool) fetch(ctx, runCtx context.Context) {
 			p.track(runCtx, j)
 			p.jobs <- j
 		}
-		if len(jobs) == n {
-			continue // a full batch: there is probably more
+		if len(jobs) > 0 {
+			// Look again at once: a short batch may only mean another
+			// claimer had the rest locked. Sleep only after an empty claim.
+			continue
 		}
-		if len(jobs) == 0 && p.o.ExitWhenIdle && p.heldCount() == 0 {
+		if p.o.ExitWhenIdle && p.heldCount() == 0 {
 			return
 		}
 		t := time.NewTimer(p.o.PollInterval)
