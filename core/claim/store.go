@@ -79,31 +79,37 @@ ev AS (
 )
 SELECT * FROM claimed`
 
-// sqlComplete finishes many held jobs at once: one UPDATE … FROM unnest over
-// (id, fence, result) that matches only rows still running under this owner
-// and fence with an unexpired lease. Rows that no longer match lost their
-// fence: they are left untouched and, when $5, get a rejected_stale event in
-// the same statement (CompleteTx records them outside the caller's
-// transaction instead, so the record survives its rollback).
+// sqlComplete finishes many held jobs at once: one UPDATE over the ids in
+// $1 that matches only rows still running under this owner and the fence
+// given for that id in $2 (same position), with an unexpired lease. Rows
+// that no longer match lost their fence: they are left untouched and, when
+// $5, get a rejected_stale event in the same statement (CompleteTx records
+// them outside the caller's transaction instead, so the record survives its
+// rollback).
+//
+// The per-id fence and result are picked by array position rather than by
+// joining an unnest: a queue's statistics always lag (the running set was
+// empty at the last ANALYZE), and a join planned on "one running row" turns
+// into a nested loop of batch × batch comparisons. Without a join the worst
+// plan is one scan of the running set.
 const sqlComplete = `
-WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS i(id, fence, result)
-),
-done AS (
+WITH done AS (
     UPDATE job
-    SET state = 'succeeded', result = input.result::jsonb, lease_until = NULL, updated_at = now()
-    FROM input
-    WHERE job.id = input.id AND job.fence = input.fence AND job.owner = $4
-      AND job.state = 'running' AND job.lease_until > now()
+    SET state = 'succeeded', lease_until = NULL, updated_at = now(),
+        result = ($3::text[])[array_position($1::bigint[], job.id)]::jsonb
+    WHERE job.id = ANY($1::bigint[])
+      AND job.fence = ($2::bigint[])[array_position($1::bigint[], job.id)]
+      AND job.owner = $4 AND job.state = 'running' AND job.lease_until > now()
     RETURNING job.id, job.kind, job.fence
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
     SELECT id, 'succeeded', fence, $4, 'succeeded' FROM done
     UNION ALL
-    SELECT input.id, 'rejected_stale', input.fence, $4, job.state
-    FROM input LEFT JOIN job ON job.id = input.id
-    WHERE $5::bool AND input.id NOT IN (SELECT id FROM done)
+    SELECT i.id, 'rejected_stale', i.fence, $4, job.state
+    FROM unnest($1::bigint[], $2::bigint[]) AS i(id, fence)
+    LEFT JOIN job ON job.id = i.id
+    WHERE $5::bool AND i.id NOT IN (SELECT id FROM done)
 )
 SELECT id, kind FROM done`
 
@@ -156,29 +162,31 @@ INSERT INTO job_event (job_id, event, fence, owner, state, detail)
 SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), $4`
 
 // sqlHeartbeat extends the leases of many held jobs and returns the ones
-// that are lost: fence raised, lease already expired, or taken by another
-// owner. A heartbeat_lost event is written for each and the caller cancels
-// their handlers. A job this holder has just finished itself (same fence, no
-// longer running: its completion won the race with the heartbeat) is not
-// lost. An expired lease is never extended: once RecoverExpired may have
-// seen it, it is gone.
+// that are lost: gone, fence raised by another actor, or lease already
+// expired (an expired lease is never extended: once RecoverExpired may have
+// seen it, it is gone). A heartbeat_lost event is written for each and the
+// caller cancels their handlers. A row that was not renewed for another
+// reason — this holder finished it (same fence, no longer running), or a
+// concurrent write changed it after this statement's snapshot — is not
+// judged here; the next heartbeat sees its current version. (The lost CTE
+// reads the snapshot, so only facts that cannot be undone count: a raised
+// fence or an expired running lease.)
 const sqlHeartbeat = `
-WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS i(id, fence)
-),
-renewed AS (
+WITH renewed AS (
     UPDATE job
     SET lease_until = now() + $4::bigint * interval '1 microsecond'
-    FROM input
-    WHERE job.id = input.id AND job.fence = input.fence AND job.owner = $3
-      AND job.state = 'running' AND job.lease_until > now()
+    WHERE job.id = ANY($1::bigint[])
+      AND job.fence = ($2::bigint[])[array_position($1::bigint[], job.id)]
+      AND job.owner = $3 AND job.state = 'running' AND job.lease_until > now()
     RETURNING job.id
 ),
 lost AS (
-    SELECT input.id, input.fence, job.state
-    FROM input LEFT JOIN job ON job.id = input.id
-    WHERE input.id NOT IN (SELECT id FROM renewed)
-      AND NOT (job.fence = input.fence AND job.state <> 'running')
+    SELECT i.id, i.fence, job.state
+    FROM unnest($1::bigint[], $2::bigint[]) AS i(id, fence)
+    LEFT JOIN job ON job.id = i.id
+    WHERE i.id NOT IN (SELECT id FROM renewed)
+      AND (job.id IS NULL OR job.fence <> i.fence
+           OR (job.state = 'running' AND job.lease_until <= now()))
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
