@@ -207,5 +207,6 @@ Try:
 
 // demoCurls lists one example request per module; modules add theirs here.
 func demoCurls(base string) string {
-	return ""
+	return "  curl -s -XPOST " + base + "/workflows -H \"Authorization: Bearer $ADMIN\" -H \"Content-Type: application/json\" -d '{\"business_key\":\"wf-0042\"}'\n" +
+		"  curl -s " + base + "/jobs/1 -H \"Authorization: Bearer $ADMIN\"   # the chapter-14 workflow and its fenced history\n"
 }
