@@ -203,7 +203,10 @@ func (p *pool) fetch(ctx, runCtx context.Context) {
 				break grab
 			}
 		}
-		jobs, err := p.c.Claim(ctx, ClaimParams{Owner: p.o.Owner, Kinds: p.o.Kinds, Limit: n, Lease: p.o.Lease})
+		// The claim statement itself is not cancelled by shutdown: a claim
+		// whose commit raced the cancellation would leave jobs running under
+		// this owner that nobody runs until their leases lapse.
+		jobs, err := p.c.Claim(context.WithoutCancel(ctx), ClaimParams{Owner: p.o.Owner, Kinds: p.o.Kinds, Limit: n, Lease: p.o.Lease})
 		for range n - len(jobs) {
 			p.slots <- struct{}{}
 		}
