@@ -47,7 +47,7 @@ CREATE INDEX job_attention_idx ON job (state, due_at) WHERE state IN ('unknown',
 -- same statement as the transition it records, and an FK check per row would
 -- double the cost of the hottest statements; CLAIM-I2 checks the pairing.
 CREATE TABLE job_event (
-    id     bigserial   PRIMARY KEY,
+    id     bigserial   NOT NULL,
     job_id bigint      NOT NULL,
     event  text        NOT NULL CHECK (event IN (
                'claimed', 'heartbeat_lost', 'succeeded', 'retry_scheduled', 'failed', 'cancelled',
@@ -59,9 +59,10 @@ CREATE TABLE job_event (
     -- the state the stale actor found, unchanged by it).
     state  text,
     at     timestamptz NOT NULL DEFAULT now(),
-    detail text
+    detail text,
+    -- One index serves both identity and "a job's history in order": two
+    -- events are written per attempt, so every index here is paid twice.
+    PRIMARY KEY (job_id, id)
 );
-
-CREATE INDEX job_event_job_idx ON job_event (job_id, id);
 -- CLAIM-I3, first line: one claim per (job, fence).
 CREATE UNIQUE INDEX job_event_one_claim_per_fence ON job_event (job_id, fence) WHERE event = 'claimed';
