@@ -30,7 +30,7 @@ func Run(args []string) error {
 	jobs := fs.Int("jobs", 50_000, "jobs to enqueue and drain")
 	workers := fs.Int("workers", 2000, "worker goroutines")
 	maxConns := fs.Int("db-max-conns", 12, "database pool size")
-	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 1000))")
+	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 500))")
 	batch := fs.Int("complete-batch", 0, "completions per statement (0: 1000)")
 	completers := fs.Int("completers", 0, "concurrent completion flushers (0: 2)")
 	url := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL; empty: a fresh local cluster (fsync on)")

@@ -24,7 +24,9 @@ type PoolOptions struct {
 	// Lease of each claim (default: the client's); heartbeats renew at a third.
 	Lease time.Duration
 	// FetchLimit bounds the jobs one claim statement takes (default
-	// min(Workers, 1000)); a fetch never takes more than the free workers.
+	// min(Workers, 500)); a fetch never takes more than the free workers.
+	// Larger batches cost fewer statements but hold claimed jobs longer
+	// before a worker starts them (claim→complete latency).
 	FetchLimit int
 	// CompleteBatch bounds the completions one statement carries (default 1000).
 	CompleteBatch int
@@ -61,7 +63,7 @@ func (c *Client) poolDefaults(o PoolOptions) PoolOptions {
 		o.Lease = c.lease
 	}
 	if o.FetchLimit <= 0 {
-		o.FetchLimit = min(o.Workers, 1000)
+		o.FetchLimit = min(o.Workers, 500)
 	}
 	o.FetchLimit = min(o.FetchLimit, o.Workers)
 	if o.CompleteBatch <= 0 {
