@@ -8,6 +8,7 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/workflow"
 )
 
 // All builds every module from the shared dependencies, in mount order.
@@ -20,6 +21,9 @@ func All(d app.Deps) ([]app.Module, error) {
 		}
 		mods = append(mods, m)
 	}
+	if err := app.RegisterKinds(d, mods); err != nil {
+		return nil, err
+	}
 	return mods, nil
 }
 
@@ -27,4 +31,5 @@ func All(d app.Deps) ([]app.Module, error) {
 var builders = []func(app.Deps) (app.Module, error){
 	report.New,
 	shortlink.New,
+	workflow.New,
 }

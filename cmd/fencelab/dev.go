@@ -205,10 +205,14 @@ Try:
 `, base, strings.Join(mods, ", "), p.deps.Config.DatabaseURL, admin, user, svc, demoCurls(base), envFile)
 }
 
-// demoCurls lists one example request per module; modules add theirs here.
+// demoCurls lists one example request per module (BASE is the server URL);
+// modules add a line each.
 func demoCurls(base string) string {
-	return "" +
-		"  curl -s -H \"Authorization: Bearer $USER42\" " + base + "/reports/$(date +%F)   # today's report: content, fence, writer\n" +
-		"  curl -si " + base + "/s/demo          # shortlink: 302 to the seeded demo link\n" +
-		""
+	lines := []string{
+		`curl -s -H "Authorization: Bearer $USER42" BASE/reports/$(date +%F)   # today's report: content, fence, writer`,
+		`curl -si BASE/s/demo   # shortlink: 302 to the seeded demo link`,
+		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'`,
+		`curl -s BASE/jobs/1 -H "Authorization: Bearer $ADMIN"   # the chapter-14 workflow and its fenced history`,
+	}
+	return strings.ReplaceAll("  "+strings.Join(lines, "\n  ")+"\n", "BASE", base)
 }

@@ -48,6 +48,7 @@ func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool,
 		return nil, err
 	}
 	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
+	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
 	mods, err := services.All(d)
 	if err != nil {
 		pool.Close()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 )
 
@@ -51,6 +52,8 @@ func serveUntilDone(ctx context.Context, p *process, ready func(addr string)) er
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); app.RunTasks(taskCtx, p.deps.Log, p.mods) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = app.RunJobs(taskCtx, p.deps, claim.PoolOptions{}) }()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -82,6 +85,7 @@ func runWorker(args []string) error {
 	fs.Var(&pauseAt, "pause-at", "fault point to pause at: print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
 	startGate := fs.Bool("start-gate", false, "print READY and wait for a line on stdin before starting work")
 	migrate := fs.Bool("migrate", false, "apply pending migrations before starting")
+	exitWhenIdle := fs.Bool("exit-when-idle", false, "exit once a claim comes back empty and no job is held (experiments)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -108,8 +112,13 @@ func runWorker(args []string) error {
 		}
 	}
 	logStart(p.deps.Log, "worker running", cfg)
-	app.RunTasks(ctx, p.deps.Log, p.mods)
-	return nil
+	taskCtx, stopTasks := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { app.RunTasks(taskCtx, p.deps.Log, p.mods) })
+	err = app.RunJobs(ctx, p.deps, claim.PoolOptions{ExitWhenIdle: *exitWhenIdle})
+	stopTasks()
+	wg.Wait()
+	return err
 }
 
 // multiFlag collects a repeatable string flag.

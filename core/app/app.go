@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
@@ -32,6 +33,9 @@ type Deps struct {
 	Metrics *prometheus.Registry
 	Auth    *httpx.Auth
 	Faults  *faults.Set // nil in production: every fault point is a no-op
+	// Jobs is the claim engine: modules enqueue with Jobs.Enqueue(ctx, tx, …)
+	// inside their own transactions; the worker pool runs every module's Kinds.
+	Jobs *claim.Client
 }
 
 // NewMetrics returns a registry with the Go, process and pool collectors.
@@ -56,6 +60,9 @@ type Module struct {
 	// LargeBodyPrefixes are route prefixes that enforce their own body
 	// limits (uploads) and skip the global JSON limit.
 	LargeBodyPrefixes []string
+	// Kinds are the module's durable job kinds (claim engine), periodic
+	// ones included; `serve`, `dev` and `worker` run them (see RunJobs).
+	Kinds []claim.Kind
 }
 
 // Task is a named background loop. Run returns when ctx ends; an error
@@ -95,6 +102,9 @@ func NewHTTP(d Deps, mods []Module) *echo.Echo {
 		if m.Routes != nil {
 			m.Routes(e)
 		}
+	}
+	if d.Jobs != nil && d.Auth != nil {
+		d.Jobs.Routes(e, d.Auth) // GET /jobs/{id} (admin)
 	}
 	return e
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
@@ -47,8 +48,9 @@ type App struct {
 
 // Options tune Start.
 type Options struct {
-	// Tasks runs every module's background tasks (off by default so an
-	// experiment controls its own timeline).
+	// Tasks runs every module's background tasks and the claim engine's
+	// worker pool and recovery (off by default so an experiment controls its
+	// own timeline).
 	Tasks bool
 	// MaxConns for the app's pool (0: production default).
 	MaxConns int
@@ -82,6 +84,7 @@ func Start(t testing.TB, o Options) *App {
 	fs := faults.New()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
+	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
 	mods, err := services.All(d)
 	require.NoError(t, err)
 	srv := httptest.NewServer(app.NewHTTP(d, mods))
@@ -92,6 +95,8 @@ func Start(t testing.TB, o Options) *App {
 	if o.Tasks {
 		wg.Add(1)
 		go func() { defer wg.Done(); app.RunTasks(ctx, log, mods) }()
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = app.RunJobs(ctx, d, claim.PoolOptions{}) }()
 	}
 	t.Cleanup(func() {
 		cancel()

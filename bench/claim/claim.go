@@ -1,0 +1,141 @@
+// Package claimbench is `fencelab bench claim`: enqueue N no-op jobs, then
+// drain them with one worker pool doing fenced claims and fenced batched
+// completions, and report jobs/s and the claim-to-complete latency measured
+// by the database (job_event timestamps). It runs against DATABASE_URL, or a
+// fresh local cluster with PostgreSQL's durable defaults (fsync on).
+package claimbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/pg/pgserver"
+	"github.com/fencelab/fencelab/migrations"
+)
+
+const kind = "bench.noop"
+
+// Run parses flags and runs the benchmark.
+func Run(args []string) error {
+	fs := flag.NewFlagSet("bench claim", flag.ContinueOnError)
+	jobs := fs.Int("jobs", 50_000, "jobs to enqueue and drain")
+	workers := fs.Int("workers", 2000, "worker goroutines")
+	maxConns := fs.Int("db-max-conns", 12, "database pool size")
+	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 500))")
+	batch := fs.Int("complete-batch", 0, "completions per statement (0: 1000)")
+	completers := fs.Int("completers", 0, "concurrent completion flushers (0: 2)")
+	url := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL; empty: a fresh local cluster (fsync on)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *jobs < 1 || *jobs > 10_000_000 || *workers < 1 || *workers > 10_000 {
+		return errors.New("bench claim: --jobs must be 1..10000000 and --workers 1..10000")
+	}
+	ctx := context.Background()
+
+	dbURL := *url
+	if dbURL == "" {
+		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
+		srv, err := pgserver.Provision(ctx, "", pgserver.Options{})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = srv.Close() }()
+		dbURL = srv.URL("postgres")
+	}
+	if err := (pg.Migrator{FS: migrations.FS, URL: dbURL}).Up(); err != nil {
+		return err
+	}
+	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(*maxConns), ApplicationName: "fencelab-bench-claim"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var fsync, syncCommit, version string
+	_ = pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('server_version')`).
+		Scan(&fsync, &syncCommit, &version)
+
+	run := make([]byte, 4)
+	_, _ = rand.Read(run)
+	runID := hex.EncodeToString(run)
+	c := claim.NewClient(pool, claim.Options{Owner: "bench-" + runID})
+	if err := c.Register(claim.Kind{Name: kind, Handle: func(context.Context, *claim.Job) error { return nil }}); err != nil {
+		return err
+	}
+
+	begin := time.Now()
+	const chunk = 5000
+	for i := 0; i < *jobs; i += chunk {
+		n := min(chunk, *jobs-i)
+		batch := make([]claim.NewJob, n)
+		for k := range batch {
+			batch[k] = claim.NewJob{Kind: kind, BusinessKey: fmt.Sprintf("%s-%d", runID, i+k)}
+		}
+		if _, err := c.EnqueueMany(ctx, pool, batch); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("enqueued %d jobs in %v\n", *jobs, time.Since(begin).Round(time.Millisecond))
+	if _, err := pool.Exec(ctx, `ANALYZE job`); err != nil {
+		return err
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	err = c.Work(ctx, claim.PoolOptions{Workers: *workers, FetchLimit: *fetch, CompleteBatch: *batch,
+		Completers: *completers, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond})
+	elapsed := time.Since(start)
+	if err != nil {
+		return err
+	}
+
+	var done int
+	var p50, p99 float64
+	err = pool.QueryRow(ctx, `
+		SELECT count(*),
+		       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - c.at)), 0),
+		       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - c.at)), 0)
+		FROM job j
+		JOIN job_event c ON c.job_id = j.id AND c.event = 'claimed'
+		JOIN job_event s ON s.job_id = j.id AND s.event = 'succeeded'
+		WHERE j.kind = $1 AND j.business_key LIKE $2 AND j.state = 'succeeded'`, kind, runID+"-%").Scan(&done, &p50, &p99)
+	if err != nil {
+		return err
+	}
+	if done != *jobs {
+		return fmt.Errorf("bench claim: %d of %d jobs succeeded", done, *jobs)
+	}
+	rate := float64(*jobs) / elapsed.Seconds()
+	fmt.Printf("fencelab claim: %d no-op jobs, %d workers, %d connections: %.0f jobs/s (%v); claim→complete p50 %.1f ms, p99 %.1f ms\n",
+		*jobs, *workers, *maxConns, rate, elapsed.Round(time.Millisecond), p50*1000, p99*1000)
+	fmt.Printf("  every completion fenced (id, owner, fence, running, lease) with its job_event rows in the same statement\n")
+	fmt.Printf("  PostgreSQL %s, fsync=%s, synchronous_commit=%s; the machine is shared, figures are under contention\n", version, fsync, syncCommit)
+	fmt.Printf("RESULT system=fencelab jobs=%d workers=%d jobs_per_sec=%.0f p99_ms=%.1f\n", *jobs, *workers, rate, p99*1000)
+
+	if *url != "" { // leave someone else's database as we found it
+		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job WHERE kind = $1 AND business_key LIKE $2 RETURNING id)
+			DELETE FROM job_event WHERE job_id IN (SELECT id FROM gone)`, kind, runID+"-%")
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/pg/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bundle struct {
+	pool *pgxpool.Pool
+	c    *claim.Client
+}
+
+func setup(t *testing.T, kinds ...claim.Kind) bundle {
+	t.Helper()
+	pool := pgtest.New(t)
+	c := claim.NewClient(pool, claim.Options{Owner: "test-a"})
+	require.NoError(t, c.Register(kinds...))
+	return bundle{pool: pool, c: c}
+}
+
+func noop(context.Context, *claim.Job) error { return nil }
+
+func events(t *testing.T, db pg.Querier, id int64) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT event || ':' || fence FROM job_event WHERE job_id = $1 ORDER BY id`, id)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return out
+}
+
+func TestEnqueueIsIdempotentPerKindAndBusinessKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, claim.Kind{Name: "t.noop", Handle: noop})
+	ctx := context.Background()
+	id1, created, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.noop", BusinessKey: "order-1", Payload: map[string]int{"n": 1}})
+	require.NoError(t, err)
+	require.True(t, created)
+	id2, created, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.noop", BusinessKey: "order-1", Payload: map[string]int{"n": 2}})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, id1, id2)
+
+	// Inside a caller's transaction: the job exists only if the tx commits.
+	err = pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		_, _, err := b.c.Enqueue(ctx, tx, claim.NewJob{Kind: "t.noop", BusinessKey: "order-2"})
+		require.NoError(t, err)
+		return errors.New("business rule refused")
+	})
+	require.Error(t, err)
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM job`).Scan(&n))
+	require.Equal(t, 1, n)
+
+	for _, bad := range []claim.NewJob{{Kind: "Bad Kind", BusinessKey: "x"}, {Kind: "t.noop"}, {Kind: "t.noop", BusinessKey: "x", MaxAttempts: -1}} {
+		_, _, err := b.c.Enqueue(ctx, b.pool, bad)
+		require.ErrorIs(t, err, claim.ErrInvalid)
+	}
+	invariant.Assert(t, b.pool, "claim")
+}
+
+func TestFencedWritesRefuseAStaleHolderAndRecordIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, claim.Kind{Name: "t.noop", Handle: noop})
+	ctx := context.Background()
+	id, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.noop", BusinessKey: "k"})
+	require.NoError(t, err)
+	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	old := jobs[0]
+	require.Equal(t, int64(1), old.Fence)
+	require.Equal(t, 1, old.Attempts)
+	require.Equal(t, claim.StateRunning, old.State)
+
+	_, err = b.pool.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 second' WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.ErrorIs(t, b.c.Heartbeat(ctx, old), claim.ErrStaleFence)
+	rec, err := b.c.RecoverExpired(ctx, 10, time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, []claim.Recovered{{ID: id, Kind: "t.noop", Fence: 2, State: claim.StateReady}}, rec)
+
+	require.Eventually(t, func() bool {
+		jobs, err = b.c.Claim(ctx, claim.ClaimParams{Owner: "test-b"})
+		require.NoError(t, err)
+		return len(jobs) == 1
+	}, 5*time.Second, 5*time.Millisecond) // the recovery's jitter is at most 1ms
+	cur := jobs[0]
+	require.Equal(t, int64(3), cur.Fence)
+
+	require.ErrorIs(t, b.c.Complete(ctx, old, "late"), claim.ErrStaleFence)
+	require.ErrorIs(t, b.c.Fail(ctx, old, errors.New("late")), claim.ErrStaleFence)
+	require.ErrorIs(t, b.c.MarkUnknown(ctx, old, errors.New("late")), claim.ErrStaleFence)
+	err = pg.InTx(ctx, b.pool, func(tx pgx.Tx) error { return b.c.CompleteTx(ctx, tx, old, "late") })
+	require.ErrorIs(t, err, claim.ErrStaleFence)
+	require.NoError(t, b.c.Complete(ctx, cur, map[string]string{"by": "b"}))
+
+	j, _, err := b.c.Get(ctx, id, 100)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateSucceeded, j.State)
+	require.Equal(t, int64(3), j.Fence)
+	require.JSONEq(t, `{"by":"b"}`, string(j.Result))
+	require.Equal(t, []string{"claimed:1", "heartbeat_lost:1", "recovered:2", "claimed:3",
+		"rejected_stale:1", "rejected_stale:1", "rejected_stale:1", "rejected_stale:1", "succeeded:3"}, events(t, b.pool, id))
+	invariant.Assert(t, b.pool, "claim")
+}
+
+func TestCompleteTxCommitsWithTheBusinessWriteOrNotAtAll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, claim.Kind{Name: "t.noop", Handle: noop})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `CREATE TABLE biz (k text PRIMARY KEY)`)
+	require.NoError(t, err)
+	for _, key := range []string{"a", "b"} {
+		_, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.noop", BusinessKey: key})
+		require.NoError(t, err)
+	}
+	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	// a: the business write and the completion commit together.
+	require.NoError(t, pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO biz VALUES ($1)`, jobs[0].BusinessKey); err != nil {
+			return err
+		}
+		return b.c.CompleteTx(ctx, tx, jobs[0], nil)
+	}))
+	// b: the fence moved on, so the business write is rolled back with it.
+	_, err = b.pool.Exec(ctx, `UPDATE job SET fence = fence + 1 WHERE id = $1`, jobs[1].ID)
+	require.NoError(t, err)
+	err = pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO biz VALUES ($1)`, jobs[1].BusinessKey); err != nil {
+			return err
+		}
+		return b.c.CompleteTx(ctx, tx, jobs[1], nil)
+	})
+	require.ErrorIs(t, err, claim.ErrStaleFence)
+	var keys []string
+	rows, _ := b.pool.Query(ctx, `SELECT k FROM biz ORDER BY k`)
+	keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{jobs[0].BusinessKey}, keys)
+	require.Equal(t, []string{"claimed:1", "rejected_stale:1"}, events(t, b.pool, jobs[1].ID),
+		"the rejection is recorded although the caller's transaction rolled back")
+}
+
+func TestOnClaimHookCanCancelInsideTheClaimTransaction(t *testing.T) {
+	t.Parallel()
+	ran := make(chan int64, 4)
+	b := setup(t, claim.Kind{
+		Name: "t.hooked",
+		OnClaim: func(ctx context.Context, tx pgx.Tx, j claim.Job) error {
+			var on bool
+			if err := tx.QueryRow(ctx, `SELECT $1::text <> 'muted'`, j.BusinessKey).Scan(&on); err != nil {
+				return err
+			}
+			if !on {
+				return claim.Cancel("preference off")
+			}
+			return nil
+		},
+		Handle: func(_ context.Context, j *claim.Job) error { ran <- j.ID; return nil },
+	})
+	ctx := context.Background()
+	muted, _, _ := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.hooked", BusinessKey: "muted"})
+	wanted, _, _ := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.hooked", BusinessKey: "wanted"})
+	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, wanted, jobs[0].ID)
+	j, _, err := b.c.Get(ctx, muted, 10)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateCancelled, j.State)
+	require.Equal(t, []string{"claimed:1", "cancelled:1"}, events(t, b.pool, muted))
+	invariant.Assert(t, b.pool, "claim")
+}
+
+func TestPeriodicKindRunsOncePerSlotAcrossPools(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ran := make(chan string, 16)
+	kind := claim.Kind{Name: "t.tick", Every: time.Hour, Handle: func(_ context.Context, j *claim.Job) error {
+		slot, ok := j.Slot()
+		if !ok {
+			return errors.New("no slot")
+		}
+		ran <- slot.Format(time.RFC3339)
+		return nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	for i := range 2 {
+		c := claim.NewClient(pool, claim.Options{Owner: fmt.Sprintf("p%d", i)})
+		require.NoError(t, c.Register(kind))
+		go func() {
+			_ = c.Work(ctx, claim.PoolOptions{Workers: 2, PollInterval: 20 * time.Millisecond})
+			done <- struct{}{}
+		}()
+	}
+	slot := <-ran
+	require.Equal(t, time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339), slot)
+	var n int
+	require.Eventually(t, func() bool {
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM job WHERE kind = 't.tick' AND state = 'succeeded'`).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	<-done
+	<-done
+	require.Len(t, ran, 0, "the slot ran once although two pools scheduled it")
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM job`).Scan(&n))
+	require.Equal(t, 1, n)
+	invariant.Assert(t, pool, "claim")
+}

@@ -1,0 +1,532 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencelab/fencelab/core/faults"
+)
+
+// PoolOptions configure Work.
+type PoolOptions struct {
+	// Workers is the number of handler goroutines (default 8).
+	Workers int
+	// Kinds the pool claims (default: every registered kind).
+	Kinds []string
+	// Owner written on claims (default: the client's owner).
+	Owner string
+	// Lease of each claim (default: the client's); heartbeats renew at a third.
+	Lease time.Duration
+	// FetchLimit bounds the jobs one claim statement takes (default
+	// min(Workers, 500)); a fetch never takes more than the free workers.
+	// Larger batches cost fewer statements but hold claimed jobs longer
+	// before a worker starts them (claim→complete latency).
+	FetchLimit int
+	// CompleteBatch bounds the completions one statement carries (default 1000).
+	CompleteBatch int
+	// Completers is the number of goroutines flushing completions (default 2):
+	// while one statement is in flight the next batch accumulates.
+	Completers int
+	// PollInterval is the longest an idle fetcher waits before looking again
+	// (default 1s). Enqueues wake it at once through LISTEN/NOTIFY; the poll
+	// picks up jobs that became due (retries, delayed and periodic jobs).
+	PollInterval time.Duration
+	// NoListen disables LISTEN/NOTIFY (the listener holds one pooled
+	// connection for the pool's lifetime).
+	NoListen bool
+	// ShutdownGrace is how long running handlers may finish after ctx ends
+	// before their contexts are cancelled (default 10s). Jobs that still do
+	// not return are left to lapse and be recovered.
+	ShutdownGrace time.Duration
+	// ExitWhenIdle makes Work return after a claim comes back empty while no
+	// job is held: `fencelab worker --exit-when-idle`, for experiments.
+	ExitWhenIdle bool
+}
+
+func (c *Client) poolDefaults(o PoolOptions) PoolOptions {
+	if o.Workers <= 0 {
+		o.Workers = 8
+	}
+	if len(o.Kinds) == 0 {
+		o.Kinds = c.KindNames()
+	}
+	if o.Owner == "" {
+		o.Owner = c.owner
+	}
+	if o.Lease <= 0 {
+		o.Lease = c.lease
+	}
+	if o.FetchLimit <= 0 {
+		o.FetchLimit = min(o.Workers, 500)
+	}
+	o.FetchLimit = min(o.FetchLimit, o.Workers)
+	if o.CompleteBatch <= 0 {
+		o.CompleteBatch = 1000
+	}
+	if o.Completers <= 0 {
+		o.Completers = 2
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = 10 * time.Second
+	}
+	return o
+}
+
+// errShutdown cancels handlers still running when the grace period ends.
+var errShutdown = errors.New("claim: worker pool shutting down")
+
+// held is a claimed job this pool has not finished yet.
+type held struct {
+	job    *Job
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   bool
+}
+
+type pool struct {
+	c     *Client
+	o     PoolOptions
+	jobs  chan *Job
+	slots chan struct{} // one token per idle worker
+	done  chan completion
+	wake  chan struct{}
+
+	mu   sync.Mutex
+	held map[int64]*held
+}
+
+// Work runs the worker pool until ctx ends (or, with ExitWhenIdle, until it
+// runs dry): one fetcher claims up to the number of idle workers per
+// statement, Workers goroutines run handlers, completions are flushed in
+// batches by fenced statements, one heartbeater renews every held lease in
+// one statement and cancels the handlers whose lease was lost, a listener
+// wakes the fetcher on NOTIFY, and a scheduler enqueues periodic kinds'
+// slots. On shutdown the fetcher stops first; running handlers get
+// ShutdownGrace to finish and their results are still committed.
+func (c *Client) Work(ctx context.Context, o PoolOptions) error {
+	o = c.poolDefaults(o)
+	p := &pool{
+		c: c, o: o,
+		jobs:  make(chan *Job),
+		slots: make(chan struct{}, o.Workers),
+		done:  make(chan completion, o.Workers),
+		wake:  make(chan struct{}, 1),
+		held:  map[int64]*held{},
+	}
+	for range o.Workers {
+		p.slots <- struct{}{}
+	}
+	// Handlers and the fenced writes after them outlive ctx by the grace
+	// period; the loops that start new work stop with ctx.
+	runCtx, stopRun := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopRun(nil)
+	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+
+	var workers, completers, loops sync.WaitGroup
+	for range o.Workers {
+		workers.Go(func() {
+			for j := range p.jobs {
+				p.run(bgCtx, j)
+				p.slots <- struct{}{}
+			}
+		})
+	}
+	for range o.Completers {
+		completers.Go(func() { p.complete(bgCtx) })
+	}
+	loops.Go(func() { p.heartbeat(bgCtx) })
+	if !o.NoListen {
+		loops.Go(func() { p.listen(loopCtx) })
+	}
+	loops.Go(func() { p.schedule(loopCtx) })
+
+	p.fetch(loopCtx, runCtx)
+	close(p.jobs)
+
+	finished := make(chan struct{})
+	go func() { workers.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(o.ShutdownGrace):
+		stopRun(errShutdown)
+		select {
+		case <-finished:
+		case <-time.After(time.Second):
+			c.log.Warn("claim: handlers did not return after the grace period; their leases will lapse",
+				"held", p.heldCount())
+			stopLoops()
+			stopBg()
+			return nil
+		}
+	}
+	close(p.done)
+	completers.Wait()
+	stopLoops()
+	stopBg()
+	loops.Wait()
+	return nil
+}
+
+// fetch claims while there are idle workers, then sleeps until NOTIFY, the
+// poll interval or shutdown.
+func (p *pool) fetch(ctx, runCtx context.Context) {
+	if len(p.o.Kinds) == 0 {
+		if !p.o.ExitWhenIdle {
+			<-ctx.Done()
+		}
+		return
+	}
+	errDelay := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.slots:
+		}
+		n := 1
+	grab:
+		for n < p.o.FetchLimit {
+			select {
+			case <-p.slots:
+				n++
+			default:
+				break grab
+			}
+		}
+		// The claim statement itself is not cancelled by shutdown: a claim
+		// whose commit raced the cancellation would leave jobs running under
+		// this owner that nobody runs until their leases lapse.
+		jobs, err := p.c.Claim(context.WithoutCancel(ctx), ClaimParams{Owner: p.o.Owner, Kinds: p.o.Kinds, Limit: n, Lease: p.o.Lease})
+		for range n - len(jobs) {
+			p.slots <- struct{}{}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.c.log.Warn("claim: fetch failed", "err", err, "retry_in", errDelay)
+			if !sleep(ctx, errDelay) {
+				return
+			}
+			errDelay = min(2*errDelay, 5*time.Second)
+			continue
+		}
+		errDelay = 100 * time.Millisecond
+		for _, j := range jobs {
+			p.track(runCtx, j)
+			p.jobs <- j
+		}
+		if len(jobs) > 0 {
+			// Look again at once: a short batch may only mean another
+			// claimer had the rest locked. Sleep only after an empty claim.
+			continue
+		}
+		if p.o.ExitWhenIdle && p.heldCount() == 0 {
+			return
+		}
+		t := time.NewTimer(p.o.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-p.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (p *pool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) track(runCtx context.Context, j *Job) {
+	ctx, cancel := context.WithCancelCause(runCtx)
+	p.mu.Lock()
+	p.held[j.ID] = &held{job: j, ctx: ctx, cancel: cancel}
+	p.mu.Unlock()
+	p.c.m.busy.Inc()
+}
+
+func (p *pool) untrack(ids ...int64) {
+	p.mu.Lock()
+	for _, id := range ids {
+		if h, ok := p.held[id]; ok {
+			h.cancel(nil)
+			delete(p.held, id)
+			p.c.m.busy.Dec()
+		}
+	}
+	empty := len(p.held) == 0
+	p.mu.Unlock()
+	if empty && p.o.ExitWhenIdle {
+		p.signal()
+	}
+}
+
+func (p *pool) heldCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
+
+// run is one job on one worker: the after_claim fault point, the handler
+// under a context the heartbeat can cancel, then the outcome. A success is
+// handed to the completers (batched); a failure or unknown is written at once.
+func (p *pool) run(bgCtx context.Context, j *Job) {
+	p.mu.Lock()
+	h := p.held[j.ID]
+	p.mu.Unlock()
+	// after_claim: the claim has committed and nothing else has happened.
+	// An injected failure here is "the process died": the job is abandoned
+	// to lapse and be recovered.
+	if err := p.c.faults.Hit(h.ctx, faults.AfterClaim, strconv.FormatInt(j.ID, 10)); err != nil {
+		p.untrack(j.ID)
+		return
+	}
+	herr := p.c.handle(h.ctx, j)
+	switch {
+	case j.finished:
+		p.untrack(j.ID)
+	case herr == nil:
+		p.done <- completion{job: j, result: resultPtr(j.result)}
+	default:
+		if err := p.c.finish(bgCtx, j, herr); err != nil && !errors.Is(err, ErrStaleFence) {
+			p.c.log.Warn("claim: cannot record job outcome; its lease will lapse", "job", j.ID, "err", err)
+		}
+		p.untrack(j.ID)
+	}
+}
+
+func resultPtr(b []byte) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// complete flushes successes: it takes whatever has accumulated (up to
+// CompleteBatch) and commits it with one fenced statement. Under load the
+// batches grow by themselves while the previous statement is in flight.
+func (p *pool) complete(ctx context.Context) {
+	batch := make([]completion, 0, p.o.CompleteBatch)
+	for {
+		first, ok := <-p.done
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < p.o.CompleteBatch {
+			select {
+			case c, ok := <-p.done:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		p.flush(ctx, batch)
+	}
+}
+
+func (p *pool) flush(ctx context.Context, batch []completion) {
+	ids := make([]int64, len(batch))
+	for i, b := range batch {
+		ids[i] = b.job.ID
+	}
+	defer p.untrack(ids...)
+	delay := 50 * time.Millisecond
+	deadline := time.Now().Add(p.o.Lease)
+	for {
+		stale, err := p.c.completeMany(ctx, p.c.pool, p.o.Owner, batch, true)
+		if err == nil {
+			if len(stale) > 0 {
+				p.c.log.Info("claim: completions refused: fence moved on", "jobs", len(stale))
+			}
+			return
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			p.c.log.Warn("claim: cannot complete jobs; their leases will lapse", "jobs", len(batch), "err", err)
+			return
+		}
+		p.c.log.Warn("claim: complete failed; retrying", "jobs", len(batch), "err", err, "in", delay)
+		if !sleep(ctx, delay) {
+			return
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// heartbeat renews every held lease at a third of the lease in one
+// statement. A job it cannot renew has lost its lease: its handler's context
+// is cancelled with ErrStaleFence (a heartbeat_lost event is recorded). If
+// renewals keep failing for a whole lease, every lease is presumed lost.
+func (p *pool) heartbeat(ctx context.Context) {
+	every := p.o.Lease / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		jobs := make([]*Job, 0, len(p.held))
+		for _, h := range p.held {
+			if !h.lost {
+				jobs = append(jobs, h.job)
+			}
+		}
+		p.mu.Unlock()
+		if len(jobs) == 0 {
+			lastOK = time.Now()
+			continue
+		}
+		slices.SortFunc(jobs, func(a, b *Job) int { return cmpInt64(a.ID, b.ID) })
+		lost, err := p.c.heartbeatMany(ctx, p.o.Owner, jobs, p.o.Lease)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.c.log.Warn("claim: heartbeat failed", "jobs", len(jobs), "err", err)
+			if time.Since(lastOK) >= p.o.Lease {
+				lost = jobs
+			}
+		} else {
+			lastOK = time.Now()
+		}
+		if len(lost) == 0 {
+			continue
+		}
+		p.mu.Lock()
+		for _, j := range lost {
+			if h, ok := p.held[j.ID]; ok && !h.lost {
+				h.lost = true
+				h.cancel(fmt.Errorf("%w: lease of job %d lost", ErrStaleFence, j.ID))
+			}
+		}
+		p.mu.Unlock()
+		p.c.log.Warn("claim: leases lost; handlers cancelled", "jobs", len(lost))
+	}
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// listen wakes the fetcher when a job of one of the pool's kinds is
+// enqueued. It holds one pooled connection; on error it reconnects.
+func (p *pool) listen(ctx context.Context) {
+	want := map[string]bool{}
+	for _, k := range p.o.Kinds {
+		want[k] = true
+	}
+	for ctx.Err() == nil {
+		err := p.listenOnce(ctx, want)
+		if ctx.Err() != nil {
+			return
+		}
+		p.c.log.Debug("claim: listener stopped; reconnecting", "err", err)
+		sleep(ctx, time.Second)
+	}
+}
+
+func (p *pool) listenOnce(ctx context.Context, want map[string]bool) error {
+	conn, err := p.c.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection left LISTENing would buffer notifications forever:
+	// take it out of the pool and close it when done.
+	defer func() { raw := conn.Hijack(); _ = raw.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if want[n.Payload] {
+			p.signal()
+		}
+	}
+}
+
+// schedule enqueues each periodic kind's current slot and then each next
+// slot as it begins. Every process does this; the (kind, business key)
+// unique key makes one job per slot.
+func (p *pool) schedule(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, name := range p.o.Kinds {
+		k, ok := p.c.Kind(name)
+		if !ok || k.Every <= 0 {
+			continue
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				slot := time.Now().Truncate(k.Every)
+				_, _, err := p.c.Enqueue(ctx, p.c.pool, NewJob{
+					Kind: k.Name, BusinessKey: periodicKey(slot), DueAt: slot,
+					Payload: map[string]any{"slot": slot.UTC().Format(time.RFC3339)},
+				})
+				next := time.Until(slot.Add(k.Every))
+				if err != nil && ctx.Err() == nil {
+					p.c.log.Warn("claim: cannot enqueue periodic job", "kind", k.Name, "err", err)
+					next = min(next, 5*time.Second)
+				}
+				// A little jitter so every process does not hit the unique
+				// key at the same instant.
+				sleep(ctx, next+time.Duration(rand.Int64N(int64(min(k.Every/100, time.Second))+1)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Slot returns the time slot of a periodic kind's job.
+func (j *Job) Slot() (time.Time, bool) {
+	var p struct {
+		Slot time.Time `json:"slot"`
+	}
+	if err := j.UnmarshalPayload(&p); err != nil || p.Slot.IsZero() {
+		return time.Time{}, false
+	}
+	return p.Slot, true
+}

@@ -1,0 +1,318 @@
+package claim
+
+// All of the claim engine's SQL. Every transition is one statement that
+// re-checks what the writer must still hold (state, owner, fence, lease) in
+// its WHERE clause and writes its job_event row in the same statement through
+// a data-modifying CTE: the history can never disagree with the table, and a
+// transition costs one round trip.
+//
+// Durations travel as bigint microseconds ($n * interval '1 microsecond') so
+// the statements do not depend on driver interval encoding.
+
+// NotifyChannel is the LISTEN/NOTIFY channel Enqueue signals so idle workers
+// wake at once instead of polling tightly; the payload is the kind.
+const NotifyChannel = "fencelab_claim"
+
+const jobColumns = `id, kind, business_key, state, payload, due_at, created_at, updated_at,
+	attempts, max_attempts, coalesce(owner, ''), fence, lease_until, coalesce(last_error, ''), result`
+
+const jobColumnsQ = `job.id, job.kind, job.business_key, job.state, job.payload, job.due_at, job.created_at, job.updated_at,
+	job.attempts, job.max_attempts, coalesce(job.owner, ''), job.fence, job.lease_until, coalesce(job.last_error, ''), job.result`
+
+// sqlEnqueue inserts one job or returns the existing one for (kind,
+// business_key). DO UPDATE (a no-op assignment) rather than DO NOTHING so the
+// existing row is returned even when a concurrent enqueue committed it after
+// this statement's snapshot; xmax = 0 tells a fresh insert. A job due now
+// notifies NotifyChannel; the notification is delivered when the caller's
+// transaction commits, never before the row is visible.
+const sqlEnqueue = `
+WITH ins AS (
+    INSERT INTO job (kind, business_key, payload, due_at, max_attempts)
+    VALUES ($1, $2, $3::jsonb, coalesce($4::timestamptz, now()), $5)
+    ON CONFLICT (kind, business_key) DO UPDATE SET kind = EXCLUDED.kind
+    RETURNING id, (xmax = 0) AS created, due_at
+)
+SELECT ins.id, ins.created
+FROM ins
+LEFT JOIN LATERAL (
+    SELECT pg_notify('` + NotifyChannel + `', $1) WHERE ins.created AND ins.due_at <= now()
+) AS wake ON true`
+
+// sqlEnqueueMany inserts many jobs of one statement; duplicates are skipped.
+const sqlEnqueueMany = `
+WITH ins AS (
+    INSERT INTO job (kind, business_key, payload, due_at, max_attempts)
+    SELECT k, b, p::jsonb, coalesce(d, now()), m
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[]) AS i(k, b, p, d, m)
+    ON CONFLICT (kind, business_key) DO NOTHING
+    RETURNING kind
+)
+SELECT count(*), (SELECT count(*) FROM (SELECT pg_notify('` + NotifyChannel + `', kind) FROM (SELECT DISTINCT kind FROM ins) k) n)
+FROM ins`
+
+// sqlClaim is chapter 14.1 in one statement: candidates in (due_at,
+// created_at) order, locked with SKIP LOCKED so racing claimers pass over each
+// other's rows instead of waiting or double-claiming, then made running with
+// a new owner, fence+1, attempts+1 and a lease, and a claimed event per job
+// (CLAIM-I3: the unique index allows one claimed event per (job, fence)).
+// The statement commits before any handler runs: no lock spans a tool call.
+const sqlClaim = `
+WITH picked AS (
+    SELECT id
+    FROM job
+    WHERE state = 'ready' AND due_at <= now() AND kind = ANY($1::text[])
+    ORDER BY due_at, created_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE job
+    SET state = 'running', owner = $3, fence = job.fence + 1, attempts = job.attempts + 1,
+        lease_until = now() + $4::bigint * interval '1 microsecond', updated_at = now()
+    FROM picked
+    WHERE job.id = picked.id
+    RETURNING ` + jobColumnsQ + `
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state)
+    SELECT id, 'claimed', fence, $3, 'running' FROM claimed
+)
+SELECT * FROM claimed`
+
+// sqlComplete finishes many held jobs at once: one UPDATE over the ids in
+// $1 that matches only rows still running under this owner and the fence
+// given for that id in $2 (same position), with an unexpired lease. Rows
+// that no longer match lost their fence: they are left untouched and, when
+// $5, get a rejected_stale event in the same statement (CompleteTx records
+// them outside the caller's transaction instead, so the record survives its
+// rollback).
+//
+// The per-id fence and result are picked by array position rather than by
+// joining an unnest: a queue's statistics always lag (the running set was
+// empty at the last ANALYZE), and a join planned on "one running row" turns
+// into a nested loop of batch × batch comparisons. Without a join the worst
+// plan is one scan of the running set.
+const sqlComplete = `
+WITH done AS (
+    UPDATE job
+    SET state = 'succeeded', lease_until = NULL, updated_at = now(),
+        result = ($3::text[])[array_position($1::bigint[], job.id)]::jsonb
+    WHERE job.id = ANY($1::bigint[])
+      AND job.fence = ($2::bigint[])[array_position($1::bigint[], job.id)]
+      AND job.owner = $4 AND job.state = 'running' AND job.lease_until > now()
+    RETURNING job.id, job.kind, job.fence
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state)
+    SELECT id, 'succeeded', fence, $4, 'succeeded' FROM done
+    UNION ALL
+    SELECT i.id, 'rejected_stale', i.fence, $4, job.state
+    FROM unnest($1::bigint[], $2::bigint[]) AS i(id, fence)
+    LEFT JOIN job ON job.id = i.id
+    WHERE $5::bool AND i.id NOT IN (SELECT id FROM done)
+)
+SELECT id, kind FROM done`
+
+// sqlFail ends a held attempt with an error: back to ready with due_at
+// pushed out by the backoff ($5), or failed when the error is permanent ($6)
+// or the durable attempt budget is spent. attempts is never reset (14.5).
+const sqlFail = `
+WITH upd AS (
+    UPDATE job
+    SET state       = CASE WHEN $6::bool OR attempts >= max_attempts THEN 'failed' ELSE 'ready' END,
+        due_at      = CASE WHEN $6::bool OR attempts >= max_attempts THEN due_at
+                           ELSE now() + $5::bigint * interval '1 microsecond' END,
+        owner       = CASE WHEN $6::bool OR attempts >= max_attempts THEN owner END,
+        lease_until = NULL, last_error = $4, updated_at = now()
+    WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running' AND lease_until > now()
+    RETURNING id, fence, state
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state, detail)
+    SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, fence, $3, state, $4 FROM upd
+    UNION ALL
+    SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), 'fail: ' || $4
+    WHERE $7::bool AND NOT EXISTS (SELECT 1 FROM upd)
+)
+SELECT state FROM upd`
+
+// sqlMarkUnknown: the handler cannot tell whether its external effect
+// happened. The job is released (no owner, no lease) and left for the
+// resolver at due_at, spread by jitter ($5).
+const sqlMarkUnknown = `
+WITH upd AS (
+    UPDATE job
+    SET state = 'unknown', owner = NULL, lease_until = NULL, last_error = $4,
+        due_at = now() + $5::bigint * interval '1 microsecond', updated_at = now()
+    WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running' AND lease_until > now()
+    RETURNING id, fence
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state, detail)
+    SELECT id, 'unknown', fence, $3, 'unknown', $4 FROM upd
+    UNION ALL
+    SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), 'unknown: ' || $4
+    WHERE $6::bool AND NOT EXISTS (SELECT 1 FROM upd)
+)
+SELECT id FROM upd`
+
+// sqlRejectStale records a refused write outside the writer's transaction.
+const sqlRejectStale = `
+INSERT INTO job_event (job_id, event, fence, owner, state, detail)
+SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), $4`
+
+// sqlHeartbeat extends the leases of many held jobs and returns the ones
+// that are lost: gone, fence raised by another actor, or lease already
+// expired (an expired lease is never extended: once RecoverExpired may have
+// seen it, it is gone). A heartbeat_lost event is written for each and the
+// caller cancels their handlers. A row that was not renewed for another
+// reason — this holder finished it (same fence, no longer running), or a
+// concurrent write changed it after this statement's snapshot — is not
+// judged here; the next heartbeat sees its current version. (The lost CTE
+// reads the snapshot, so only facts that cannot be undone count: a raised
+// fence or an expired running lease.)
+const sqlHeartbeat = `
+WITH renewed AS (
+    UPDATE job
+    SET lease_until = now() + $4::bigint * interval '1 microsecond'
+    WHERE job.id = ANY($1::bigint[])
+      AND job.fence = ($2::bigint[])[array_position($1::bigint[], job.id)]
+      AND job.owner = $3 AND job.state = 'running' AND job.lease_until > now()
+    RETURNING job.id
+),
+lost AS (
+    SELECT i.id, i.fence, job.state
+    FROM unnest($1::bigint[], $2::bigint[]) AS i(id, fence)
+    LEFT JOIN job ON job.id = i.id
+    WHERE i.id NOT IN (SELECT id FROM renewed)
+      AND (job.id IS NULL OR job.fence <> i.fence
+           OR (job.state = 'running' AND job.lease_until <= now()))
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state)
+    SELECT id, 'heartbeat_lost', fence, $3, state FROM lost
+)
+SELECT id FROM lost`
+
+// sqlRecoverExpired reclaims up to $1 running jobs whose lease expired.
+// SKIP LOCKED lets several recoverers (and claimers) run at once: each row is
+// taken by exactly one of them, and the state re-check makes a second pass
+// find nothing. The fence is raised so the old owner's late writes are
+// refused; kinds known to be safe to re-run ($2) go back to ready, every
+// other kind to unknown (its effect may have happened). The re-dispatch is
+// spread over up to $3 µs so a crash of many workers does not come back as
+// one burst (chapter 14.5).
+const sqlRecoverExpired = `
+WITH expired AS (
+    SELECT id, owner AS old_owner
+    FROM job
+    WHERE state = 'running' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+rec AS (
+    UPDATE job
+    SET state = CASE WHEN job.kind = ANY($2::text[]) THEN 'ready' ELSE 'unknown' END,
+        fence = job.fence + 1, owner = NULL, lease_until = NULL,
+        due_at = now() + floor(random() * $3::bigint) * interval '1 microsecond',
+        last_error = 'lease expired', updated_at = now()
+    FROM expired
+    WHERE job.id = expired.id
+    RETURNING job.id, job.kind, job.fence, job.state, expired.old_owner
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state, detail)
+    SELECT id, 'recovered', fence, $4, state, 'lease of ' || old_owner || ' expired' FROM rec
+)
+SELECT id, kind, fence, state FROM rec`
+
+// sqlTakeUnknown gives a resolver up to $1 unknown jobs to settle: the fence
+// is raised and a short lease marks the job as being checked, so two
+// resolvers never settle one job and a resolver that dies is replaced once
+// its lease lapses. The job stays unknown meanwhile.
+const sqlTakeUnknown = `
+WITH picked AS (
+    SELECT id
+    FROM job
+    WHERE state = 'unknown' AND due_at <= now() AND (lease_until IS NULL OR lease_until < now())
+    ORDER BY due_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    UPDATE job
+    SET fence = job.fence + 1, owner = $2, lease_until = now() + $3::bigint * interval '1 microsecond',
+        updated_at = now()
+    FROM picked
+    WHERE job.id = picked.id
+    RETURNING ` + jobColumnsQ + `
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state)
+    SELECT id, 'resolving', fence, $2, 'unknown' FROM taken
+)
+SELECT * FROM taken`
+
+// sqlSettleUnknown applies a resolution, fenced like every other write:
+// found → succeeded; absent → ready for a new claim (failed when the
+// attempt budget is spent); cannot tell → needs_review.
+const sqlSettleUnknown = `
+WITH upd AS (
+    UPDATE job
+    SET state       = CASE $4::text WHEN 'found' THEN 'succeeded'
+                                    WHEN 'absent' THEN CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'ready' END
+                                    ELSE 'needs_review' END,
+        result      = CASE WHEN $4::text = 'found' THEN $5::jsonb ELSE result END,
+        last_error  = CASE WHEN $4::text = 'found' THEN last_error ELSE $6 END,
+        owner       = CASE WHEN $4::text = 'absent' THEN NULL ELSE owner END,
+        due_at      = CASE WHEN $4::text = 'absent' THEN now() ELSE due_at END,
+        lease_until = NULL, updated_at = now()
+    WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'unknown' AND lease_until > now()
+    RETURNING id, fence, state
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state, detail)
+    SELECT id, CASE $4::text WHEN 'found' THEN 'resolved_found' WHEN 'absent' THEN 'resolved_absent'
+                             ELSE 'needs_review' END, fence, $3, state, $6 FROM upd
+    UNION ALL
+    SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), 'resolve: ' || $4
+    WHERE NOT EXISTS (SELECT 1 FROM upd)
+)
+SELECT state FROM upd`
+
+// sqlCancel finishes a just-claimed job inside the claim transaction when
+// its kind's OnClaim hook says it must not run.
+const sqlCancel = `
+WITH upd AS (
+    UPDATE job
+    SET state = 'cancelled', lease_until = NULL, last_error = $4, updated_at = now()
+    WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running'
+    RETURNING id, fence
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state, detail)
+    SELECT id, 'cancelled', fence, $3, 'cancelled', $4 FROM upd
+)
+SELECT id FROM upd`
+
+const sqlGetJob = `SELECT ` + jobColumns + ` FROM job WHERE id = $1`
+
+const sqlJobEvents = `
+SELECT id, job_id, event, fence, coalesce(owner, ''), coalesce(state, ''), at, coalesce(detail, '')
+FROM job_event WHERE job_id = $1 ORDER BY id LIMIT $2`
+
+// Queue depth per kind and state (terminal successes excluded: they only
+// grow) and the age of the oldest due ready job per kind. SKIP LOCKED is not
+// fair (14.4): this age is how starvation shows.
+const sqlDepth = `
+SELECT kind, state, count(*)
+FROM job
+WHERE state IN ('ready', 'running', 'unknown', 'failed', 'needs_review')
+GROUP BY kind, state`
+
+const sqlOldestReady = `
+SELECT kind, extract(epoch FROM now() - min(due_at))::float8
+FROM job
+WHERE state = 'ready' AND due_at <= now()
+GROUP BY kind`

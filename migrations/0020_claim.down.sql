@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS job_event;
+DROP TABLE IF EXISTS job;
