@@ -59,6 +59,13 @@ type Lease struct {
 	// (Guard).
 	GrantedAt time.Time
 	ExpiresAt time.Time
+
+	// heldUntil is the latest local (monotonic) instant at which the lease
+	// is certainly still ours: when the granting or renewing statement was
+	// sent, plus the TTL. The database's now() is later than that send, so
+	// its expiry is too. The watchdog gives a renewal until then, and no
+	// longer, to answer.
+	heldUntil time.Time
 }
 
 func (l Lease) String() string {
@@ -86,7 +93,7 @@ func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Dur
 	if err := validate(name, holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	l := Lease{Name: name, Holder: holder, TTL: ttl}
+	l := Lease{Name: name, Holder: holder, TTL: ttl, heldUntil: time.Now().Add(ttl)}
 	err := m.db.QueryRow(ctx, sqlAcquire, name, holder, ttl.Microseconds()).Scan(&l.Fence, &l.GrantedAt, &l.ExpiresAt)
 	if err = pg.MapError(err); err != nil {
 		if isNoRows(err) {
@@ -104,6 +111,7 @@ func (m *Manager) Renew(ctx context.Context, l Lease) (Lease, error) {
 	if err := validateLease(l); err != nil {
 		return l, err
 	}
+	sent := time.Now()
 	err := m.db.QueryRow(ctx, sqlRenew, l.Name, l.Holder, l.Fence, l.TTL.Microseconds()).Scan(&l.ExpiresAt)
 	if err = pg.MapError(err); err != nil {
 		if isNoRows(err) {
@@ -111,6 +119,7 @@ func (m *Manager) Renew(ctx context.Context, l Lease) (Lease, error) {
 		}
 		return l, fmt.Errorf("lease: renew %q: %w", l.Name, err)
 	}
+	l.heldUntil = sent.Add(l.TTL)
 	return l, nil
 }
 

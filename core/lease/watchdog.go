@@ -36,8 +36,10 @@ type Watchdog struct {
 //
 // Any renewal failure counts as a loss, a database error included: a
 // holder that cannot tell whether it still holds the lease must behave as
-// if it does not. Each renewal is bounded by the interval, so a hanging
-// database is noticed before the lease can run out unnoticed.
+// if it does not. Each renewal may take until the moment the lease could
+// have run out (its send time plus the TTL, by the local monotonic clock) and
+// no longer, so a hanging database is noticed before the lease can lapse
+// unnoticed, while a merely slow one does not cost a lease that still holds.
 func (m *Manager) Watch(ctx context.Context, l Lease, every time.Duration) (context.Context, *Watchdog, error) {
 	if err := validateLease(l); err != nil {
 		return ctx, nil, err
@@ -70,7 +72,11 @@ func (w *Watchdog) run(ctx context.Context) {
 		w.mu.Lock()
 		l := w.lease
 		w.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, w.interval)
+		deadline := l.heldUntil
+		if deadline.IsZero() { // a Lease not made by Acquire: allow one interval
+			deadline = time.Now().Add(w.interval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		renewed, err := w.m.Renew(rctx, l)
 		cancel()
 		select {
