@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -383,5 +384,107 @@ func TestOutboxStatusShowsLag(t *testing.T) {
 	require.Zero(t, ss[0].LagEvents)
 	require.EqualValues(t, 3, ss[0].Processed)
 	require.Equal(t, "runner-1", *ss[0].Owner)
+	invariant.Assert(t, b.pool, "outbox")
+}
+
+// The recompute pattern a derived counter needs (LIKE-04): a full
+// recompute runs while events keep arriving and the consumer keeps
+// applying them. The recompute locks the consumer (LockPosition: no batch
+// can interleave), counts the truth in one statement, and records that
+// statement's snapshot with the count. The handler then applies an event
+// only if its transaction is not visible in the recorded snapshot — those
+// the recompute already counted. Every event ends up counted exactly once.
+func TestOutboxRecomputeWatermarkCountsEachEventOnce(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, `
+		CREATE TABLE fact (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, item text NOT NULL);
+		CREATE TABLE item_count (item text PRIMARY KEY, n bigint NOT NULL, counted_through pg_snapshot);
+		INSERT INTO item_count (item, n) VALUES ('a', 0), ('b', 0), ('c', 0)`)
+	require.NoError(t, err)
+
+	c := outbox.Consumer{
+		Name:   "counter",
+		Topics: []string{topic},
+		Handle: func(ctx context.Context, tx pgx.Tx, ev outbox.Event) error {
+			_, err := tx.Exec(ctx, `
+				UPDATE item_count SET n = n + 1
+				 WHERE item = $1
+				   AND (counted_through IS NULL OR NOT pg_visible_in_snapshot($2::xid8, counted_through))`,
+				ev.Key, ev.TxID)
+			return err
+		},
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	r1 := b.runner(t, c, "runner-1")
+	running := make(chan error, 1)
+	go func() { running <- r1.Run(runCtx) }()
+
+	// Appenders: each transaction writes a fact and its event.
+	const perAppender, appenders = 300, 4
+	var wg sync.WaitGroup
+	for g := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perAppender {
+				item := string(rune('a' + (g+i)%3))
+				err := pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, `INSERT INTO fact (item) VALUES ($1)`, item); err != nil {
+						return err
+					}
+					_, err := outbox.Append(ctx, tx, topic, item, map[string]string{"item": item})
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+
+	// Mid-stream: corrupt one count, then recompute all of them.
+	require.Eventually(t, func() bool {
+		var n int
+		_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_inbox`).Scan(&n)
+		return n >= 200
+	}, 20*time.Second, 2*time.Millisecond)
+	_, err = b.pool.Exec(ctx, `UPDATE item_count SET n = n + 1000 WHERE item = 'a'`)
+	require.NoError(t, err)
+	require.NoError(t, pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := outbox.LockPosition(ctx, tx, "counter"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE item_count c
+			   SET n = (SELECT count(*) FROM fact f WHERE f.item = c.item),
+			       counted_through = pg_current_snapshot()`)
+		return err
+	}))
+
+	wg.Wait()
+	stop()
+	require.NoError(t, <-running)
+	r2 := b.runner(t, c, "runner-2")
+	_, err = r2.CatchUp(ctx)
+	require.NoError(t, err)
+
+	rows, err := b.pool.Query(ctx, `
+		SELECT c.item, c.n, (SELECT count(*) FROM fact f WHERE f.item = c.item)
+		  FROM item_count c ORDER BY c.item`)
+	require.NoError(t, err)
+	type line struct {
+		Item        string
+		Count, Fact int64
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[line])
+	require.NoError(t, err)
+	total := int64(0)
+	for _, l := range got {
+		require.Equal(t, l.Fact, l.Count, "item %s: count must equal the facts", l.Item)
+		total += l.Fact
+	}
+	require.EqualValues(t, perAppender*appenders, total)
 	invariant.Assert(t, b.pool, "outbox")
 }
