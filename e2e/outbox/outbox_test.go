@@ -230,5 +230,13 @@ func TestOutboxConsumersEndpointIsAdminOnly(t *testing.T) {
 
 	m := a.Do(t, e2etest.Req{Method: "GET", Path: "/metrics"})
 	require.Contains(t, string(m.Body), `fencelab_outbox_lag_events{consumer="outbox.demo"} 100`)
+
+	// `fencelab check outbox` runs the invariants and shows positions and lag.
+	cmd := exec.Command(e2etest.Binary(t), "check", "outbox")
+	cmd.Env = e2etest.ChildEnv(a.DBURL)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "ok    OUTBOX-I2")
+	require.Regexp(t, `outbox\.demo\s+outbox\.demo\s+\(0,0\)\s+0\s+100\s`, string(out))
 	invariant.Assert(t, a.Pool, "outbox")
 }
