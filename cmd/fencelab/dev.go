@@ -207,5 +207,6 @@ Try:
 
 // demoCurls lists one example request per module; modules add theirs here.
 func demoCurls(base string) string {
-	return ""
+	return "" +
+		"  curl -s -H \"Authorization: Bearer $ADMIN\" " + base + "/outbox/consumers   # outbox positions and lag\n"
 }
