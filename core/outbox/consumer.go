@@ -309,8 +309,9 @@ func (r *Runner) acquire(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox: acquire %s: %w", r.c.Name, err)
 	}
-	r.held, r.renewedAt = true, time.Now()
-	r.pos = Position{} // unknown until the first batch reads it
+	// The position is unknown until a batch reads it under the lock, so
+	// the first RunOnce after acquiring runs a batch instead of peeking.
+	r.held, r.renewedAt, r.pos = true, time.Time{}, Position{}
 	metricAcquired.WithLabelValues(r.c.Name).Inc()
 	r.log.Debug("outbox lease acquired", "fence", r.fence)
 	return nil
