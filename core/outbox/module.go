@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // Module is core/outbox in the deployable: GET /outbox/consumers (admin),
@@ -35,6 +38,13 @@ func Module(d app.Deps) (app.Module, error) {
 			e.GET("/outbox/consumers", consumersHandler(d.Pool), d.Auth.Require(httpx.RoleAdmin))
 		},
 	}
+	retention := app.EnvDuration("FENCELAB_OUTBOX_RETENTION", DefaultRetention)
+	if retention < time.Minute {
+		return app.Module{}, fmt.Errorf("outbox: FENCELAB_OUTBOX_RETENTION must be at least 1m, got %s", retention)
+	}
+	m.Tasks = append(m.Tasks, app.Task{Name: "purge", Run: func(ctx context.Context) error {
+		return PurgeEvery(ctx, d.Pool, retention, min(retention/24, 10*time.Minute), d.Log)
+	}})
 	if app.EnvBool("FENCELAB_OUTBOX_DEMO", false) {
 		t, err := Task(d, DemoConsumer())
 		if err != nil {
@@ -107,5 +117,58 @@ func DemoConsumer() Consumer {
 			_, err := tx.Exec(ctx, sqlDemoEffect, ids, keys, ns, l.Owner, l.Fence)
 			return err
 		},
+	}
+}
+
+// DefaultRetention is how long processed events are kept (for replays,
+// audits and late consumers) before the purge may delete them.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// PurgeBatch bounds one purge statement.
+const PurgeBatch = 1000
+
+// Purge deletes events older than retention that every consumer of their
+// topic has passed, and those consumers' inbox rows, in batches; it
+// returns how many events it deleted. A consumer that is registered but
+// not running holds its topics' events until it catches up (its lag is
+// visible), and a position rewound past a purged event cannot bring it
+// back.
+func Purge(ctx context.Context, db pg.Querier, retention time.Duration) (int64, error) {
+	cutoff := time.Now().Add(-retention)
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, sqlPurge, cutoff, PurgeBatch)
+		if err != nil {
+			return total, fmt.Errorf("outbox: purge: %w", pg.MapError(err))
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < PurgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// PurgeEvery runs Purge now and every interval until ctx ends. A ticker
+// for now; a claim-engine periodic job can call Purge instead.
+func PurgeEvery(ctx context.Context, db pg.Querier, retention, interval time.Duration, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if n, err := Purge(ctx, db, retention); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Warn("outbox purge failed", "err", err)
+		} else if n > 0 {
+			log.Info("outbox purge", "deleted", n, "retention", retention)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
 	}
 }

@@ -488,3 +488,41 @@ func TestOutboxRecomputeWatermarkCountsEachEventOnce(t *testing.T) {
 	require.EqualValues(t, perAppender*appenders, total)
 	invariant.Assert(t, b.pool, "outbox")
 }
+
+// Retention never deletes what a consumer still needs, and takes the inbox
+// rows with the events (OUTBOX-I1).
+func TestOutboxPurgeKeepsWhatConsumersStillNeed(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	fast := b.runner(t, b.consumer("fast"), "runner-1")
+	slow := b.consumer("slow")
+	require.NoError(t, outbox.Register(ctx, b.pool, slow))
+	b.appendCommitted(t, 5)
+	require.NoError(t, pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := outbox.Append(ctx, tx, "test.unsubscribed", "k", 1)
+		return err
+	}))
+	drainAll(t, fast, 5)
+	_, err := b.pool.Exec(ctx, `UPDATE outbox_event SET created_at = now() - interval '8 days'`)
+	require.NoError(t, err)
+	recent := b.appendCommitted(t, 1)
+	drainAll(t, fast, 1)
+
+	n, err := outbox.Purge(ctx, b.pool, outbox.DefaultRetention)
+	require.NoError(t, err)
+	require.Zero(t, n, "slow has not passed them yet")
+
+	drainAll(t, b.runner(t, slow, "runner-2"), 6)
+	n, err = outbox.Purge(ctx, b.pool, outbox.DefaultRetention)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n)
+
+	var events, inbox int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event`).Scan(&events))
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_inbox`).Scan(&inbox))
+	require.Equal(t, 2, events, "the recent event and the unsubscribed one remain")
+	require.Equal(t, 2, inbox, "one inbox row per consumer for the recent event")
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event WHERE id = $1`, recent[0]).Scan(&events))
+	require.Equal(t, 1, events)
+	invariant.Assert(t, b.pool, "outbox")
+}

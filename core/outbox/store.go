@@ -112,3 +112,27 @@ SELECT c.name, c.topics, c.position_tx, c.position_id, c.processed, c.owner, c.f
          WHERE (e.tx_id, e.id) > (c.position_tx, c.position_id)
            AND e.topic = ANY (c.topics)) lag
  ORDER BY c.name`
+
+// sqlPurge deletes up to $2 events created before $1 that every consumer
+// subscribed to their topic has passed, with those consumers' inbox rows,
+// in one statement (OUTBOX-I1 never sees an inbox row without its event).
+// An event no consumer subscribes to is kept: a consumer added later
+// starts from the beginning and may want it.
+const sqlPurge = `
+WITH victims AS (
+    SELECT e.id, e.topic
+      FROM outbox_event e
+     WHERE e.created_at < $1
+       AND EXISTS (SELECT 1 FROM outbox_consumer c WHERE e.topic = ANY (c.topics))
+       AND NOT EXISTS (SELECT 1 FROM outbox_consumer c
+                        WHERE e.topic = ANY (c.topics)
+                          AND (e.tx_id, e.id) > (c.position_tx, c.position_id))
+     ORDER BY e.tx_id, e.id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), inbox AS (
+    DELETE FROM outbox_inbox i
+     USING victims v, outbox_consumer c
+     WHERE v.topic = ANY (c.topics) AND i.consumer = c.name AND i.event_id = v.id
+)
+DELETE FROM outbox_event e USING victims v WHERE e.id = v.id`
