@@ -67,7 +67,7 @@ func setup(t *testing.T) *bundle {
 		Reason string `json:"reason"`
 	}
 	e := httpx.New(httpx.Options{})
-	e.POST("/demo/accounts/:owner/debits", func(c echo.Context) error {
+	debitHandler := func(c echo.Context) error {
 		owner := c.Param("owner")
 		if err := httpx.RequireOwner(c, owner); err != nil {
 			return err
@@ -97,7 +97,9 @@ func setup(t *testing.T) *bundle {
 			}
 			return http.StatusCreated, map[string]any{"effect_id": id, "balance": balance, "amount": req.Amount, "reason": req.Reason}, nil
 		})
-	}, auth.Require(httpx.RoleUser), keys.Require("demo.debit"))
+	}
+	e.POST("/demo/accounts/:owner/debits", debitHandler, auth.Require(httpx.RoleUser), keys.Require("demo.debit"))
+	e.POST("/demo/accounts/:owner/optional-debits", debitHandler, auth.Require(httpx.RoleUser), keys.Optional("demo.optional"))
 
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
@@ -561,3 +563,30 @@ func TestIdempotencyPurgeForgetsExpiredKeys(t *testing.T) {
 }
 
 
+
+// On an Optional route a request without a key simply runs (no record, no
+// dedupe); with a key it gets the full protocol.
+func TestIdempotencyOptionalKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	path := "/demo/accounts/user-0042/optional-debits"
+	for range 2 {
+		r, err := b.send(context.Background(), "user-0042", path, "", body30)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, r.status)
+		require.False(t, r.replayed())
+	}
+	first, err := b.send(context.Background(), "user-0042", path, "k-opt-1", body30)
+	require.NoError(t, err)
+	again, err := b.send(context.Background(), "user-0042", path, "k-opt-1", body30)
+	require.NoError(t, err)
+	require.True(t, again.replayed())
+	require.Equal(t, first.body, again.body)
+
+	var effects, records int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM demo_effect`).Scan(&effects))
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM idem_request`).Scan(&records))
+	require.Equal(t, 3, effects)
+	require.Equal(t, 1, records)
+	invariant.Assert(t, b.pool, "idem")
+}
