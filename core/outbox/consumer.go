@@ -22,7 +22,7 @@ import (
 // Defaults for Consumer.
 const (
 	DefaultBatchSize    = 256
-	DefaultPollInterval = 100 * time.Millisecond
+	DefaultPollInterval = 50 * time.Millisecond
 	DefaultLeaseTTL     = 10 * time.Second
 )
 
@@ -185,8 +185,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, ErrHeld):
-			// Someone else is the active runner; check back later.
-			err = nil
+			// Someone else is the active runner. Standing by costs one
+			// UPDATE that matches nothing per check; a tenth of the lease
+			// bounds the failover delay after an expiry.
+			if !sleep(ctx, max(r.c.PollInterval, r.c.LeaseTTL/10)) {
+				return nil
+			}
+			continue
 		case errors.Is(err, ErrLost):
 			r.log.Warn("outbox lease lost; will try to reacquire")
 			err = nil
