@@ -25,10 +25,10 @@
 // Guarantees:
 //
 //   - Order: events are delivered in (tx_id, id) order — by the appending
-//     transaction's xid8, then by append order within it. That is the order
-//     in which transactions took their first write; for two transactions
-//     writing one key under a row lock taken before their first write, it
-//     is their commit order. Otherwise carry a per-key version (REL-I3).
+//     transaction's xid8, then by append order within it. A transaction
+//     that commits before another makes its first write is delivered
+//     first; overlapping transactions may come in either order, so writers
+//     that overlap on a key carry a per-key version (REL-I3).
 //   - No gaps: a consumer reads only events whose transaction id is below
 //     pg_snapshot_xmin(pg_current_snapshot()), the oldest transaction still
 //     running. Every transaction below it has ended, so no event can appear
