@@ -111,7 +111,9 @@ var (
 )
 
 // Runner runs one consumer. Run it as an app.Task in as many processes as
-// you like; at most one holds the lease and applies events at a time.
+// you like; at most one holds the lease and applies events at a time. A
+// Runner itself is driven by one goroutine at a time (Run, or RunOnce /
+// CatchUp from a test).
 type Runner struct {
 	pool   *pgxpool.Pool
 	c      Consumer
@@ -194,7 +196,6 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		case errors.Is(err, ErrLost):
 			r.log.Warn("outbox lease lost; will try to reacquire")
-			err = nil
 		case err != nil:
 			r.log.Error("outbox batch failed; retrying", "err", err, "in", backoff)
 			if !sleep(ctx, backoff) {
