@@ -268,10 +268,10 @@ func inFlight() *httpx.Problem {
 
 func (k *Keys) lookup(ctx context.Context, r *request) (record, bool, error) {
 	var (
-		rec         record
-		status      *int
-		ct          *string
-		lockLeftMS  int64
+		rec        record
+		status     *int
+		ct         *string
+		lockLeftMS int64
 	)
 	err := k.pool.QueryRow(ctx, sqlLookup, r.scope, r.subject, r.key).Scan(
 		&rec.fingerprint, &rec.state, &lockLeftMS, &status, &ct, &rec.resp.body)

@@ -562,8 +562,6 @@ func TestIdempotencyPurgeForgetsExpiredKeys(t *testing.T) {
 	invariant.Assert(t, b.pool, "idem")
 }
 
-
-
 // On an Optional route a request without a key simply runs (no record, no
 // dedupe); with a key it gets the full protocol.
 func TestIdempotencyOptionalKey(t *testing.T) {
