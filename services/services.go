@@ -6,6 +6,8 @@ package services
 
 import (
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/idem"
+	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/workflow"
@@ -29,6 +31,8 @@ func All(d app.Deps) ([]app.Module, error) {
 
 // builders is the module table: one line per module.
 var builders = []func(app.Deps) (app.Module, error){
+	idem.Module,   // retention purge, idempotency metrics
+	outbox.Module, // GET /outbox/consumers, lag metrics, the demo consumer (FENCELAB_OUTBOX_DEMO=1)
 	report.New,
 	shortlink.New,
 	workflow.New,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
 	_ "github.com/fencelab/fencelab/services" // registers every module's invariants
@@ -116,6 +118,14 @@ func runCheck(args []string) error {
 		}
 	}
 	fmt.Printf("%d invariants checked, %d violated\n", len(results), failed)
+	if len(fs.Args()) == 0 || slices.Contains(fs.Args(), "outbox") {
+		// Consumer positions and lag (spec 10-core §4): not a pass/fail
+		// check, but where an operator looks next.
+		fmt.Println("\noutbox consumers:")
+		if err := outbox.WriteStatus(ctx, pool, os.Stdout); err != nil {
+			fmt.Printf("  unavailable: %v\n", err)
+		}
+	}
 	if failed > 0 {
 		return exitError{code: 1}
 	}

@@ -213,6 +213,7 @@ func demoCurls(base string) string {
 		`curl -si BASE/s/demo   # shortlink: 302 to the seeded demo link`,
 		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'`,
 		`curl -s BASE/jobs/1 -H "Authorization: Bearer $ADMIN"   # the chapter-14 workflow and its fenced history`,
+		`curl -s -H "Authorization: Bearer $ADMIN" BASE/outbox/consumers   # outbox positions and lag`,
 	}
 	return strings.ReplaceAll("  "+strings.Join(lines, "\n  ")+"\n", "BASE", base)
 }

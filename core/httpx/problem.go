@@ -169,39 +169,41 @@ func ErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			// The client went away; nobody reads the answer.
 			p = NewProblem(499, "client_closed_request", "client closed the request")
 		}
-		cp := *p
-		cp.Instance = c.Request().URL.Path
-		cp.RequestID = c.Response().Header().Get(echo.HeaderXRequestID)
-		if cp.Status >= 500 && cp.Status != http.StatusServiceUnavailable {
+		if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
 			log.Error("request failed", "err", err, "method", c.Request().Method,
-				"path", c.Request().URL.Path, "request_id", cp.RequestID)
+				"path", c.Request().URL.Path, "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 		}
-		if cp.RetryAfter > 0 {
-			c.Response().Header().Set("Retry-After", strconv.Itoa(cp.RetryAfter))
+		if p.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
 		}
-		if cp.Status == http.StatusUnauthorized {
+		if p.Status == http.StatusUnauthorized {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="fencelab"`)
 		}
-		body := map[string]any{
-			"type": cp.Type, "title": cp.Title, "status": cp.Status, "code": cp.Code,
-		}
-		if cp.Detail != "" {
-			body["detail"] = cp.Detail
-		}
-		if cp.Instance != "" {
-			body["instance"] = cp.Instance
-		}
-		if cp.RequestID != "" {
-			body["request_id"] = cp.RequestID
-		}
-		for k, v := range cp.Extra {
-			body[k] = v
-		}
 		if c.Request().Method == http.MethodHead {
-			_ = c.NoContent(cp.Status)
+			_ = c.NoContent(p.Status)
 			return
 		}
-		b, _ := json.Marshal(body)
-		_ = c.Blob(cp.Status, ProblemContentType, b)
+		_ = c.Blob(p.Status, ProblemContentType, ProblemDocument(c, p))
 	}
+}
+
+// ProblemDocument renders p as the problem+json body this request would
+// get, with its instance and request ID. core/idem stores these exact bytes
+// so that a replayed business rejection is byte-identical.
+func ProblemDocument(c echo.Context, p *Problem) []byte {
+	body := map[string]any{
+		"type": p.Type, "title": p.Title, "status": p.Status, "code": p.Code,
+	}
+	if p.Detail != "" {
+		body["detail"] = p.Detail
+	}
+	body["instance"] = c.Request().URL.Path
+	if id := c.Response().Header().Get(echo.HeaderXRequestID); id != "" {
+		body["request_id"] = id
+	}
+	for k, v := range p.Extra {
+		body[k] = v
+	}
+	b, _ := json.Marshal(body)
+	return b
 }

@@ -1,0 +1,431 @@
+// Package idem implements the IETF "Idempotency-Key" semantics the way
+// Stripe practises them, on PostgreSQL (spec 10-core §3).
+//
+// A route opts in in its route table, and its handler wraps the effect:
+//
+//	e.POST("/points/accounts/:id/debits", h.debit, auth.Require(httpx.RoleUser), keys.Require("points.debit"))
+//
+//	func (h *handlers) debit(c echo.Context) error {
+//		var req debitRequest
+//		if err := httpx.Bind(c, &req); err != nil {
+//			return err // validation failures are not recorded: the client may fix the body and reuse the key
+//		}
+//		return idem.Handle(c, func(ctx context.Context, tx pgx.Tx) (int, any, error) {
+//			txn, err := h.svc.Debit(ctx, tx, httpx.PrincipalOf(c).Subject, req)
+//			if err != nil {
+//				return 0, nil, err // a 4xx sentinel (insufficient_balance) is recorded and replayed
+//			}
+//			return http.StatusCreated, txn, nil
+//		})
+//	}
+//
+// The protocol, per (scope, subject, key):
+//
+//  1. The middleware validates the key (missing → 400
+//     idempotency_key_missing; malformed → 400 idempotency_key_invalid),
+//     reads the body and fingerprints it: SHA-256 over method, concrete
+//     path and canonical JSON body.
+//  2. Handle claims the record in its own short transaction, committed
+//     before any effect, so a concurrent duplicate sees it: the first
+//     request inserts it in flight with a lock expiry and a fence; a retry
+//     after the lock expired takes it over with a new fence.
+//  3. The effect runs in a second transaction, which also stores the
+//     final status and body — conditional on the fence. A request that was
+//     taken over while it stalled finds its fence gone and its whole
+//     transaction, effect included, rolls back (IDEM-I1).
+//  4. Anyone else gets: the stored response byte for byte with
+//     Idempotent-Replayed: true (same fingerprint, finished); 422
+//     idempotency_key_reused (other fingerprint); 409
+//     idempotency_key_in_flight with Retry-After (still running).
+//
+// A business rejection (fn returns an error that maps to a 4xx, such as
+// 409 insufficient_balance) is recorded and replayed like a success, with
+// the effect transaction rolled back. An unexpected error (5xx, a dropped
+// connection) rolls back and releases the key, so the client may retry.
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/faults"
+	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// DefaultLockTTL is how long an in-flight record blocks its key before a
+// retry may take it over. It must exceed the slowest legitimate request:
+// a request still running after it may be fenced out and rolled back.
+const DefaultLockTTL = 15 * time.Second
+
+// Fault points (armed by tests; no-ops otherwise). The key is the
+// idempotency key.
+const (
+	// PointBeforeEffect: the record is claimed and committed; the effect
+	// transaction has not begun.
+	PointBeforeEffect = "idem.before_effect"
+	// PointBeforeFinish (= faults.BeforeCommit): the effect ran inside its
+	// transaction; the response is about to be stored under the fence.
+	PointBeforeFinish = faults.BeforeCommit
+)
+
+// Config configures Keys.
+type Config struct {
+	LockTTL time.Duration // default DefaultLockTTL
+	Faults  *faults.Set   // nil in production
+}
+
+// Keys is the idempotency-key store a module's routes use.
+type Keys struct {
+	pool    *pgxpool.Pool
+	lockTTL time.Duration
+	faults  *faults.Set
+}
+
+// New returns the store over pool.
+func New(pool *pgxpool.Pool, c Config) *Keys {
+	if c.LockTTL <= 0 {
+		c.LockTTL = DefaultLockTTL
+	}
+	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults}
+}
+
+// Func is an idempotent effect. It runs inside the transaction that also
+// stores its response, and returns the status and body to send (a
+// *httpx.Problem body is sent as problem+json). Returning an error whose
+// problem is a 4xx records and replays that rejection; any other error
+// rolls back and releases the key.
+type Func func(ctx context.Context, tx pgx.Tx) (status int, body any, err error)
+
+var scopeRE = regexp.MustCompile(`^[a-z][a-z0-9_.:-]{0,63}$`)
+
+// Require is the route middleware for an endpoint whose effect must not
+// happen twice: a request without Idempotency-Key is a 400. Mount it after
+// the auth middleware: keys are scoped per verified subject.
+func (k *Keys) Require(scope string) echo.MiddlewareFunc { return k.middleware(scope, true) }
+
+// Optional is Require for endpoints where the key is recommended but not
+// required: without one, Handle runs the effect in a plain transaction.
+func (k *Keys) Optional(scope string) echo.MiddlewareFunc { return k.middleware(scope, false) }
+
+const ctxKey = "fencelab.idem"
+
+// request is what the middleware hands to Handle.
+type request struct {
+	keys        *Keys
+	scope       string
+	subject     string
+	key         string // "" on an Optional route called without a key
+	fingerprint []byte
+}
+
+func (k *Keys) middleware(scope string, required bool) echo.MiddlewareFunc {
+	if !scopeRE.MatchString(scope) {
+		panic(fmt.Sprintf("idem: invalid scope %q", scope)) // a wiring mistake, seen at start-up
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := &request{keys: k, scope: scope}
+			c.Set(ctxKey, r)
+			raw := c.Request().Header.Get(Header)
+			if raw == "" {
+				if required {
+					return httpx.BadRequest("idempotency_key_missing", "this endpoint requires an %s header", Header)
+				}
+				return next(c)
+			}
+			key, p := parseKey(raw)
+			if p != nil {
+				return p
+			}
+			// Keys are per subject: two users may pick the same key, and
+			// one user cannot replay (or block) another's response.
+			r.subject = httpx.PrincipalOf(c).Subject
+			if r.subject == "" {
+				return errors.New("idem: route has no verified principal; mount auth before idem")
+			}
+			body, err := readBody(c)
+			if err != nil {
+				return err
+			}
+			r.key = key
+			r.fingerprint = fingerprint(c.Request().Method, c.Request().URL, body)
+			return next(c)
+		}
+	}
+}
+
+// Handle runs fn at most once per idempotency key and answers the request:
+// with fn's response the first time, and with the recorded one afterwards.
+func Handle(c echo.Context, fn Func) error {
+	r, ok := c.Get(ctxKey).(*request)
+	if !ok {
+		return errors.New("idem: Handle on a route without the idem middleware")
+	}
+	if r.key == "" {
+		return r.keys.plain(c, fn)
+	}
+	return r.keys.handle(c, r, fn)
+}
+
+// errFenceLost: the record was taken over (or released) while this
+// request ran; it must not finish.
+var errFenceLost = errors.New("idem: fence lost")
+
+func (k *Keys) handle(c echo.Context, r *request, fn Func) error {
+	ctx := c.Request().Context()
+	// At most a few rounds: each one either claims the record or finds it
+	// in a state that answers the request. A record can vanish between the
+	// failed claim and the read (released or purged), hence the loop.
+	for range 3 {
+		fence, claimed, err := k.claim(ctx, r)
+		if err != nil {
+			return err
+		}
+		if claimed {
+			return k.execute(c, r, fence, fn)
+		}
+		done, err := k.answerExisting(c, r)
+		if done || err != nil {
+			return err
+		}
+	}
+	count(r.scope, "in_flight")
+	return inFlight()
+}
+
+// claim inserts or takes over the record in its own transaction.
+func (k *Keys) claim(ctx context.Context, r *request) (fence int64, claimed bool, err error) {
+	err = pg.InTx(ctx, k.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlAsyncCommit); err != nil {
+			return err
+		}
+		var takeovers int
+		err := tx.QueryRow(ctx, sqlBegin, r.scope, r.subject, r.key, r.fingerprint, k.lockTTL.Milliseconds()).Scan(&fence, &takeovers)
+		switch {
+		case errors.Is(pg.MapError(err), pg.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		}
+		claimed = true
+		if takeovers > 0 {
+			count(r.scope, "takeover")
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("idem: claim %s: %w", r.scope, err)
+	}
+	return fence, claimed, nil
+}
+
+// record is a stored idempotency record as lookup reads it.
+type record struct {
+	fingerprint []byte
+	state       string
+	lockLeft    time.Duration
+	resp        response
+}
+
+// answerExisting answers from a record the claim could not take. done is
+// false when there is nothing to answer from (the record vanished, or its
+// lock expired meanwhile) and the caller should claim again.
+func (k *Keys) answerExisting(c echo.Context, r *request) (done bool, err error) {
+	rec, found, err := k.lookup(c.Request().Context(), r)
+	if err != nil || !found {
+		return false, err
+	}
+	switch {
+	case string(rec.fingerprint) != string(r.fingerprint):
+		count(r.scope, "reused")
+		return true, httpx.Invalid("idempotency_key_reused",
+			"this %s was already used with a different request (method, path or body)", Header)
+	case rec.state == "done":
+		count(r.scope, "replayed")
+		return true, write(c, rec.resp, true)
+	case rec.lockLeft > 0:
+		count(r.scope, "in_flight")
+		return true, inFlight()
+	}
+	return false, nil // in flight with an expired lock: take it over
+}
+
+func inFlight() *httpx.Problem {
+	p := httpx.Conflict("idempotency_key_in_flight",
+		"a request with this %s is still being processed; retry later", Header)
+	p.RetryAfter = 1
+	return p
+}
+
+func (k *Keys) lookup(ctx context.Context, r *request) (record, bool, error) {
+	var (
+		rec        record
+		status     *int
+		ct         *string
+		lockLeftMS int64
+	)
+	err := k.pool.QueryRow(ctx, sqlLookup, r.scope, r.subject, r.key).Scan(
+		&rec.fingerprint, &rec.state, &lockLeftMS, &status, &ct, &rec.resp.body)
+	if errors.Is(pg.MapError(err), pg.ErrNotFound) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, fmt.Errorf("idem: lookup %s: %w", r.scope, err)
+	}
+	rec.lockLeft = time.Duration(lockLeftMS) * time.Millisecond
+	if status != nil {
+		rec.resp.status = *status
+	}
+	if ct != nil {
+		rec.resp.contentType = *ct
+	}
+	return rec, true, nil
+}
+
+// execute runs the effect under the fence it claimed.
+func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
+	ctx := c.Request().Context()
+	if err := k.faults.Hit(ctx, PointBeforeEffect, r.key); err != nil {
+		k.release(ctx, r, fence)
+		return err
+	}
+	var resp response
+	err := pg.InTx(ctx, k.pool, func(tx pgx.Tx) error {
+		status, body, err := fn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if resp, err = render(c, status, body); err != nil {
+			return err
+		}
+		if err := k.faults.Hit(ctx, PointBeforeFinish, r.key); err != nil {
+			return err
+		}
+		return finish(ctx, tx, r, fence, resp)
+	})
+	if p := rejection(ctx, err); p != nil {
+		// A business answer: the effect rolled back with its transaction;
+		// record the answer (still under the fence) so a retry gets it too.
+		resp = response{status: p.Status, contentType: httpx.ProblemContentType, body: httpx.ProblemDocument(c, p)}
+		err = pg.InTx(ctx, k.pool, func(tx pgx.Tx) error { return finish(ctx, tx, r, fence, resp) })
+	}
+	switch {
+	case err == nil:
+		count(r.scope, "first")
+		return write(c, resp, false)
+	case errors.Is(err, errFenceLost):
+		// Taken over while we ran: our effect rolled back. The client gets
+		// whatever the record says now (typically the new owner's answer).
+		count(r.scope, "fence_refused")
+		if done, aerr := k.answerExisting(c, r); done || aerr != nil {
+			return aerr
+		}
+		return inFlight()
+	default:
+		count(r.scope, "released")
+		k.release(ctx, r, fence)
+		return err
+	}
+}
+
+// rejection returns the problem of a business rejection: an error from fn
+// that maps to a 4xx. Context ends, 5xx and unmapped errors are not
+// rejections: they release the key instead.
+func rejection(ctx context.Context, err error) *httpx.Problem {
+	if err == nil || errors.Is(err, errFenceLost) || ctx.Err() != nil ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	p := httpx.ToProblem(err)
+	if p.Status < 400 || p.Status >= 500 {
+		return nil
+	}
+	return p
+}
+
+func finish(ctx context.Context, tx pgx.Tx, r *request, fence int64, resp response) error {
+	tag, err := tx.Exec(ctx, sqlFinish, r.scope, r.subject, r.key, fence, resp.status, resp.contentType, resp.body)
+	if err != nil {
+		return fmt.Errorf("idem: finish %s: %w", r.scope, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errFenceLost
+	}
+	return nil
+}
+
+// release forgets the record after an unexpected error. It runs even when
+// the request's context has ended (the client hung up mid-effect).
+func (k *Keys) release(ctx context.Context, r *request, fence int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	// Best effort: if it fails, the lock expires and a retry takes over.
+	_, _ = k.pool.Exec(ctx, sqlRelease, r.scope, r.subject, r.key, fence)
+}
+
+// plain runs fn without a key (Optional routes).
+func (k *Keys) plain(c echo.Context, fn Func) error {
+	var resp response
+	err := pg.InTx(c.Request().Context(), k.pool, func(tx pgx.Tx) error {
+		status, body, err := fn(c.Request().Context(), tx)
+		if err != nil {
+			return err
+		}
+		resp, err = render(c, status, body)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return write(c, resp, false)
+}
+
+// response is what is sent and stored: exactly these bytes, both times.
+type response struct {
+	status      int
+	contentType string
+	body        []byte
+}
+
+func render(c echo.Context, status int, body any) (response, error) {
+	if p, ok := body.(*httpx.Problem); ok {
+		if status == 0 {
+			status = p.Status
+		}
+		return response{status: status, contentType: httpx.ProblemContentType, body: httpx.ProblemDocument(c, p)}, nil
+	}
+	if status < 200 || status > 499 {
+		return response{}, fmt.Errorf("idem: handler returned status %d; return an error for failures", status)
+	}
+	switch b := body.(type) {
+	case nil:
+		return response{status: status, body: []byte{}}, nil
+	case []byte:
+		return response{status: status, contentType: echo.MIMEApplicationJSON, body: b}, nil
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			return response{}, fmt.Errorf("idem: encode response: %w", err)
+		}
+		return response{status: status, contentType: echo.MIMEApplicationJSON, body: buf}, nil
+	}
+}
+
+func write(c echo.Context, resp response, replayed bool) error {
+	if replayed {
+		c.Response().Header().Set(ReplayedHeader, "true")
+	}
+	if len(resp.body) == 0 && resp.contentType == "" {
+		return c.NoContent(resp.status)
+	}
+	return c.Blob(resp.status, resp.contentType, resp.body)
+}

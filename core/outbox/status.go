@@ -1,0 +1,167 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// Runner-side metrics, per consumer, counted by the process that runs it.
+var (
+	metricApplied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencelab_outbox_applied_total",
+		Help: "Events applied by this process's runners (redeliveries excluded).",
+	}, []string{"consumer"})
+	metricRedelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencelab_outbox_redelivered_total",
+		Help: "Events read again and skipped because the inbox already had them.",
+	}, []string{"consumer"})
+	metricAcquired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencelab_outbox_lease_acquired_total",
+		Help: "Consumer leases acquired by this process.",
+	}, []string{"consumer"})
+	metricLost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencelab_outbox_lease_lost_total",
+		Help: "Batches refused because the lease had expired or been taken over.",
+	}, []string{"consumer"})
+	metricBatch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fencelab_outbox_batch_seconds",
+		Help:    "Duration of committed consumer batches.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"consumer"})
+)
+
+// ConsumerStatus is one consumer as GET /outbox/consumers and the lag
+// metrics show it.
+type ConsumerStatus struct {
+	Name       string     `json:"name"`
+	Topics     []string   `json:"topics"`
+	Position   Position   `json:"-"`
+	PositionTx string     `json:"position_tx"` // xid8 as text: it may exceed 2^53
+	PositionID int64      `json:"position_id"`
+	Processed  int64      `json:"processed"`
+	Owner      *string    `json:"owner"`
+	Fence      int64      `json:"fence"`
+	LeaseUntil *time.Time `json:"lease_until"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	// LagEvents counts the events on the consumer's topics after its
+	// position, including those whose transactions are still open.
+	LagEvents int64 `json:"lag_events"`
+	// LagSeconds is the age of the oldest of them (0 when caught up).
+	LagSeconds float64 `json:"lag_seconds"`
+}
+
+// Statuses reads every consumer and its lag.
+func Statuses(ctx context.Context, db pg.Querier) ([]ConsumerStatus, error) {
+	rows, err := db.Query(ctx, sqlStatus)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: status: %w", err)
+	}
+	defer rows.Close()
+	var out []ConsumerStatus
+	now := time.Now()
+	for rows.Next() {
+		var (
+			s      ConsumerStatus
+			oldest *time.Time
+		)
+		if err := rows.Scan(&s.Name, &s.Topics, &s.Position.TxID, &s.Position.ID, &s.Processed, &s.Owner,
+			&s.Fence, &s.LeaseUntil, &s.UpdatedAt, &s.LagEvents, &oldest); err != nil {
+			return nil, fmt.Errorf("outbox: status: %w", err)
+		}
+		s.PositionTx, s.PositionID = fmt.Sprint(s.Position.TxID), s.Position.ID
+		if oldest != nil {
+			s.LagSeconds = max(now.Sub(*oldest).Seconds(), 0)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// WriteStatus prints the consumers as a table (for `fencelab check`).
+func WriteStatus(ctx context.Context, db pg.Querier, w io.Writer) error {
+	ss, err := Statuses(ctx, db)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tTOPICS\tPOSITION\tPROCESSED\tLAG EVENTS\tLAG\tOWNER\tFENCE")
+	for _, s := range ss {
+		owner := "-"
+		if s.Owner != nil {
+			owner = *s.Owner
+		}
+		fmt.Fprintf(tw, "%s\t%s\t(%s,%d)\t%d\t%d\t%.1fs\t%s\t%d\n", s.Name, strings.Join(s.Topics, ","),
+			s.PositionTx, s.PositionID, s.Processed, s.LagEvents, s.LagSeconds, owner, s.Fence)
+	}
+	return tw.Flush()
+}
+
+func consumersHandler(pool *pgxpool.Pool) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ss, err := Statuses(c.Request().Context(), pool)
+		if err != nil {
+			return err
+		}
+		if ss == nil {
+			ss = []ConsumerStatus{}
+		}
+		return c.JSON(http.StatusOK, map[string]any{"consumers": ss})
+	}
+}
+
+// lagCollector reads every consumer's lag from the database on scrape, so
+// any process's /metrics shows every consumer, running or not.
+type lagCollector struct {
+	pool                             *pgxpool.Pool
+	lagEvents, lagSeconds, processed *prometheus.Desc
+	fence                            *prometheus.Desc
+	up                               *prometheus.Desc
+}
+
+func newLagCollector(pool *pgxpool.Pool) *lagCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("fencelab_outbox_"+name, help, []string{"consumer"}, nil)
+	}
+	return &lagCollector{
+		pool:       pool,
+		lagEvents:  d("lag_events", "Events on the consumer's topics after its position."),
+		lagSeconds: d("lag_seconds", "Age of the oldest event after the consumer's position (0 when caught up)."),
+		processed:  d("consumer_processed", "Events the consumer has applied, as its row counts them."),
+		fence:      d("consumer_fence", "The consumer lease's current fence."),
+		up:         prometheus.NewDesc("fencelab_outbox_status_up", "1 if the outbox status query succeeded.", nil, nil),
+	}
+}
+
+func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{l.lagEvents, l.lagSeconds, l.processed, l.fence, l.up} {
+		ch <- d
+	}
+}
+
+func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ss, err := Statuses(ctx, l.pool)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 1)
+	for _, s := range ss {
+		ch <- prometheus.MustNewConstMetric(l.lagEvents, prometheus.GaugeValue, float64(s.LagEvents), s.Name)
+		ch <- prometheus.MustNewConstMetric(l.lagSeconds, prometheus.GaugeValue, s.LagSeconds, s.Name)
+		ch <- prometheus.MustNewConstMetric(l.processed, prometheus.CounterValue, float64(s.Processed), s.Name)
+		ch <- prometheus.MustNewConstMetric(l.fence, prometheus.GaugeValue, float64(s.Fence), s.Name)
+	}
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS idem_request;
+DROP SEQUENCE IF EXISTS idem_fence;
