@@ -19,4 +19,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) call(channel, op, outcome string) { m.calls.WithLabelValues(channel, op, outcome).Inc() }
+func (m *metrics) call(channel, op, outcome string) {
+	m.calls.WithLabelValues(channel, op, outcome).Inc()
+}
