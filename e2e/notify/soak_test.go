@@ -35,7 +35,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}, e2etest.Options{MaxConns: 16})
 	ctx := context.Background()
-	const users, events, dupEvery, submitters = 100, 2500, 10, 16
+	const users, events, dupEvery, submitters = 100, 2000, 10, 16
 
 	channelSets := []map[string]bool{
 		all,
