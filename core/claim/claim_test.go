@@ -226,3 +226,73 @@ func TestPeriodicKindRunsOncePerSlotAcrossPools(t *testing.T) {
 	require.Equal(t, 1, n)
 	invariant.Assert(t, pool, "claim")
 }
+
+// A job the resolver could not settle waits in needs_review until a person
+// decides: succeeded, run again, or failed. Each decision is one conditional
+// transition committed with the caller's transaction; a second decision on
+// the same job finds it no longer in review.
+func TestDecisionsSettleJobsInReview(t *testing.T) {
+	t.Parallel()
+	blind := claim.Kind{Name: "t.blind", SideEffects: true, Handle: func(context.Context, *claim.Job) error {
+		return claim.Unknown(errors.New("no response"))
+	}}
+	b := setup(t, blind)
+	ctx := context.Background()
+	toReview := func(key string) int64 {
+		t.Helper()
+		id, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.blind", BusinessKey: key, MaxAttempts: 1})
+		require.NoError(t, err)
+		jobs, err := b.c.Claim(ctx, claim.ClaimParams{})
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+		require.NoError(t, b.c.Execute(ctx, jobs[0]))
+		_, err = b.pool.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, id)
+		require.NoError(t, err)
+		res, err := b.c.ResolveUnknown(ctx, 10, 1)
+		require.NoError(t, err)
+		require.Equal(t, []claim.Resolved{{ID: id, Kind: "t.blind", State: claim.StateNeedsReview}}, res)
+		return id
+	}
+	decide := func(id int64, d claim.Decision) (*claim.Job, error) {
+		var j *claim.Job
+		err := pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			j, err = b.c.DecideTx(ctx, tx, id, d, "admin-0001", "checked the channel's console", map[string]string{"by": "admin-0001"})
+			return err
+		})
+		return j, err
+	}
+
+	delivered, retried, failed := toReview("n-1"), toReview("n-2"), toReview("n-3")
+	j, err := decide(delivered, claim.DecideSucceeded)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateSucceeded, j.State)
+	require.JSONEq(t, `{"by":"admin-0001"}`, string(j.Result))
+	_, err = decide(delivered, claim.DecideRetry)
+	require.ErrorIs(t, err, claim.ErrNotInReview, "decided once")
+
+	j, err = decide(retried, claim.DecideRetry)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateReady, j.State)
+	require.Equal(t, 2, j.MaxAttempts, "one more attempt granted beyond the spent budget")
+	again, err := b.c.Claim(ctx, claim.ClaimParams{})
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, retried, again[0].ID)
+	require.Equal(t, int64(3), again[0].Fence, "the next claim raises the fence")
+
+	j, err = decide(failed, claim.DecideFailed)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateFailed, j.State)
+	require.Equal(t, "checked the channel's console", j.LastError)
+
+	require.Equal(t, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2", "resolved_found:2"}, events(t, b.pool, delivered))
+	require.Equal(t, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2", "resolved_absent:2", "claimed:3"}, events(t, b.pool, retried))
+	require.Equal(t, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2", "failed:2"}, events(t, b.pool, failed))
+	var owner string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT owner FROM job_event WHERE job_id = $1 AND event = 'resolved_found'`, delivered).Scan(&owner))
+	require.Equal(t, "review:admin-0001", owner)
+	_, err = decide(retried, claim.Decision("maybe"))
+	require.ErrorIs(t, err, claim.ErrInvalid)
+	invariant.Assert(t, b.pool, "claim")
+}

@@ -11,6 +11,7 @@ import (
 
 func init() {
 	httpx.MapError(ErrNotFound, http.StatusNotFound, "job_not_found")
+	httpx.MapError(ErrNotInReview, http.StatusConflict, "not_in_review")
 }
 
 // MaxEventsShown bounds the history GET /jobs/{id} returns.

@@ -316,3 +316,33 @@ SELECT kind, extract(epoch FROM now() - min(due_at))::float8
 FROM job
 WHERE state = 'ready' AND due_at <= now()
 GROUP BY kind`
+
+// sqlDecide applies a person's verdict to a job in needs_review (see
+// Client.DecideTx). The state re-check is the whole guard: needs_review is
+// terminal for every automatic actor (no fenced write matches it), so the
+// fence is not raised — the next claim raises it for a retry — and of two
+// people deciding at once, one matches and the other finds nothing.
+// The event reuses the resolver's names, the deciding person in owner:
+// succeeded → resolved_found, retry → resolved_absent, failed → failed.
+// A retry is granted at least one more attempt and wakes idle workers.
+const sqlDecide = `
+WITH upd AS (
+    UPDATE job
+    SET state        = CASE $2::text WHEN 'succeeded' THEN 'succeeded' WHEN 'retry' THEN 'ready' ELSE 'failed' END,
+        result       = CASE WHEN $2::text = 'succeeded' THEN coalesce($4::jsonb, result) ELSE result END,
+        last_error   = CASE WHEN $2::text = 'succeeded' THEN last_error ELSE $3 END,
+        owner        = CASE WHEN $2::text = 'retry' THEN NULL ELSE owner END,
+        due_at       = CASE WHEN $2::text = 'retry' THEN now() ELSE due_at END,
+        max_attempts = CASE WHEN $2::text = 'retry' THEN greatest(max_attempts, attempts + 1) ELSE max_attempts END,
+        lease_until  = NULL, updated_at = now()
+    WHERE id = $1 AND state = 'needs_review'
+    RETURNING ` + jobColumns + `
+),
+ev AS (
+    INSERT INTO job_event (job_id, event, fence, owner, state, detail)
+    SELECT id, CASE $2::text WHEN 'succeeded' THEN 'resolved_found' WHEN 'retry' THEN 'resolved_absent' ELSE 'failed' END,
+           fence, $5, state, $3
+    FROM upd
+)
+SELECT upd.* FROM upd
+LEFT JOIN LATERAL (SELECT pg_notify('` + NotifyChannel + `', upd.kind) WHERE $2::text = 'retry') AS wake ON true`

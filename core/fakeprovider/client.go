@@ -147,6 +147,14 @@ func (c *Client) do(ctx context.Context, method, path, key string, body []byte, 
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+		// One method, one request: net/http resends a request it deems
+		// replayable (a body it can rewind, and an Idempotency-Key header
+		// counts as idempotent) when a reused connection breaks before the
+		// answer — which hides exactly the "no answer" the caller must see
+		// and record, and makes a call nobody logged. Without GetBody it
+		// cannot. (A bodiless GET stays replayable: a repeated lookup has no
+		// effect.)
+		req.GetBody = nil
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)

@@ -215,3 +215,19 @@ func TestVerifyRefusesForgedAndReplayedCallbacks(t *testing.T) {
 	require.ErrorIs(t, fakeprovider.Verify(secret, "garbage", body, now, time.Minute), fakeprovider.ErrBadSignature)
 	require.True(t, errors.Is(fakeprovider.Verify(secret, "t=1,v1=00", body, now, time.Minute), fakeprovider.ErrBadSignature))
 }
+
+// A dropped response on a kept-alive connection is reported to the caller
+// as an unknown outcome, never silently resent by net/http (which deems a
+// POST with an Idempotency-Key replayable): one Create, one request.
+func TestDroppedResponseIsNotResentOnAReusedConnection(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, fakeprovider.Capabilities{Name: "email", IdempotencyKeys: true})
+	ctx := context.Background()
+	_, err := c.Create(ctx, fakeprovider.CreateRequest{Key: "k0", Reference: "msg-0"}) // opens the connection
+	require.NoError(t, err)
+	s.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: 1, DropResponse: true})
+	_, err = c.Create(ctx, fakeprovider.CreateRequest{Key: "k1", Reference: "msg-1"})
+	require.ErrorIs(t, err, fakeprovider.ErrUnknownOutcome)
+	require.Equal(t, 2, s.Requests(fakeprovider.OpCreate), "the client did not resend behind the caller's back")
+	require.Len(t, s.EffectsFor("k1"), 1, "the effect happened; only its answer was lost")
+}

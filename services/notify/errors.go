@@ -1,0 +1,30 @@
+package notify
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/fencelab/fencelab/core/httpx"
+)
+
+var (
+	// ErrUnknownUser: no preferences are stored for the user, so the
+	// service does not know them.
+	ErrUnknownUser = errors.New("notify: unknown user")
+	// ErrNotificationNotFound / ErrTaskNotFound: no such id.
+	ErrNotificationNotFound = errors.New("notify: no such notification")
+	ErrTaskNotFound         = errors.New("notify: no such task")
+	// ErrNotYours: a user asked for another user's notification or preferences.
+	ErrNotYours = errors.New("notify: not yours")
+	// ErrNotInReview: the task is not waiting for a person (someone decided
+	// first, or it never needed one).
+	ErrNotInReview = errors.New("notify: task is not in review")
+)
+
+func init() {
+	httpx.MapError(ErrUnknownUser, http.StatusNotFound, "unknown_user")
+	httpx.MapError(ErrNotificationNotFound, http.StatusNotFound, "notification_not_found")
+	httpx.MapError(ErrTaskNotFound, http.StatusNotFound, "task_not_found")
+	httpx.MapError(ErrNotYours, http.StatusForbidden, "forbidden")
+	httpx.MapError(ErrNotInReview, http.StatusConflict, "not_in_review")
+}

@@ -1,0 +1,63 @@
+// Package notify is the notification service (spec 50, "Notifications";
+// the book's notification chapter). The hardest outcome of calling an
+// external channel is no outcome: the request left and no answer came
+// back. The database makes "one logical notification per event" a hard
+// constraint (NTF-I1) and gives each channel's delivery one task with one
+// token at a time (NTF-I2, on core/claim); whether the user receives it
+// once depends on the channel's contract (NTF-I4), so every call is
+// recorded, unknown included, and never rewritten (NTF-I3), and "unknown"
+// is a durable state with a way out: resend with the same key, ask the
+// channel, or a person's decision. A preference turned off before the
+// claim cancels the task inside the claim transaction (NTF-I5).
+package notify
+
+import (
+	"log/slog"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/idem"
+)
+
+// New builds the module from the shared dependencies.
+func New(d app.Deps) (app.Module, error) {
+	cfg, err := LoadConfig(d.Config)
+	if err != nil {
+		return app.Module{}, err
+	}
+	s, err := NewService(d, cfg)
+	if err != nil {
+		return app.Module{}, err
+	}
+	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
+	h := &handlers{svc: s}
+	return app.Module{
+		Name:   "notify",
+		Routes: func(e *echo.Echo) { routes(e, h, d.Auth, keys) },
+		Kinds:  s.kinds(),
+		Seed:   s.seed,
+	}, nil
+}
+
+// NewService builds the service alone.
+func NewService(d app.Deps, cfg Config) (*Service, error) {
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	var reg prometheus.Registerer
+	if d.Metrics != nil {
+		reg = d.Metrics
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	senders := make(map[string]Sender, len(Channels))
+	for _, ch := range Channels {
+		senders[ch.Name] = newSender(ch, cfg.URLs[ch.Name], cfg, log)
+	}
+	return &Service{pool: d.Pool, jobs: d.Jobs, log: log, faults: d.Faults, cfg: cfg, senders: senders, m: m}, nil
+}
