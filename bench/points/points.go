@@ -70,7 +70,7 @@ func Run(args []string) error {
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "length of the measured spread phase")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the spread phase")
 	fs.DurationVar(&c.hotDuration, "hot-duration", 10*time.Second, "length of the one-hot-account phase (0: skip)")
-	fs.Int64Var(&c.hotBalance, "hot-balance", 30000, "the hot account's opening balance (debits of 3, grants of 10: it runs dry under load)")
+	fs.Int64Var(&c.hotBalance, "hot-balance", 3000, "the hot account's opening balance (debits of 3, grants of 10: it runs dry under load)")
 	fs.IntVar(&c.dbConns, "db-conns", app.Defaults().MaxConns, "the server's database pool (FENCELAB_DB_MAX_CONNS)")
 	fs.IntVar(&c.shards, "shards", points.DefaultSystemShards, "system-account shards (FENCELAB_POINTS_SYSTEM_SHARDS; 1 = one hot row)")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock; printed)")
