@@ -68,6 +68,7 @@ func TestPTS01ConcurrentDebitsNeverOverdraw(t *testing.T) {
 		`SELECT count(*) FROM points_ledger_txn WHERE kind = 'debit' AND client_id = 'user-0042'`).Scan(&debits))
 	require.Equal(t, 33, debits)
 	require.EqualValues(t, 33*30, l.account(t, points.RedemptionAccount).Balance)
+	l.requireOneEventPerTxn(t)
 	invariant.Assert(t, l.Pool, "points", "idem")
 }
 
@@ -131,19 +132,21 @@ func TestPTS03SameKeyOtherAmountIsRefusedAndWritesNothing(t *testing.T) {
 
 	r := l.debit(t, tok, "acct-0042", key, 30)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	before := l.ledger(t)
 
+	before := l.ledger(t)
 	r = l.debit(t, tok, "acct-0042", key, 40)
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Equal(t, "idempotency_key_reused", r.Code())
-	// Another account with the same key is another request too.
+	require.Equal(t, before, l.ledger(t), "nothing written")
+
+	// The same key on another account is another request too.
 	l.openAccount(t, "acct-0043", "user-0042", 1000)
 	before = l.ledger(t)
 	r = l.debit(t, tok, "acct-0043", key, 30)
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Equal(t, "idempotency_key_reused", r.Code())
-
 	require.Equal(t, before, l.ledger(t), "nothing written")
+
 	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
 	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
 	invariant.Assert(t, l.Pool, "points", "idem")
@@ -183,12 +186,12 @@ func TestPTS04SameKeyConcurrentlyMakesOneTransaction(t *testing.T) {
 		const n = 20
 		results := make([]e2etest.Response, n)
 		var wg sync.WaitGroup
-		go_ := make(chan struct{})
+		fire := make(chan struct{})
 		for i := range n {
 			wg.Add(1)
-			go func() { defer wg.Done(); <-go_; results[i] = l.debit(t, tok, "acct-0042", key, 30) }()
+			go func() { defer wg.Done(); <-fire; results[i] = l.debit(t, tok, "acct-0042", key, 30) }()
 		}
-		close(go_)
+		close(fire)
 		wg.Wait()
 		firsts, replays, inFlight := 0, 0, 0
 		var body []byte
@@ -406,5 +409,6 @@ func TestPTS06InterleavedGrantsAndDebitsKeepTheBooksBalanced(t *testing.T) {
 	require.Equal(t, -(accounts*opening + granted), issuance.Balance)
 	require.Equal(t, debited, redemption.Balance)
 	require.Zero(t, users+issuance.Balance+redemption.Balance, "the system accounts balance the user accounts")
+	l.requireOneEventPerTxn(t)
 	invariant.Assert(t, l.Pool, "points", "idem")
 }
