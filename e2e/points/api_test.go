@@ -375,3 +375,28 @@ func rowKey(t *testing.T, l *lab) string {
 		`SELECT txn_id || ' ' || account_id FROM points_ledger_entry WHERE account_id = 'acct-0042'`).Scan(&k))
 	return k
 }
+
+// PTS-I2's first line outlives the idempotency record: once the record is
+// purged (its 24 h retention), the same key comes back as a new request,
+// and the ledger's UNIQUE (client_id, idem_key) still refuses a second
+// transaction.
+func TestKeyReusedAfterItsRecordIsPurgedMakesNoSecondTransaction(t *testing.T) {
+	t.Parallel()
+	l := start(t)
+	l.openAccount(t, "acct-0042", "user-0042", 1000)
+	tok := l.user(t, "user-0042")
+	key := newKey()
+	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", key, 30).Status)
+
+	n, err := idem.Purge(context.Background(), l.Pool, -time.Hour) // everything is older than an hour from now
+	require.NoError(t, err)
+	require.Positive(t, n)
+	before := l.ledger(t)
+	r := l.debit(t, tok, "acct-0042", key, 30)
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Equal(t, "duplicate_transaction", r.Code())
+	require.Equal(t, before, l.ledger(t), "nothing written")
+	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
+	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
+	invariant.Assert(t, l.Pool, "points", "idem")
+}

@@ -27,7 +27,12 @@ SELECT 'balance_non_negative constraint missing or not validated', 'points_accou
 			// The unique key re-checked; then both directions between the
 			// idempotency records (while retained) and the ledger: every
 			// recorded 201 has its transaction, the one its body names, and
-			// no transaction exists under a key whose record says otherwise.
+			// no transaction exists under a key whose record told the client
+			// something else — except duplicate_transaction, the answer to a
+			// key re-used after its first record was purged, which says
+			// exactly that the transaction exists. (A record still in flight
+			// cannot belong to a committed transaction but in that re-use, so
+			// only finished records are compared.)
 			SQL: `
 SELECT 'more than one transaction' AS problem, client_id, idem_key, count(*)::text AS detail
   FROM points_ledger_txn GROUP BY client_id, idem_key HAVING count(*) > 1
@@ -40,11 +45,12 @@ SELECT 'recorded 201 without the transaction its body names', r.subject, r.key, 
                       AND 'points.' || t.kind = r.scope
                       AND t.id = (convert_from(r.body, 'UTF8')::jsonb ->> 'id')::bigint)
 UNION ALL
-SELECT 'transaction under a key whose record is not a 201', t.client_id, t.idem_key,
+SELECT 'transaction under a key whose record answered otherwise', t.client_id, t.idem_key,
        r.scope || ' ' || r.state || ' ' || coalesce(r.status::text, '')
   FROM points_ledger_txn t
   JOIN idem_request r ON r.subject = t.client_id AND r.key = t.idem_key AND r.scope = 'points.' || t.kind
- WHERE NOT (r.state = 'done' AND r.status = 201)`,
+ WHERE r.state = 'done' AND r.status <> 201
+   AND NOT (r.status = 409 AND convert_from(r.body, 'UTF8')::jsonb ->> 'code' = 'duplicate_transaction')`,
 		},
 		invariant.Invariant{
 			ID: "PTS-I3", Module: "points", Chapter: chapter,
