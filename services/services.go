@@ -9,6 +9,7 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/services/notify"
+	"github.com/fencelab/fencelab/services/points"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/workflow"
@@ -38,4 +39,5 @@ var builders = []func(app.Deps) (app.Module, error){
 	shortlink.New,
 	workflow.New,
 	notify.New, // event intake, preferences, delivery kinds per channel, the review queue
+	points.New,
 }

@@ -75,6 +75,11 @@ const (
 	// PointBeforeFinish (= faults.BeforeCommit): the effect ran inside its
 	// transaction; the response is about to be stored under the fence.
 	PointBeforeFinish = faults.BeforeCommit
+	// PointAfterCommit (= faults.AfterCommit): the effect and its response
+	// are committed; the response has not been written. A pause here until
+	// the client gives up is "the response was lost": its retry must get
+	// the replay. An error returned here is sent instead of the response.
+	PointAfterCommit = faults.AfterCommit
 )
 
 // Config configures Keys.
@@ -161,6 +166,17 @@ func (k *Keys) middleware(scope string, required bool) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// KeyOf returns the request's validated idempotency key ("" on an Optional
+// route called without one). Effects that keep the key next to their own
+// rows (a unique (client, key) constraint, as the first line of defence)
+// read it here.
+func KeyOf(c echo.Context) string {
+	if r, ok := c.Get(ctxKey).(*request); ok {
+		return r.key
+	}
+	return ""
 }
 
 // Handle runs fn at most once per idempotency key and answers the request:
@@ -321,6 +337,9 @@ func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
 	switch {
 	case err == nil:
 		count(r.scope, "first")
+		if err := k.faults.Hit(ctx, PointAfterCommit, r.key); err != nil {
+			return err
+		}
 		return write(c, resp, false)
 	case errors.Is(err, errFenceLost):
 		// Taken over while we ran: our effect rolled back. The client gets

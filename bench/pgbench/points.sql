@@ -1,0 +1,61 @@
+-- pgbench custom script: one debit as `fencelab bench points` makes it
+-- over HTTP, the same SQL statements in the same two transactions.
+--   1. core/idem claims the key in a short transaction committed without
+--      waiting for its WAL flush (core/idem/store.go sqlBegin).
+--   2. the effect transaction runs the debit (services/points/store.go
+--      sqlDebit), appends the outbox event (core/outbox sqlAppend) and
+--      stores the response under the fence (core/idem sqlFinish).
+-- Statements are copied verbatim with each parameter replaced by a
+-- variable (TestPgbenchScriptRunsTheServiceSQL keeps sqlDebit in step).
+-- Run with -M prepared and the variables bench/points-vs-pgbench.sh sets
+-- (accounts, shards, sysacct, scope, reason, fingerprint, lockttl, topic,
+-- status, ctype, body). Accounts are 100001 and up, owned by the user of
+-- the same name, so one variable stands for both. The scope is not
+-- points.debit, so PTS-I2 does not expect the fixed body to name the
+-- transaction.
+\set aid random(100001, 100000 + :accounts)
+\set amount random(1, 10)
+\set shard random(0, :shards - 1)
+\set key random(1, 9223372036854775806)
+BEGIN;
+SET LOCAL synchronous_commit = off;
+INSERT INTO idem_request AS r (scope, subject, key, fingerprint, state, locked_until)
+VALUES (:scope, :aid, :key, :fingerprint, 'in_flight', now() + :lockttl * interval '1 millisecond')
+ON CONFLICT (scope, subject, key) DO UPDATE
+   SET fence        = nextval('idem_fence'),
+       takeovers    = r.takeovers + 1,
+       locked_until = EXCLUDED.locked_until
+ WHERE r.state = 'in_flight'
+   AND r.locked_until <= now()
+   AND r.fingerprint = EXCLUDED.fingerprint
+RETURNING r.fence, r.takeovers \gset
+COMMIT;
+BEGIN;
+WITH debited AS (
+    UPDATE points_account
+       SET balance = balance - :amount, version = version + 1
+     WHERE id = :aid AND kind = 'user' AND owner = :aid
+       AND balance >= :amount
+ RETURNING balance, version
+), txn AS (
+    INSERT INTO points_ledger_txn (client_id, idem_key, kind, reason)
+    SELECT :aid, :key, 'debit', :reason FROM debited
+ RETURNING id, created_at
+), entries AS (
+    INSERT INTO points_ledger_entry (txn_id, account_id, amount)
+    SELECT txn.id, leg.account_id, leg.amount
+      FROM txn, (VALUES (:aid::text, -:amount::bigint), (:sysacct::text, :amount::bigint)) AS leg (account_id, amount)
+), system_side AS (
+    UPDATE points_system_shard s
+       SET balance = s.balance + :amount
+      FROM txn
+     WHERE s.account_id = :sysacct AND s.shard = :shard
+)
+SELECT txn.id, txn.created_at, debited.balance, debited.version FROM debited, txn;
+INSERT INTO outbox_event (topic, key, payload) VALUES (:topic, :aid, :body) RETURNING id;
+UPDATE idem_request
+   SET state = 'done', status = :status, content_type = :ctype, body = :body,
+       locked_until = NULL, finished_at = now()
+ WHERE scope = :scope AND subject = :aid AND key = :key
+   AND fence = :fence AND state = 'in_flight';
+COMMIT;

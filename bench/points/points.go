@@ -1,0 +1,432 @@
+// Package pointsbench is `fencelab bench points`: debits over real HTTP
+// against the real deployable, each with a fresh Idempotency-Key, at a given
+// concurrency over many accounts; then the one-hot-account case (debits
+// and grants on one account from every client: no overdraft, no deadlock);
+// then every points and idem invariant. PostgreSQL keeps its durable
+// defaults (fsync on).
+//
+// The server is built in-process (every module, every middleware, access
+// log off) on a loopback listener; the load generator is a closed loop of
+// keep-alive clients in the same process, so both share the machine with
+// PostgreSQL, as pgbench does in bench/points-vs-pgbench.sh.
+package pointsbench
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/idem"
+	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/pg/pgserver"
+	"github.com/fencelab/fencelab/migrations"
+	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/points"
+)
+
+type config struct {
+	url         string
+	clients     int
+	accounts    int
+	duration    time.Duration
+	warmup      time.Duration
+	hotDuration time.Duration
+	hotBalance  int64
+	dbConns     int
+	shards      int
+	seed        uint64
+	cpuProfile  string
+}
+
+// Run is the command's entry point.
+func Run(args []string) error {
+	var c config
+	fs := flag.NewFlagSet("bench points", flag.ContinueOnError)
+	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL; empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.IntVar(&c.clients, "clients", 32, "concurrent HTTP clients (closed loop, keep-alive)")
+	fs.IntVar(&c.accounts, "accounts", 1000, "user accounts the debits spread over (one owner each)")
+	fs.DurationVar(&c.duration, "duration", 20*time.Second, "length of the measured spread phase")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the spread phase")
+	fs.DurationVar(&c.hotDuration, "hot-duration", 10*time.Second, "length of the one-hot-account phase (0: skip)")
+	fs.Int64Var(&c.hotBalance, "hot-balance", 3000, "the hot account's opening balance (debits of 3, grants of 10: it runs dry under load)")
+	fs.IntVar(&c.dbConns, "db-conns", app.Defaults().MaxConns, "the server's database pool (FENCELAB_DB_MAX_CONNS)")
+	fs.IntVar(&c.shards, "shards", points.DefaultSystemShards, "system-account shards (FENCELAB_POINTS_SYSTEM_SHARDS; 1 = one hot row)")
+	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock; printed)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the process (server and load generator) to this file")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: fencelab bench points [flags]\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.clients < 1 || c.accounts < 1 || c.duration <= 0 || c.dbConns < 1 || c.shards < 1 || c.shards > points.MaxSystemShards || c.hotBalance < 0 {
+		return errors.New("bench points: clients, accounts, duration and db-conns must be positive; shards in 1..64")
+	}
+	if c.seed == 0 {
+		c.seed = uint64(time.Now().UnixNano())
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx := context.Background()
+	srv, err := pgserver.Provision(ctx, c.url, pgserver.Options{}) // durable defaults: never Ephemeral
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	c.url = srv.URL("")
+	if err := (pg.Migrator{FS: migrations.FS, URL: c.url}).Up(); err != nil {
+		return err
+	}
+	b, err := newBench(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	return b.run(ctx)
+}
+
+type bench struct {
+	c      config
+	pool   *pgxpool.Pool // the server's
+	deps   app.Deps
+	svc    *points.Service
+	base   string
+	client *http.Client
+	tag    string // this run's account prefix
+	close  func()
+}
+
+func newBench(ctx context.Context, c config) (*bench, error) {
+	cfg := app.Defaults()
+	cfg.DatabaseURL = c.url
+	cfg.AccessLog = false
+	cfg.MaxConns = c.dbConns
+	cfg.TokenSecret = crand.Text()
+	cfg.Settings = map[string]string{points.EnvSystemShards: strconv.Itoa(c.shards)}
+	pool, err := pg.Connect(ctx, c.url, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench-points"})
+	if err != nil {
+		return nil, err
+	}
+	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
+	mods, err := services.All(d)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	hs := &http.Server{Handler: app.NewHTTP(d, mods), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	tr := &http.Transport{MaxIdleConnsPerHost: c.clients, MaxConnsPerHost: c.clients}
+	return &bench{
+		c: c, pool: pool, deps: d, base: "http://" + ln.Addr().String(),
+		svc:    points.NewService(pool, points.Config{SystemShards: c.shards}),
+		client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		tag:    "bench-" + time.Now().Format("150405"),
+		close: func() {
+			tr.CloseIdleConnections()
+			_ = hs.Close()
+			pool.Close()
+		},
+	}, nil
+}
+
+func (b *bench) run(ctx context.Context) error {
+	var fsync, syncCommit, version string
+	if err := b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('server_version')`).
+		Scan(&fsync, &syncCommit, &version); err != nil {
+		return err
+	}
+	fmt.Printf("fencelab bench points — PostgreSQL %s (fsync=%s, synchronous_commit=%s), %d clients over HTTP, server pool %d connections, %d system shards, seed %d\n",
+		version, fsync, syncCommit, b.c.clients, b.c.dbConns, b.c.shards, b.c.seed)
+	fmt.Printf("server, load generator and PostgreSQL share one %d-core machine with other work: figures taken under contention\n\n", runtime.NumCPU())
+
+	ids, tokens, err := b.openAccounts(ctx, b.tag, b.c.accounts, points.MaxAmount)
+	if err != nil {
+		return err
+	}
+	spread := func(w int, rng *rand.Rand) (string, string, string, int64) {
+		i := rng.IntN(len(ids))
+		return "debits", ids[i], tokens[i], 1 + rng.Int64N(10)
+	}
+	if b.c.warmup > 0 {
+		b.load(ctx, b.c.warmup, spread)
+	}
+	r := b.load(ctx, b.c.duration, spread)
+	fmt.Printf("spread: debits of 1..10 over %d accounts for %s\n", b.c.accounts, b.c.duration)
+	r.print()
+	spreadRate, spreadP99 := r.rate(http.StatusCreated), r.quantile(0.99)
+
+	if b.c.hotDuration > 0 {
+		if err := b.hot(ctx); err != nil {
+			return err
+		}
+	}
+
+	fmt.Println("\ninvariants after the run:")
+	failed := 0
+	for _, res := range invariant.Run(ctx, b.pool, "points", "idem") {
+		if res.Holds() {
+			fmt.Printf("  ok    %-7s %s\n", res.ID, res.Statement)
+			continue
+		}
+		failed++
+		var sb strings.Builder
+		invariant.Format(&sb, res)
+		fmt.Printf("  FAIL  %s", sb.String())
+	}
+	verdict := "ok"
+	if failed > 0 {
+		verdict = "violated"
+	}
+	fmt.Printf("\nRESULT clients=%d accounts=%d duration=%s debits_per_sec=%.0f p50_ms=%.2f p99_ms=%.2f errors=%d invariants=%s\n",
+		b.c.clients, b.c.accounts, b.c.duration, spreadRate, ms(r.quantile(0.5)), ms(spreadP99), r.errors(), verdict)
+	if failed > 0 {
+		return fmt.Errorf("bench points: %d invariants violated", failed)
+	}
+	return nil
+}
+
+// openAccounts creates n accounts owned by one user each and grants each
+// balance points through the service (so the ledger stays balanced), and
+// mints their owners' tokens.
+func (b *bench) openAccounts(ctx context.Context, prefix string, n int, balance int64) (ids, tokens []string, err error) {
+	start := time.Now()
+	for i := range n {
+		id, owner := fmt.Sprintf("%s-%05d", prefix, i), fmt.Sprintf("%s-user-%05d", prefix, i)
+		if _, err := b.svc.CreateAccount(ctx, b.pool, points.CreateAccountRequest{ID: id, Owner: owner}); err != nil {
+			return nil, nil, err
+		}
+		for left := balance; left > 0; left -= points.MaxAmount {
+			err := pg.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+				_, err := b.svc.Grant(ctx, tx, "bench", crand.Text(), id, points.PostingRequest{Amount: min(left, points.MaxAmount), Reason: "bench opening"})
+				return err
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		tok, err := b.deps.Auth.Mint(owner, httpx.RoleUser, 24*time.Hour)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids, tokens = append(ids, id), append(tokens, tok)
+	}
+	fmt.Printf("opened %d accounts of %d points each in %s\n", n, balance, time.Since(start).Round(time.Millisecond))
+	return ids, tokens, nil
+}
+
+// hot runs the one-hot-account case: every client posts to one account,
+// nine debits of 3 for each grant of 10, so it runs dry while under load.
+// Success means: no 5xx (a deadlock would surface as a 503 retry), no
+// transport error, and a final balance that is exactly the opening balance
+// plus the granted minus the debited points, never negative.
+func (b *bench) hot(ctx context.Context) error {
+	ids, tokens, err := b.openAccounts(ctx, b.tag+"-hot", 1, b.c.hotBalance)
+	if err != nil {
+		return err
+	}
+	admin, err := b.deps.Auth.Mint("bench-admin", httpx.RoleAdmin, 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	r := b.load(ctx, b.c.hotDuration, func(w int, rng *rand.Rand) (string, string, string, int64) {
+		if rng.IntN(10) == 0 {
+			return "grants", ids[0], admin, 10
+		}
+		return "debits", ids[0], tokens[0], 3
+	})
+	a, err := b.svc.Account(ctx, httpx.Principal{Subject: "bench-admin", Role: httpx.RoleAdmin}, ids[0])
+	if err != nil {
+		return err
+	}
+	debited, granted := r.count("debits", http.StatusCreated), r.count("grants", http.StatusCreated)
+	want := b.c.hotBalance + 10*int64(granted) - 3*int64(debited)
+	fmt.Printf("\none hot account (opening %d; 9 debits of 3 : 1 grant of 10) for %s\n", b.c.hotBalance, b.c.hotDuration)
+	r.print()
+	fmt.Printf("  final balance %d = %d + 10×%d − 3×%d: %v; negative: %v; insufficient_balance refusals: %d\n",
+		a.Balance, b.c.hotBalance, granted, debited, a.Balance == want, a.Balance < 0, r.count("debits", http.StatusConflict))
+	if a.Balance != want || a.Balance < 0 || r.errors() > r.count("debits", http.StatusConflict) {
+		return fmt.Errorf("bench points: hot account: balance %d, want %d; %d unexpected answers", a.Balance, want, r.errors()-r.count("debits", http.StatusConflict))
+	}
+	return nil
+}
+
+// pick chooses one request: route kind ("debits" or "grants"), account,
+// token and amount.
+type pick func(worker int, rng *rand.Rand) (kind, account, token string, amount int64)
+
+// sample is one answered (or failed) request.
+type sample struct {
+	kind    string
+	status  int // 0: transport error
+	latency time.Duration
+}
+
+type result struct {
+	samples []sample
+	elapsed time.Duration
+}
+
+// load runs the closed loop for d: every client sends its next request as
+// soon as the previous one is answered, each with a fresh idempotency key.
+func (b *bench) load(ctx context.Context, d time.Duration, next pick) result {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	per := make([][]sample, b.c.clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range b.c.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(b.c.seed, uint64(w)))
+			for ctx.Err() == nil {
+				kind, id, tok, amount := next(w, rng)
+				t0 := time.Now()
+				status := b.post(kind, id, tok, amount)
+				if ctx.Err() != nil && status == 0 {
+					break // cut off by the end of the phase, not an error
+				}
+				per[w] = append(per[w], sample{kind: kind, status: status, latency: time.Since(t0)})
+			}
+		}()
+	}
+	wg.Wait()
+	r := result{elapsed: time.Since(start)}
+	for _, s := range per {
+		r.samples = append(r.samples, s...)
+	}
+	return r
+}
+
+// post sends one debit or grant and returns its status (0 on a transport
+// error). It does not use the phase's context: a request in flight at the
+// end of the phase finishes and counts.
+func (b *bench) post(kind, id, tok string, amount int64) int {
+	body := `{"amount":` + strconv.FormatInt(amount, 10) + `,"reason":"bench"}`
+	req, err := http.NewRequest(http.MethodPost, b.base+"/points/accounts/"+id+"/"+kind, strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set(idem.Header, crand.Text()) // fresh key: every request is a new debit
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (r result) count(kind string, status int) int {
+	n := 0
+	for _, s := range r.samples {
+		if s.kind == kind && s.status == status {
+			n++
+		}
+	}
+	return n
+}
+
+// rate is answers with status per second.
+func (r result) rate(status int) float64 {
+	n := 0
+	for _, s := range r.samples {
+		if s.status == status {
+			n++
+		}
+	}
+	return float64(n) / r.elapsed.Seconds()
+}
+
+// errors counts answers other than 201.
+func (r result) errors() int {
+	n := 0
+	for _, s := range r.samples {
+		if s.status != http.StatusCreated {
+			n++
+		}
+	}
+	return n
+}
+
+func (r result) quantile(q float64) time.Duration {
+	if len(r.samples) == 0 {
+		return 0
+	}
+	ls := make([]time.Duration, len(r.samples))
+	for i, s := range r.samples {
+		ls[i] = s.latency
+	}
+	slices.Sort(ls)
+	return ls[min(len(ls)-1, int(q*float64(len(ls))))]
+}
+
+func (r result) print() {
+	statuses := map[int]int{}
+	for _, s := range r.samples {
+		statuses[s.status]++
+	}
+	codes := make([]int, 0, len(statuses))
+	for c := range statuses {
+		codes = append(codes, c)
+	}
+	slices.Sort(codes)
+	var sb bytes.Buffer
+	for _, c := range codes {
+		name := strconv.Itoa(c)
+		if c == 0 {
+			name = "transport error"
+		}
+		fmt.Fprintf(&sb, " %s×%d", name, statuses[c])
+	}
+	fmt.Printf("  %d requests in %s: %.0f req/s, %.0f created/s; latency p50 %.2f ms, p99 %.2f ms, max %.2f ms;%s\n",
+		len(r.samples), r.elapsed.Round(time.Millisecond), float64(len(r.samples))/r.elapsed.Seconds(), r.rate(http.StatusCreated),
+		ms(r.quantile(0.5)), ms(r.quantile(0.99)), ms(r.quantile(1)), sb.String())
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
