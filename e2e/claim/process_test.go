@@ -125,12 +125,23 @@ func TestTwoWorkerProcessesClaimExactlyOne(t *testing.T) {
 	// Exactly one pauses after its claim; the other's claim is empty and it exits.
 	var winner, loser *child
 	deadline := time.After(60 * time.Second)
-	for winner == nil || loser == nil {
+	// A closed stdout is the loser exiting (possibly before the winner
+	// prints); a nil channel drops out of the select.
+	out0, out1 := workers[0].lines, workers[1].lines
+	for winner == nil {
 		select {
-		case line := <-workers[0].lines:
+		case line, ok := <-out0:
+			if !ok {
+				out0 = nil
+				continue
+			}
 			require.Equal(t, fmt.Sprintf("PAUSED after_claim %d", id), line)
 			winner, loser = workers[0], workers[1]
-		case line := <-workers[1].lines:
+		case line, ok := <-out1:
+			if !ok {
+				out1 = nil
+				continue
+			}
 			require.Equal(t, fmt.Sprintf("PAUSED after_claim %d", id), line)
 			winner, loser = workers[1], workers[0]
 		case <-deadline:
