@@ -74,7 +74,7 @@ func loadLocalEnv(dataDir string) {
 		if !ok || strings.HasPrefix(k, "#") {
 			continue
 		}
-		if _, set := os.LookupEnv(k); !set {
+		if cur, set := os.LookupEnv(k); !set || cur == "" {
 			_ = os.Setenv(k, strings.Trim(v, `'"`))
 		}
 	}
