@@ -10,6 +10,7 @@ import (
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/social"
 	"github.com/fencelab/fencelab/services/workflow"
 )
 
@@ -35,5 +36,6 @@ var builders = []func(app.Deps) (app.Module, error){
 	outbox.Module, // GET /outbox/consumers, lag metrics, the demo consumer (FENCELAB_OUTBOX_DEMO=1)
 	report.New,
 	shortlink.New,
+	social.New, // relations (rel): follow/unfollow/approve/reject/block/unblock, posts, AccessCheck, follower views
 	workflow.New,
 }
