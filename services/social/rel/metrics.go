@@ -35,7 +35,7 @@ func countAccess(ok bool) {
 // lagCollector reads every declared view's lag on scrape (REL-I4: the lag
 // is measured and exposed next to its declared bound).
 type lagCollector struct {
-	pool                       *pgxpool.Pool
+	pool                        *pgxpool.Pool
 	events, seconds, maxLag, up *prometheus.Desc
 }
 

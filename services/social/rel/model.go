@@ -148,10 +148,10 @@ type (
 	Lag struct {
 		View          string  `json:"view"`
 		Consumer      string  `json:"consumer"`
-		Events        int64   `json:"events"`         // unapplied events on social.rel
-		Seconds       float64 `json:"seconds"`        // age of the oldest of them (0 when caught up)
+		Events        int64   `json:"events"`          // unapplied events on social.rel
+		Seconds       float64 `json:"seconds"`         // age of the oldest of them (0 when caught up)
 		MaxLagSeconds float64 `json:"max_lag_seconds"` // the declared bound (social_view.max_lag)
-		Within        bool    `json:"within"`         // Seconds <= MaxLagSeconds
+		Within        bool    `json:"within"`          // Seconds <= MaxLagSeconds
 	}
 )
 
