@@ -173,6 +173,24 @@ INSERT INTO %[2]s (user_id, n)
 SELECT user_id, d FROM delta
  WHERE d <> 0 AND user_id NOT IN (SELECT user_id FROM bumped)`
 
+	// sqlRebuildView writes the truth table into the view (%[3]s and
+	// %[4]s: the truth columns of user_id and peer_id), through the same
+	// version gate as the events: rows only move forward, so pending
+	// events older than the snapshot are refused later and newer ones
+	// still apply.
+	sqlRebuildView = `
+INSERT INTO %[1]s AS v (user_id, peer_id, version, active)
+SELECT r.%[3]s, r.%[4]s, r.version, r.state = 'active' FROM social_relation r WHERE r.version > 0
+ON CONFLICT (user_id, peer_id) DO UPDATE
+   SET version = excluded.version, active = excluded.active, applied_at = now()
+ WHERE v.version < excluded.version`
+
+	sqlClearCounts = `DELETE FROM %[2]s`
+
+	sqlRecount = `
+INSERT INTO %[2]s (user_id, n)
+SELECT user_id, count(*) FROM %[1]s WHERE active GROUP BY user_id`
+
 	sqlViewPage = `
 SELECT peer_id FROM %[1]s WHERE user_id = $1 AND active AND peer_id > $2 ORDER BY peer_id LIMIT $3`
 )

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
@@ -26,7 +27,7 @@ type View struct {
 	row              func(RelEvent) (user, peer string)
 	userCol, peerCol string
 
-	applySQL, pageSQL string
+	applySQL, pageSQL, rebuildSQL, clearSQL, recountSQL string
 }
 
 var (
@@ -45,8 +46,11 @@ var (
 func newView(name, consumer, table, counts, userCol, peerCol string, row func(RelEvent) (string, string)) *View {
 	return &View{Name: name, ConsumerName: consumer, Table: table, CountTable: counts,
 		row: row, userCol: userCol, peerCol: peerCol,
-		applySQL: fmt.Sprintf(sqlApplyView, table, counts),
-		pageSQL:  fmt.Sprintf(sqlViewPage, table)}
+		applySQL:   fmt.Sprintf(sqlApplyView, table, counts),
+		pageSQL:    fmt.Sprintf(sqlViewPage, table),
+		rebuildSQL: fmt.Sprintf(sqlRebuildView, table, counts, userCol, peerCol),
+		clearSQL:   fmt.Sprintf(sqlClearCounts, table, counts),
+		recountSQL: fmt.Sprintf(sqlRecount, table, counts)}
 }
 
 // Consumer is the outbox consumer that maintains the view.
@@ -89,6 +93,32 @@ func (v *View) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) error {
 		return fmt.Errorf("social: view %s: apply %d events: %w", v.Name, len(evs), pg.MapError(err))
 	}
 	return nil
+}
+
+// Rebuild recomputes the view from the truth table in one transaction:
+// the way to restore a view that lost its rows (or whose events the
+// outbox has purged). Replaying the stream into an emptied view would
+// show every ended follow for a moment, between its old "active" event
+// and its "none"; the rebuild never shows one. It holds the consumer's
+// batches off while it runs (outbox.LockPosition), writes the truth's
+// rows through the version gate and recounts; the consumer then goes on
+// from its position, and events the rebuild already covered are refused
+// as not newer (REL-I3).
+func (v *View) Rebuild(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := outbox.Register(ctx, pool, v.Consumer()); err != nil {
+		return err
+	}
+	return pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := outbox.LockPosition(ctx, tx, v.ConsumerName); err != nil {
+			return err
+		}
+		for _, sql := range []string{v.rebuildSQL, v.clearSQL, v.recountSQL} {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("social: rebuild view %s: %w", v.Name, pg.MapError(err))
+			}
+		}
+		return nil
+	})
 }
 
 // Followers lists owner's followers from the followers view, if viewer may
