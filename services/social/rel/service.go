@@ -284,11 +284,22 @@ func (s *Service) Requests(ctx context.Context, owner, after string, limit int) 
 	if err != nil {
 		return Page{}, err
 	}
+	if err := checkAfter(after); err != nil {
+		return Page{}, err
+	}
 	ids, err := userIDs(ctx, s.pool, sqlRequests, owner, after, limit+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("social: requests of %s: %w", owner, err)
 	}
 	return pageOf(ids, limit), nil
+}
+
+// checkAfter validates a list cursor: "" or a user id.
+func checkAfter(after string) error {
+	if after == "" {
+		return nil
+	}
+	return validUser(after)
 }
 
 func checkLimit(limit int) (int, error) {

@@ -137,6 +137,9 @@ func (s *Service) list(ctx context.Context, v *View, viewer, owner, after string
 	if err != nil {
 		return Page{}, err
 	}
+	if err := checkAfter(after); err != nil {
+		return Page{}, err
+	}
 	if err := s.mayList(ctx, viewer, owner); err != nil {
 		return Page{}, err
 	}
