@@ -12,6 +12,7 @@ import (
 	"github.com/fencelab/fencelab/services/points"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/social"
 	"github.com/fencelab/fencelab/services/workflow"
 )
 
@@ -37,6 +38,7 @@ var builders = []func(app.Deps) (app.Module, error){
 	outbox.Module, // GET /outbox/consumers, lag metrics, the demo consumer (FENCELAB_OUTBOX_DEMO=1)
 	report.New,
 	shortlink.New,
+	social.New, // relations (rel): follow/unfollow/approve/reject/block/unblock, posts, AccessCheck, follower views
 	workflow.New,
 	notify.New, // event intake, preferences, delivery kinds per channel, the review queue
 	points.New,

@@ -1,0 +1,112 @@
+package social_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/services/social/rel"
+)
+
+// TestRELInvariantsCatchEachCorruption: on a healthy, caught-up database
+// every REL invariant holds; each corruption below — written behind the
+// service's back, inside a transaction rolled back afterwards — makes its
+// invariant report rows. A check that cannot fail would prove nothing.
+func TestRELInvariantsCatchEachCorruption(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.users(t, "user-a", "user-b", "user-c")
+	e.do(t, rel.OpFollow, "user-a", "user-b")
+	e.do(t, rel.OpFollow, "user-c", "user-b")
+	e.catchUp(t)
+	invariant.Assert(t, e.a.Pool, "social")
+
+	ctx := context.Background()
+	for _, c := range []struct {
+		id, name string
+		sql      []string
+	}{
+		{"REL-I1", "a change without its event", []string{
+			`UPDATE social_relation SET state = 'none', version = version + 1 WHERE follower = 'user-a' AND followee = 'user-b'`}},
+		{"REL-I1", "two events for one version", []string{
+			`INSERT INTO outbox_event (topic, key, payload) VALUES ('social.rel', 'user-b',
+			  '{"follower":"user-a","followee":"user-b","state":"active","version":1,"op":"follow"}')`}},
+		{"REL-I2", "a block beside a follow", []string{
+			`UPDATE social_relation SET state = 'blocked', version = version + 1, event_id = 0, changed_tx = pg_current_xact_id()
+			  WHERE follower = 'user-b' AND followee = 'user-a'`}},
+		{"REL-I3", "a view ahead of the truth", []string{
+			`UPDATE social_followers SET version = version + 5 WHERE user_id = 'user-b' AND peer_id = 'user-a'`}},
+		{"REL-I3", "a caught-up view behind the truth", []string{
+			`UPDATE social_following SET version = 0 + 1, active = false WHERE user_id = 'user-c'`,
+			`UPDATE social_relation SET state = 'none', version = version + 1 WHERE follower = 'user-c' AND followee = 'user-b'`}},
+		{"REL-I4", "a view granting what the truth does not", []string{
+			`UPDATE social_followers SET active = false WHERE user_id = 'user-b' AND peer_id = 'user-a'`}},
+		{"REL-I4", "a count off its view", []string{
+			`UPDATE social_follower_count SET n = n + 1 WHERE user_id = 'user-b'`}},
+		{"REL-I4", "a lag beyond the declared bound", []string{
+			`INSERT INTO outbox_event (topic, key, payload, created_at) VALUES ('social.rel', 'user-c',
+			  '{"follower":"user-b","followee":"user-c","state":"none","version":1,"op":"unfollow"}', now() - interval '2 minutes')`}},
+	} {
+		func() {
+			tx, err := e.a.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }() // a failed require must not strand the connection
+			for _, sql := range c.sql {
+				_, err := tx.Exec(ctx, sql)
+				require.NoError(t, err, c.name)
+			}
+			res := invariant.Run(ctx, tx, c.id)
+			require.Len(t, res, 1)
+			require.NoError(t, res[0].Err, c.name)
+			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
+		}()
+	}
+	invariant.Assert(t, e.a.Pool, "social")
+}
+
+// TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow: the guard trigger
+// is the first line of REL-I1 and REL-I3 (a deleted row would restart its
+// version and every view would ignore the pair's new events).
+func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.users(t, "user-a", "user-b")
+	e.do(t, rel.OpFollow, "user-a", "user-b")
+	ctx := context.Background()
+	for _, sql := range []string{
+		`DELETE FROM social_relation WHERE follower = 'user-a'`,
+		`UPDATE social_relation SET state = 'none' WHERE follower = 'user-a'`,
+		`UPDATE social_relation SET state = 'none', version = version + 2 WHERE follower = 'user-a'`,
+		`UPDATE social_relation SET version = version - 1 WHERE follower = 'user-a'`,
+	} {
+		_, err := e.a.Pool.Exec(ctx, sql)
+		require.Error(t, err, sql)
+	}
+	require.EqualValues(t, 1, truth(t, e.a.Pool)[pair{"user-a", "user-b"}].Version)
+	invariant.Assert(t, e.a.Pool, "social")
+}
+
+// TestRELReadablePostsIsInlined: social_readable_posts is a SQL function
+// the planner inlines into the caller's query (no opaque Function Scan),
+// so a feed that re-checks a page with it gets index scans and joins.
+func TestRELReadablePostsIsInlined(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.users(t, "user-a", "user-b")
+	p := e.post(t, "user-b", rel.Public)
+	rows, err := e.a.Pool.Query(context.Background(),
+		`EXPLAIN SELECT p.post_id FROM social_readable_posts($1) p WHERE p.post_id = ANY ($2)`, "user-a", []int64{p.PostID})
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	require.NotContains(t, plan, "Function Scan", plan)
+	require.Contains(t, plan, "social_post", plan)
+	ok, err := rel.AccessCheck(context.Background(), e.a.Pool, "user-a", p.PostID)
+	require.NoError(t, err)
+	require.True(t, ok)
+}

@@ -1,0 +1,13 @@
+DROP FUNCTION IF EXISTS social_can_see_lists(text, text);
+DROP FUNCTION IF EXISTS social_blocked(text, text);
+DROP FUNCTION IF EXISTS social_can_read(text, bigint);
+DROP FUNCTION IF EXISTS social_readable_posts(text);
+DROP TABLE IF EXISTS social_view;
+DROP TABLE IF EXISTS social_following_count;
+DROP TABLE IF EXISTS social_follower_count;
+DROP TABLE IF EXISTS social_following;
+DROP TABLE IF EXISTS social_followers;
+DROP TABLE IF EXISTS social_post;
+DROP TABLE IF EXISTS social_relation;
+DROP FUNCTION IF EXISTS social_relation_guard();
+DROP TABLE IF EXISTS social_user;

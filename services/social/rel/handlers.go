@@ -1,0 +1,210 @@
+package rel
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/idem"
+)
+
+type handlers struct{ svc *Service }
+
+// me is the caller's profile with counts.
+func (h *handlers) me(c echo.Context) error {
+	ctx, me := c.Request().Context(), httpx.PrincipalOf(c).Subject
+	u, err := h.svc.Profile(ctx, me)
+	if err != nil {
+		return err
+	}
+	counts, err := h.svc.Counts(ctx, me, me)
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, map[string]any{"user": u, "counts": counts})
+}
+
+func (h *handlers) setProfile(c echo.Context) error {
+	var req ProfileRequest
+	if err := httpx.Bind(c, &req); err != nil {
+		return err
+	}
+	if req.Private == nil {
+		return httpx.Invalid("missing_field", "field %q is required", "private").With("field", "private")
+	}
+	u, err := h.svc.SetProfile(c.Request().Context(), httpx.PrincipalOf(c).Subject, *req.Private)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, u)
+}
+
+// op runs one of the six relation operations as the token's subject on
+// the user in the path. The routes take no body: a body (say, a
+// "follower" field naming someone else) is refused, not ignored.
+func (h *handlers) op(op Op) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := noBody(c); err != nil {
+			return err
+		}
+		res, err := h.svc.Do(c.Request().Context(), op, httpx.PrincipalOf(c).Subject, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, res)
+	}
+}
+
+// noBody refuses any request body on a route that takes none.
+func noBody(c echo.Context) error {
+	r := c.Request()
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var none struct{}
+	return httpx.Bind(c, &none)
+}
+
+func (h *handlers) relation(c echo.Context) error {
+	mine, theirs, err := h.svc.Relations(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, map[string]Relation{"outgoing": mine, "incoming": theirs})
+}
+
+func (h *handlers) requests(c echo.Context) error {
+	limit, err := limitParam(c)
+	if err != nil {
+		return err
+	}
+	p, err := h.svc.Requests(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.QueryParam("after"), limit)
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, p)
+}
+
+func (h *handlers) followers(c echo.Context) error { return h.list(c, h.svc.Followers) }
+func (h *handlers) following(c echo.Context) error { return h.list(c, h.svc.Following) }
+
+func (h *handlers) list(c echo.Context, read func(ctx context.Context, viewer, owner, after string, limit int) (Page, error)) error {
+	limit, err := limitParam(c)
+	if err != nil {
+		return err
+	}
+	p, err := read(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"), c.QueryParam("after"), limit)
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, p)
+}
+
+func (h *handlers) counts(c echo.Context) error {
+	n, err := h.svc.Counts(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, n)
+}
+
+func (h *handlers) timeline(c echo.Context) error {
+	limit, err := limitParam(c)
+	if err != nil {
+		return err
+	}
+	p, err := h.svc.Timeline(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"), c.QueryParam("cursor"), limit)
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, p)
+}
+
+// createPost publishes a post; an Idempotency-Key makes a retry return
+// the first post instead of a second one.
+func (h *handlers) createPost(c echo.Context) error {
+	var req PostRequest
+	if err := httpx.Bind(c, &req); err != nil {
+		return err
+	}
+	author := httpx.PrincipalOf(c).Subject
+	return idem.Handle(c, func(ctx context.Context, tx pgx.Tx) (int, any, error) {
+		p, err := h.svc.CreatePostTx(ctx, tx, author, req)
+		if err != nil {
+			return 0, nil, err
+		}
+		c.Response().Header().Set(echo.HeaderLocation, "/social/posts/"+strconv.FormatInt(p.PostID, 10))
+		return http.StatusCreated, p, nil
+	})
+}
+
+// readPost answers 200 when AccessCheck allows the read now, 403 when it
+// refuses, 404 for no such post.
+func (h *handlers) readPost(c echo.Context) error {
+	id, err := postIDParam(c)
+	if err != nil {
+		return err
+	}
+	p, err := h.svc.ReadPost(c.Request().Context(), httpx.PrincipalOf(c).Subject, id)
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, p)
+}
+
+func (h *handlers) setVisibility(c echo.Context) error {
+	id, err := postIDParam(c)
+	if err != nil {
+		return err
+	}
+	var req VisibilityRequest
+	if err := httpx.Bind(c, &req); err != nil {
+		return err
+	}
+	p, err := h.svc.SetVisibility(c.Request().Context(), httpx.PrincipalOf(c).Subject, id, req.Visibility)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, p)
+}
+
+// views shows every derived view's lag against its declared bound.
+func (h *handlers) views(c echo.Context) error {
+	lags, err := h.svc.ViewLags(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, map[string]any{"views": lags})
+}
+
+func limitParam(c echo.Context) (int, error) {
+	s := c.QueryParam("limit")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, ErrInvalidLimit
+	}
+	return n, nil
+}
+
+func postIDParam(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id < 1 {
+		return 0, ErrInvalidPostID
+	}
+	return id, nil
+}

@@ -1,0 +1,101 @@
+// Package rel is the book's social.rel (spec 40 Part A): follow relations
+// as authorization, without resurrection.
+//
+// The truth table social_relation holds one row per (follower, followee)
+// with its state and a version that grows by one per change; each change
+// writes one social.rel outbox event carrying the version, in the same
+// transaction (REL-I1). Every operation on a pair locks both of the
+// pair's rows in key order, so racing follows, unfollows, approvals and
+// blocks serialise and a block ends follows both ways atomically (REL-I2).
+//
+// Reads that decide a permission go to the truth table: AccessCheck
+// (social_can_read) for one post, social_readable_posts(viewer) as a FROM
+// item for a whole page. Follower and following lists and counts are
+// derived views kept by outbox consumers that apply an event only if its
+// version is newer (REL-I3); their lag is declared in social_view,
+// measured, and checked (REL-I4).
+package rel
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/idem"
+	"github.com/fencelab/fencelab/core/outbox"
+)
+
+// New builds rel's service and its part of the social module: routes,
+// the view consumers, metrics and the demo seed.
+func New(d app.Deps) (*Service, app.Module, error) {
+	s := NewService(d.Pool, d.Faults, d.Log)
+	if d.Metrics != nil {
+		for _, c := range collectors(d.Pool) {
+			if err := d.Metrics.Register(c); err != nil {
+				return nil, app.Module{}, fmt.Errorf("social/rel: register metrics: %w", err)
+			}
+		}
+	}
+	m := app.Module{Name: "social.rel", Seed: s.seed}
+	for _, v := range Views {
+		t, err := outbox.Task(d, v.Consumer())
+		if err != nil {
+			return nil, app.Module{}, err
+		}
+		m.Tasks = append(m.Tasks, t)
+	}
+	h := &handlers{svc: s}
+	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
+	m.Routes = func(e *echo.Echo) { routes(e, h, d.Auth, keys) }
+	return s, m, nil
+}
+
+// Demo users `fencelab dev` seeds: user-0042 (public) follows user-0043
+// (private, approved); user-0044's request to user-0043 is pending.
+const (
+	DemoPublic  = "user-0042"
+	DemoPrivate = "user-0043"
+	DemoPending = "user-0044"
+)
+
+// seed is idempotent: operations that find their state in place change
+// nothing, and the demo posts are written only for an author without any.
+func (s *Service) seed(ctx context.Context) error {
+	for _, u := range []struct {
+		id      string
+		private bool
+	}{{DemoPublic, false}, {DemoPrivate, true}, {DemoPending, false}} {
+		if _, err := s.SetProfile(ctx, u.id, u.private); err != nil {
+			return err
+		}
+	}
+	if r, err := s.Follow(ctx, DemoPublic, DemoPrivate); err != nil {
+		return err
+	} else if r.State == StatePending {
+		if _, err := s.Approve(ctx, DemoPrivate, DemoPublic); err != nil {
+			return err
+		}
+	}
+	if _, err := s.Follow(ctx, DemoPending, DemoPrivate); err != nil {
+		return err
+	}
+	if _, err := s.Follow(ctx, DemoPrivate, DemoPublic); err != nil {
+		return err
+	}
+	page, err := s.Timeline(ctx, DemoPrivate, DemoPrivate, "", 1)
+	if err != nil || len(page.Posts) > 0 {
+		return err
+	}
+	for _, p := range []PostRequest{
+		{Body: "Hello from user-0043 (public).", Visibility: Public},
+		{Body: "For my approved followers only.", Visibility: Followers},
+		{Body: "A note to self.", Visibility: Self},
+	} {
+		if _, err := s.CreatePost(ctx, DemoPrivate, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
