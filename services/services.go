@@ -8,6 +8,7 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/upload"
 	"github.com/fencelab/fencelab/services/workflow"
 )
 
@@ -31,5 +32,6 @@ func All(d app.Deps) ([]app.Module, error) {
 var builders = []func(app.Deps) (app.Module, error){
 	report.New,
 	shortlink.New,
+	upload.New,
 	workflow.New,
 }

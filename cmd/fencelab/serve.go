@@ -22,12 +22,22 @@ func runServe(args []string) error {
 	fs := newFlags("serve", "serve [flags]")
 	cfg.Bind(fs)
 	migrate := fs.Bool("migrate", false, "apply pending migrations before serving")
+	var pauseAt multiFlag
+	fs.Var(&pauseAt, "pause-at", "fault point to pause at (experiments): print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := openProcess(ctx, cfg, "serve", *migrate, nil)
+	var set *faults.Set
+	if len(pauseAt) > 0 {
+		set = faults.New()
+		lines := faults.NewLines(os.Stdin)
+		for _, name := range pauseAt {
+			set.PauseOnLines(name, lines, os.Stdout)
+		}
+	}
+	p, err := openProcess(ctx, cfg, "serve", *migrate, set)
 	if err != nil {
 		return err
 	}
