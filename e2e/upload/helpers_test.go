@@ -94,8 +94,11 @@ func (l *lab) create(t *testing.T, tok string, req upload.CreateSessionRequest) 
 // open creates a session for data in chunks of chunkSize and returns it.
 func (l *lab) open(t *testing.T, tok string, data []byte, chunkSize int, declared string) upload.Session {
 	t.Helper()
-	r := l.create(t, tok, upload.CreateSessionRequest{TotalSize: int64(len(data)), ChunkCount: len(chunks(data, chunkSize)),
-		ChunkSize: int64(chunkSize), SHA256: declared})
+	req := upload.CreateSessionRequest{TotalSize: int64(len(data)), ChunkCount: len(chunks(data, chunkSize)), SHA256: declared}
+	if len(data) > 0 {
+		req.ChunkSize = int64(chunkSize)
+	}
+	r := l.create(t, tok, req)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	var s upload.Session
 	r.JSON(t, &s)
