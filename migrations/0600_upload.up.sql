@@ -5,9 +5,12 @@
 -- (file_object), and the sessions that produce them.
 
 -- Where this database's blobs live, so `fencelab check` (UP-F1) can look at
--- the files. Written by the service before it writes a blob.
+-- the files. Written by the service before it writes or sweeps a blob. The
+-- store directory holds a marker with store_id: a directory is bound to one
+-- database, whose GC alone may sweep it.
 CREATE TABLE upload_store (
     name       text        PRIMARY KEY CHECK (name = 'local'),
+    store_id   uuid        NOT NULL DEFAULT gen_random_uuid(),
     location   text        NOT NULL CHECK (location LIKE '/%'),
     updated_at timestamptz NOT NULL DEFAULT now()
 );

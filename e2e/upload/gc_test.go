@@ -289,3 +289,21 @@ func toString(v any) string {
 	}
 	return ""
 }
+
+// A blob directory belongs to one database. A second database pointed at
+// it (a misconfiguration) is refused before it writes a blob or sweeps:
+// its GC would take the first database's blobs for stray files.
+func TestABlobStoreServesOneDatabase(t *testing.T) {
+	t.Parallel()
+	first := newLab(t, opts{})
+	f := first.committed(t, first.alice, []byte("first database's file"), 8, "mine.txt")
+	second := newLab(t, opts{dir: first.dir, settings: map[string]string{upload.EnvGrace: "1s"}})
+	s := second.open(t, second.alice, []byte("x"), 1, sha([]byte("x")))
+	require.Equal(t, http.StatusCreated, second.put(t, second.alice, s.ID, 0, []byte("x"), nil).Status)
+	require.Equal(t, http.StatusInternalServerError, second.complete(t, second.alice, s.ID).Status)
+	r := second.Do(t, e2etest.Req{Method: "POST", Path: "/upload/gc", Token: second.admin})
+	require.Equal(t, http.StatusInternalServerError, r.Status)
+	require.FileExists(t, first.store.BlobPath(f.SHA256))
+	invariant.Assert(t, first.Pool, "upload")
+	invariant.Assert(t, second.Pool, "upload")
+}

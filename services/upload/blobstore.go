@@ -1,6 +1,7 @@
 package upload
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,11 @@ import (
 type BlobStore interface {
 	// Location names the store for `fencelab check` (an absolute directory).
 	Location() string
+	// Bind ties the store to one database (its store id): the first call
+	// records id in the store, later ones must present the same id, else
+	// ErrStoreBound. One store per database keeps GC from sweeping another
+	// database's blobs as stray ones.
+	Bind(ctx context.Context, id string) error
 
 	// OpenPartial opens a session's partial file; when it does not exist
 	// it is created empty if create is set, else the error is fs.ErrNotExist.
@@ -88,6 +94,8 @@ var (
 	ErrBlobMissing = errors.New("upload: blob file missing")
 	// ErrRangeBusy: another writer holds the byte range.
 	ErrRangeBusy = errors.New("upload: byte range locked by another writer")
+	// ErrStoreBound: the store belongs to another database.
+	ErrStoreBound = errors.New("upload: blob store is bound to another database")
 )
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -123,6 +131,49 @@ func NewLocalStore(dir string) (*LocalStore, error) {
 
 // Location is the store's root directory.
 func (s *LocalStore) Location() string { return s.root }
+
+// markerName is the file in the store's root naming the database (store
+// id) the store belongs to.
+const markerName = "store-id"
+
+func (s *LocalStore) Bind(_ context.Context, id string) error {
+	path := filepath.Join(s.root, markerName)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if got := string(bytes.TrimSpace(b)); got != id {
+			return fmt.Errorf("%w: %s holds store %s, this database is store %s", ErrStoreBound, s.root, got, id)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	// Written under a temporary name and linked into place: of two
+	// processes binding at once, one wins and the other re-reads.
+	tmp, err := os.CreateTemp(s.root, markerName+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(id + "\n"); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := syncDir(s.root); err != nil {
+		return err
+	}
+	return s.Bind(context.Background(), id)
+}
 
 // BlobPath is where blob sha256 lives (tests and tools look at it).
 func (s *LocalStore) BlobPath(sha256 string) string { return filepath.Join(s.blobsDir, sha256) }

@@ -273,11 +273,11 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 	if err != nil || ok {
 		return err
 	}
-	// The session left open while we wrote (aborted, expired, failed).
+	// The session left open while we wrote (aborted, expired, completed).
 	if cur, err := getSession(ctx, s.db, sess.ID); err == nil && cur.State != SessionOpen {
 		return notOpen(cur)
 	}
-	return fmt.Errorf("%w (chunk %d)", errStoredMeanwhile, n)
+	return fmt.Errorf("upload: chunk %d of %s was recorded by a writer that did not hold its lock", n, sess.ID)
 }
 
 // copyExactly copies exactly size bytes from r to w in buffer-sized writes
@@ -515,12 +515,23 @@ func (s *Service) announceBlob(ctx context.Context, sha string, size int64) erro
 }
 
 // recordStore tells the database where this process keeps blobs (for
-// UP-F1's file checks), once per process.
+// UP-F1's file checks) and binds the store to this database, once per
+// process, before the first blob is written or swept. A store bound to
+// another database is refused: its GC would take that database's blobs
+// for stray files and delete them.
 func (s *Service) recordStore(ctx context.Context) error {
 	if s.storeRecorded.Load() {
 		return nil
 	}
-	if err := recordStore(ctx, s.db, s.store.Location()); err != nil {
+	id, previous, err := recordStore(ctx, s.db, s.store.Location())
+	if err != nil {
+		return err
+	}
+	if previous != "" && previous != s.store.Location() {
+		s.log.Warn("upload: this database's blob store moved; blobs written under the old location are not visible here",
+			"old", previous, "new", s.store.Location())
+	}
+	if err := s.store.Bind(ctx, id); err != nil {
 		return err
 	}
 	s.storeRecorded.Store(true)

@@ -52,10 +52,13 @@ SELECT id, $2, $3, $4 FROM s
 ON CONFLICT (session_id, n) DO NOTHING
 RETURNING n`
 
+	// sqlRecordStore records the store's location and returns the
+	// database's store id and the location recorded before.
 	sqlRecordStore = `
+WITH before AS (SELECT location FROM upload_store WHERE name = 'local')
 INSERT INTO upload_store (name, location) VALUES ('local', $1)
 ON CONFLICT (name) DO UPDATE SET location = EXCLUDED.location, updated_at = now()
-WHERE upload_store.location <> EXCLUDED.location`
+RETURNING store_id::text, coalesce((SELECT location FROM before), '')`
 
 	// sqlUpsertBlob announces bytes about to be renamed into
 	// blobs/sha256/<hex>, before the rename (UP-F2). A row GC has marked
@@ -218,9 +221,9 @@ func storeChunk(ctx context.Context, db pg.Querier, id string, n int, size int64
 	return err == nil, err
 }
 
-func recordStore(ctx context.Context, db pg.Querier, location string) error {
-	_, err := db.Exec(ctx, sqlRecordStore, location)
-	return pg.MapError(err)
+func recordStore(ctx context.Context, db pg.Querier, location string) (id, previous string, err error) {
+	err = db.QueryRow(ctx, sqlRecordStore, location).Scan(&id, &previous)
+	return id, previous, pg.MapError(err)
 }
 
 // upsertBlob announces blob sha with size and returns the size on record.
