@@ -82,6 +82,17 @@ CREATE TABLE upload_chunk (
     PRIMARY KEY (session_id, n)
 );
 
+-- The running SHA-256 of a session's leading chunks: chunks 0 ..
+-- hashed_chunks-1 have been fed, in order, to the hash whose state this is.
+-- Chunk PUTs advance it as the chunks arrive, so complete hashes only what
+-- is left before it checks the digest against the declaration (UP-F5). A
+-- row of its own, so hashing never holds the session's row.
+CREATE TABLE upload_hash (
+    session_id    uuid    PRIMARY KEY REFERENCES upload_session (id),
+    hashed_chunks integer NOT NULL CHECK (hashed_chunks >= 0),
+    state         bytea   NOT NULL
+);
+
 -- Committed metadata: a named file of one owner, referencing a blob.
 CREATE TABLE file_object (
     id              uuid        PRIMARY KEY,

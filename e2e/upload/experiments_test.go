@@ -267,6 +267,8 @@ func TestUP05WrongDeclaredSHA256FailsCompletionNothingReferenced(t *testing.T) {
 	for n, c := range chunks(data, 128<<10) {
 		require.Equal(t, http.StatusCreated, l.put(t, l.alice, s.ID, n, c, nil).Status)
 	}
+	require.Equal(t, s.ChunkCount, l.count(t, `SELECT hashed_chunks FROM upload_hash WHERE session_id = $1`, s.ID),
+		"chunks sent in order were hashed as they arrived; complete only checks the digest")
 	r := l.complete(t, l.alice, s.ID)
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Equal(t, "sha256_mismatch", r.Code())

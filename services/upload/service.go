@@ -22,10 +22,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -144,7 +146,11 @@ func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSes
 				ErrInvalidDeclaration, req.TotalSize, chunkSize, want, req.ChunkCount)
 		}
 	}
-	sess, err := insertSession(ctx, s.db, uuid.NewString(), owner, req.TotalSize, req.ChunkCount, chunkSize, sha)
+	empty, err := marshalHash(sha256.New())
+	if err != nil {
+		return Session{}, err
+	}
+	sess, err := insertSession(ctx, s.db, uuid.NewString(), owner, req.TotalSize, req.ChunkCount, chunkSize, sha, empty)
 	if err != nil {
 		return Session{}, fmt.Errorf("upload: create session: %w", err)
 	}
@@ -202,6 +208,7 @@ func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n 
 			s.m.chunk(res.Stored, err)
 			if res.Stored {
 				s.m.chunkBytes.Add(float64(size))
+				s.advanceHash(ctx, sess)
 			}
 			return res, err
 		}
@@ -428,6 +435,8 @@ func (s *Service) Complete(ctx context.Context, p httpx.Principal, id string) (S
 	return s.markCompleted(ctx, sess)
 }
 
+// hashPartial finishes the session's running hash over every chunk (all
+// stored) and returns the digest and the partial file's size.
 func (s *Service) hashPartial(ctx context.Context, sess Session) (sha string, size int64, err error) {
 	part, err := s.store.OpenPartial(ctx, sess.ID, false)
 	if err != nil {
@@ -437,13 +446,83 @@ func (s *Service) hashPartial(ctx context.Context, sess Session) (sha string, si
 	if size, err = part.Size(); err != nil {
 		return "", 0, err
 	}
+	err = pg.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		h, hashed, err := s.foldChunks(ctx, tx, sess, part, false)
+		if err != nil {
+			return err
+		}
+		if hashed != sess.ChunkCount {
+			return fmt.Errorf("upload: session %s: hashed %d of %d stored chunks", sess.ID, hashed, sess.ChunkCount)
+		}
+		sha = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+	return sha, size, err
+}
+
+// advanceHash feeds the chunks that now follow the session's running hash
+// without a gap into it, after a chunk PUT stored one: the whole-file hash
+// is computed as the chunks arrive, and complete only finishes it. It is
+// best effort — if another request is advancing the hash, or anything
+// fails, complete catches up.
+func (s *Service) advanceHash(ctx context.Context, sess Session) {
+	err := pg.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		part, err := s.store.OpenPartial(ctx, sess.ID, false)
+		if err != nil {
+			return err
+		}
+		defer part.Close()
+		_, _, err = s.foldChunks(ctx, tx, sess, part, true)
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("upload: cannot advance the running hash; complete will", "session", sess.ID, "err", err)
+	}
+}
+
+// foldChunks takes the session's running hash (or, with try, gives up if
+// someone holds it), feeds it the stored chunks that follow it without a
+// gap, reading them back from the partial file, and saves it. Recorded
+// chunks are final (their rows are written after their bytes, under their
+// range lock), so what was hashed never changes.
+func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part Partial, try bool) (hash.Hash, int, error) {
+	hashed, state, ok, err := lockHash(ctx, tx, sess.ID, try)
+	if err != nil || !ok {
+		return nil, 0, err
+	}
 	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
+		return nil, 0, fmt.Errorf("upload: session %s: running hash: %w", sess.ID, err)
+	}
+	stored, err := storedFrom(ctx, tx, sess.ID, hashed)
+	if err != nil {
+		return nil, 0, err
+	}
 	bp := s.buf()
 	defer s.bufs.Put(bp)
-	if _, err := io.CopyBuffer(h, io.NewSectionReader(part, 0, size), *bp); err != nil {
-		return "", 0, err
+	from := hashed
+	for _, n := range stored {
+		if n != hashed {
+			break
+		}
+		off, size := sess.chunkRange(n)
+		if _, err := io.CopyBuffer(h, io.NewSectionReader(part, off, size), *bp); err != nil {
+			return nil, 0, err
+		}
+		hashed++
 	}
-	return hex.EncodeToString(h.Sum(nil)), size, nil
+	if hashed == from {
+		return h, hashed, nil
+	}
+	b, err := marshalHash(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	return h, hashed, saveHash(ctx, tx, sess.ID, hashed, b)
+}
+
+func marshalHash(h hash.Hash) ([]byte, error) {
+	return h.(encoding.BinaryMarshaler).MarshalBinary()
 }
 
 // completeFromBlob finishes a completion whose partial file was already

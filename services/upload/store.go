@@ -22,9 +22,14 @@ const fileColumns = `id::text, owner, name, metadata, blob_sha256, size, state, 
 
 const (
 	sqlInsertSession = `
-INSERT INTO upload_session (id, owner, total_size, chunk_count, chunk_size, sha256)
-VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING ` + sessionColumns + `, 0`
+WITH s AS (
+    INSERT INTO upload_session (id, owner, total_size, chunk_count, chunk_size, sha256)
+    VALUES ($1, $2, $3, $4, $5, $6)
+    RETURNING *
+), h AS (
+    INSERT INTO upload_hash (session_id, hashed_chunks, state) SELECT id, 0, $7 FROM s
+)
+SELECT ` + sessionColumns + `, 0 FROM s`
 
 	sqlGetSession = `
 SELECT ` + sessionColumns + `, (SELECT count(*) FROM upload_chunk c WHERE c.session_id = s.id)
@@ -54,6 +59,13 @@ RETURNING n`
 
 	// sqlRecordStore records the store's location and returns the
 	// database's store id and the location recorded before.
+	// sqlLockHash takes a session's running hash; with SKIP LOCKED a chunk
+	// PUT leaves it to whoever is advancing it already.
+	sqlLockHash     = `SELECT hashed_chunks, state FROM upload_hash WHERE session_id = $1 FOR UPDATE`
+	sqlTryLockHash  = sqlLockHash + ` SKIP LOCKED`
+	sqlSaveHash     = `UPDATE upload_hash SET hashed_chunks = $2, state = $3 WHERE session_id = $1`
+	sqlStoredChunks = `SELECT n FROM upload_chunk WHERE session_id = $1 AND n >= $2 ORDER BY n`
+
 	sqlRecordStore = `
 WITH before AS (SELECT location FROM upload_store WHERE name = 'local')
 INSERT INTO upload_store (name, location) VALUES ('local', $1)
@@ -183,8 +195,37 @@ func scanFile(row pgx.Row) (File, error) {
 	return f, pg.MapError(err)
 }
 
-func insertSession(ctx context.Context, db pg.Querier, id, owner string, total int64, count int, chunkSize int64, sha string) (Session, error) {
-	return scanSession(db.QueryRow(ctx, sqlInsertSession, id, owner, total, count, chunkSize, sha))
+func insertSession(ctx context.Context, db pg.Querier, id, owner string, total int64, count int, chunkSize int64, sha string, hashState []byte) (Session, error) {
+	return scanSession(db.QueryRow(ctx, sqlInsertSession, id, owner, total, count, chunkSize, sha, hashState))
+}
+
+// lockHash takes a session's running hash for the transaction; with try,
+// ok is false when another transaction holds it.
+func lockHash(ctx context.Context, tx pgx.Tx, id string, try bool) (hashed int, state []byte, ok bool, err error) {
+	q := sqlLockHash
+	if try {
+		q = sqlTryLockHash
+	}
+	err = pg.MapError(tx.QueryRow(ctx, q, id).Scan(&hashed, &state))
+	if try && errors.Is(err, pg.ErrNotFound) {
+		return 0, nil, false, nil
+	}
+	return hashed, state, err == nil, err
+}
+
+func saveHash(ctx context.Context, tx pgx.Tx, id string, hashed int, state []byte) error {
+	_, err := tx.Exec(ctx, sqlSaveHash, id, hashed, state)
+	return pg.MapError(err)
+}
+
+// storedFrom lists the stored chunk indexes from n on, in order.
+func storedFrom(ctx context.Context, db pg.Querier, id string, n int) ([]int, error) {
+	rows, err := db.Query(ctx, sqlStoredChunks, id, n)
+	if err != nil {
+		return nil, pg.MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	return out, pg.MapError(err)
 }
 
 func getSession(ctx context.Context, db pg.Querier, id string) (Session, error) {
