@@ -100,6 +100,10 @@ func Run(args []string) error {
 	if err != nil {
 		return err
 	}
+	parts, err := splitSource(source, filepath.Join(work, "chunks"), size, chunk)
+	if err != nil {
+		return err
+	}
 	s, err := startServer(ctx, url, work, size, chunk)
 	if err != nil {
 		return err
@@ -122,7 +126,7 @@ func Run(args []string) error {
 		if err != nil {
 			return err
 		}
-		took, completing, err := s.upload(ctx, source, size, chunk, digest, *parallel)
+		took, completing, err := s.upload(ctx, parts, size, chunk, digest, *parallel)
 		if err != nil {
 			return err
 		}
@@ -177,6 +181,36 @@ func writeSource(path string, size int64) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// splitSource copies the source into one file per chunk, so that every
+// chunk PUT's body is a whole file: net/http then sends it with sendfile.
+func splitSource(source, dir string, size, chunk int64) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	src, err := os.Open(source)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	var parts []string
+	for off := int64(0); off < size; off += chunk {
+		p := filepath.Join(dir, fmt.Sprintf("%06d", len(parts)))
+		f, err := os.Create(p)
+		if err != nil {
+			return nil, err
+		}
+		_, err = io.Copy(f, io.NewSectionReader(src, off, min(chunk, size-off)))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, nil
 }
 
 // ddOnce writes the source to out with dd (conv=fsync: the data is on disk
@@ -304,13 +338,8 @@ func (s *server) memory() (hwm, rss int64, err error) {
 // upload sends the source file as one session and returns the time from
 // the session's creation to the completion's answer, and the completion's
 // share of it (hashing, verification, rename).
-func (s *server) upload(ctx context.Context, source string, size, chunk int64, digest string, parallel int) (took, completing time.Duration, err error) {
-	f, err := os.Open(source)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	count := int((size + chunk - 1) / chunk)
+func (s *server) upload(ctx context.Context, parts []string, size, chunk int64, digest string, parallel int) (took, completing time.Duration, err error) {
+	count := len(parts)
 	start := time.Now()
 	var sess upload.Session
 	if err := s.call(ctx, "POST", "/upload/sessions", upload.CreateSessionRequest{
@@ -323,9 +352,7 @@ func (s *server) upload(ctx context.Context, source string, size, chunk int64, d
 	for range parallel {
 		wg.Go(func() {
 			for n := range next {
-				off := int64(n) * chunk
-				body := io.NewSectionReader(f, off, min(chunk, size-off))
-				if err := s.call(ctx, "PUT", fmt.Sprintf("/upload/sessions/%s/chunks/%d", sess.ID, n), body, http.StatusCreated, nil); err != nil {
+				if err := s.putChunk(ctx, sess.ID, n, parts[n]); err != nil {
 					errs <- err
 					return
 				}
@@ -360,31 +387,49 @@ feed:
 	return took, time.Since(sent), nil
 }
 
+// putChunk sends one chunk file: an *os.File body of known length lets
+// net/http hand it to sendfile, so the load generator costs the shared CPUs
+// about what a client on another machine would cost them: nothing.
+func (s *server) putChunk(ctx context.Context, id string, n int, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, "PUT", fmt.Sprintf("%s/upload/sessions/%s/chunks/%d", s.base, id, n), f)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = st.Size()
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	return s.send(req, http.StatusCreated, nil)
+}
+
 func (s *server) call(ctx context.Context, method, path string, body any, want int, out any) error {
 	var r io.Reader
-	var length int64 = -1
-	switch b := body.(type) {
-	case nil:
-	case *io.SectionReader:
-		r, length = b, b.Size()
-	default:
-		buf, err := json.Marshal(b)
+	if body != nil {
+		buf, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		r, length = bytes.NewReader(buf), int64(len(buf))
+		r = bytes.NewReader(buf)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, s.base+path, r)
 	if err != nil {
 		return err
 	}
-	if length >= 0 {
-		req.ContentLength = length
-	}
 	req.Header.Set("Authorization", "Bearer "+s.token)
-	if _, isChunk := body.(*io.SectionReader); !isChunk && body != nil {
+	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return s.send(req, want, out)
+}
+
+func (s *server) send(req *http.Request, want int, out any) error {
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return err
@@ -395,7 +440,7 @@ func (s *server) call(ctx context.Context, method, path string, body any, want i
 		return err
 	}
 	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		return fmt.Errorf("%s %s: %d %s", req.Method, req.URL.Path, resp.StatusCode, b)
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
