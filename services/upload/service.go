@@ -254,7 +254,7 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 		}
 		return err
 	}
-	var h = sha256.New()
+	h := sha256.New()
 	dst := io.Writer(io.NewOffsetWriter(part, off))
 	if sum != nil {
 		dst = io.MultiWriter(dst, h)
@@ -345,7 +345,7 @@ func (s *Service) compareChunk(ctx context.Context, sess Session, n int, off, si
 		}
 		h.Write(got[:m])
 		if same {
-			if _, err := part.ReadAt(stored[:m], off+pos); err != nil {
+			if k, err := part.ReadAt(stored[:m], off+pos); k < m {
 				return s.partialTrouble(ctx, sess.ID, err)
 			}
 			same = bytes.Equal(got[:m], stored[:m])
@@ -375,8 +375,8 @@ func (s *Service) partialTrouble(ctx context.Context, id string, cause error) er
 }
 
 // Complete verifies that the stored chunks make the declared file (UP-F5)
-// and turns them into a blob: hash the partial file, announce the blob,
-// rename the file into place, mark the session completed. A mismatch fails
+// and turns them into a blob: finish the running hash, compare, announce
+// the blob, rename the file into place, mark the session completed. A mismatch fails
 // the session and references nothing. Completing a completed session
 // returns it again.
 func (s *Service) Complete(ctx context.Context, p httpx.Principal, id string) (Session, error) {
