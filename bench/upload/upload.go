@@ -119,10 +119,14 @@ func Run(args []string) error {
 		filepath.Join(work, "dd.out"), upload.FormatSize(chunk))
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\t")
+	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\tserver CPU\t")
 	var dds, ups, ratios []float64
 	for i := range *rounds {
 		ddRate, err := ddOnce(source, filepath.Join(work, "dd.out"), chunk, size)
+		if err != nil {
+			return err
+		}
+		cpu0, err := s.cpu()
 		if err != nil {
 			return err
 		}
@@ -130,12 +134,16 @@ func Run(args []string) error {
 		if err != nil {
 			return err
 		}
+		cpu1, err := s.cpu()
+		if err != nil {
+			return err
+		}
 		upRate := float64(size) / took.Seconds() / 1e6
 		dds, ups, ratios = append(dds, ddRate), append(ups, upRate), append(ratios, upRate/ddRate)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t\n", i+1, ddRate, upRate, upRate/ddRate,
-			took.Round(time.Millisecond), completing.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t%v\t\n", i+1, ddRate, upRate, upRate/ddRate,
+			took.Round(time.Millisecond), completing.Round(time.Millisecond), (cpu1 - cpu0).Round(10*time.Millisecond))
 	}
-	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\n", median(dds), median(ups), median(ratios))
+	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t\n", median(dds), median(ups), median(ratios))
 	tw.Flush()
 	hwm, rss, err := s.memory()
 	if err != nil {
@@ -307,6 +315,23 @@ func (s *server) stop() {
 		_ = s.cmd.Process.Kill()
 		<-done
 	}
+}
+
+// cpu reads the child's user + system CPU time from /proc/<pid>/stat.
+func (s *server) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("read the server's CPU time (Linux /proc only): %w", err)
+	}
+	// Fields after the command name (which may hold spaces) start at ")".
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc stat: %q", b)
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	const tick = 10 * time.Millisecond // USER_HZ = 100 on Linux
+	return time.Duration(utime+stime) * tick, nil
 }
 
 // memory reads the child's peak and current resident set from /proc.
