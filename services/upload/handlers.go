@@ -173,7 +173,9 @@ func (h *handlers) read(c echo.Context) error {
 	hd.Set("ETag", `"`+f.SHA256+`"`)
 	hd.Set("Cache-Control", "private, max-age=0, must-revalidate")
 	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": f.Name}))
+	if cd := mime.FormatMediaType("attachment", map[string]string{"filename": f.Name}); cd != "" {
+		hd.Set(echo.HeaderContentDisposition, cd)
+	}
 	http.ServeContent(c.Response(), c.Request(), "", *f.PublishedAt, b)
 	return nil
 }
