@@ -28,12 +28,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -69,7 +71,8 @@ func Run(args []string) error {
 	if size < 1 || chunk < 1 || *parallel < 1 || *rounds < 1 {
 		return errors.New("size, chunk, parallel and rounds must be positive")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// Ctrl-C ends the run cleanly: the child server and the cluster stop.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
 	work, err := filepath.Abs(*dir)
