@@ -125,14 +125,25 @@ func TestTwoWorkerProcessesClaimExactlyOne(t *testing.T) {
 	}
 
 	// Exactly one pauses after its claim; the other's claim is empty and it exits.
+	// The loser may exit (closing its stdout) before the winner prints:
+	// a closed stream is not a line; stop listening to it.
 	var winner, loser *child
 	deadline := time.After(60 * time.Second)
+	out := []<-chan string{workers[0].lines, workers[1].lines}
 	for winner == nil || loser == nil {
 		select {
-		case line := <-workers[0].lines:
+		case line, ok := <-out[0]:
+			if !ok {
+				out[0] = nil
+				continue
+			}
 			require.Equal(t, fmt.Sprintf("PAUSED after_claim %d", id), line)
 			winner, loser = workers[0], workers[1]
-		case line := <-workers[1].lines:
+		case line, ok := <-out[1]:
+			if !ok {
+				out[1] = nil
+				continue
+			}
 			require.Equal(t, fmt.Sprintf("PAUSED after_claim %d", id), line)
 			winner, loser = workers[1], workers[0]
 		case <-deadline:
