@@ -13,6 +13,7 @@ import (
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social"
+	"github.com/fencelab/fencelab/services/upload"
 	"github.com/fencelab/fencelab/services/workflow"
 )
 
@@ -39,6 +40,7 @@ var builders = []func(app.Deps) (app.Module, error){
 	report.New,
 	shortlink.New,
 	social.New, // relations (rel): follow/unfollow/approve/reject/block/unblock, posts, AccessCheck, follower views
+	upload.New,
 	workflow.New,
 	notify.New, // event intake, preferences, delivery kinds per channel, the review queue
 	points.New,

@@ -211,6 +211,7 @@ func demoCurls(base string) string {
 	lines := []string{
 		`curl -s -H "Authorization: Bearer $USER42" BASE/reports/$(date +%F)   # today's report: content, fence, writer`,
 		`curl -si BASE/s/demo   # shortlink: 302 to the seeded demo link`,
+		`curl -s -H "Authorization: Bearer $USER42" -H 'Content-Type: application/json' BASE/upload/sessions -d "{\"total_size\":5,\"chunk_count\":1,\"sha256\":\"$(printf hello | sha256sum | cut -c1-64)\"}"   # upload: a session (README: Chunked upload)`,
 		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'`,
 		`curl -s BASE/jobs/1 -H "Authorization: Bearer $ADMIN"   # the chapter-14 workflow and its fenced history`,
 		`curl -s -H "Authorization: Bearer $ADMIN" BASE/outbox/consumers   # outbox positions and lag`,

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,12 +24,22 @@ func runServe(args []string) error {
 	fs := newFlags("serve", "serve [flags]")
 	cfg.Bind(fs)
 	migrate := fs.Bool("migrate", false, "apply pending migrations before serving")
+	var pauseAt multiFlag
+	fs.Var(&pauseAt, "pause-at", "fault point to pause at (experiments): print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := openProcess(ctx, cfg, "serve", *migrate, nil)
+	var set *faults.Set
+	if len(pauseAt) > 0 {
+		set = faults.New()
+		lines := faults.NewLines(os.Stdin)
+		for _, name := range pauseAt {
+			set.PauseOnLines(name, lines, os.Stdout)
+		}
+	}
+	p, err := openProcess(ctx, cfg, "serve", *migrate, set)
 	if err != nil {
 		return err
 	}
@@ -86,6 +98,7 @@ func runWorker(args []string) error {
 	startGate := fs.Bool("start-gate", false, "print READY and wait for a line on stdin before starting work")
 	migrate := fs.Bool("migrate", false, "apply pending migrations before starting")
 	exitWhenIdle := fs.Bool("exit-when-idle", false, "exit once a claim comes back empty and no job is held (experiments)")
+	kinds := fs.String("kinds", "", "comma-separated job kinds this worker runs (default: every registered kind)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -111,11 +124,20 @@ func runWorker(args []string) error {
 			return err
 		}
 	}
+	var only []string
+	if *kinds != "" {
+		for _, k := range strings.Split(*kinds, ",") {
+			if _, ok := p.deps.Jobs.Kind(strings.TrimSpace(k)); !ok {
+				return fmt.Errorf("--kinds: no job kind %q (registered: %s)", k, strings.Join(p.deps.Jobs.KindNames(), ", "))
+			}
+			only = append(only, strings.TrimSpace(k))
+		}
+	}
 	logStart(p.deps.Log, "worker running", cfg)
 	taskCtx, stopTasks := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { app.RunTasks(taskCtx, p.deps.Log, p.mods) })
-	err = app.RunJobs(ctx, p.deps, claim.PoolOptions{ExitWhenIdle: *exitWhenIdle})
+	err = app.RunJobs(ctx, p.deps, claim.PoolOptions{ExitWhenIdle: *exitWhenIdle, Kinds: only})
 	stopTasks()
 	wg.Wait()
 	return err

@@ -26,6 +26,7 @@ const (
 	AfterBytesWritten = "after_bytes_written"
 	BeforeWrite       = "before_write"
 	AfterCommit       = "after_commit"
+	BeforeUnlink      = "before_unlink"
 )
 
 // ErrInjected is returned by Hit when a test armed the point to fail

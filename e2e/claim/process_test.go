@@ -111,7 +111,9 @@ func TestTwoWorkerProcessesClaimExactlyOne(t *testing.T) {
 	id := l.enqueue(t, claim.NewClient(l.pool, claim.Options{}), claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 
 	env := e2etest.ChildEnv(l.url, workflow.EnvToolURL+"="+l.tool.URL(), "FENCELAB_WORKERS=2")
-	args := []string{"--start-gate", "--pause-at", "after_claim", "--exit-when-idle"}
+	// Only the workflow kind: other modules' periodic jobs are not part of
+	// this experiment.
+	args := []string{"--start-gate", "--pause-at", "after_claim", "--exit-when-idle", "--kinds", workflow.KindName}
 	workers := []*child{startWorker(t, "worker-1", env, args...), startWorker(t, "worker-2", env, args...)}
 	ready := map[int]bool{} // distinct OS processes at the gate
 	for _, w := range workers {

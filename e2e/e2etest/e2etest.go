@@ -7,6 +7,8 @@ package e2etest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -217,6 +219,9 @@ func Main(m *testing.M) {
 	if binPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binPath))
 	}
+	if root := childRoot(); root != os.TempDir() {
+		_ = os.RemoveAll(root)
+	}
 	pgtest.Shutdown()
 	os.Exit(code)
 }
@@ -250,6 +255,24 @@ func ChildEnv(dbURL string, extra ...string) []string {
 		}
 	}
 	env = append(env, "DATABASE_URL="+dbURL, "FENCELAB_TOKEN_SECRET="+Secret, "FENCELAB_LOG_LEVEL=warn",
-		"FENCELAB_DATA_DIR="+os.TempDir())
+		"FENCELAB_DATA_DIR="+childDataDir(dbURL))
 	return append(env, extra...)
+}
+
+// childRoot holds the data directories of this test process's children;
+// Main removes it.
+var childRoot = sync.OnceValue(func() string {
+	dir, err := os.MkdirTemp("", "fencelab-children-")
+	if err != nil {
+		return os.TempDir()
+	}
+	return dir
+})
+
+// childDataDir is the data directory (blob store included) of the child
+// processes on dbURL: shared by the processes of one experiment, never by
+// two experiments, whose databases differ.
+func childDataDir(dbURL string) string {
+	sum := sha256.Sum256([]byte(dbURL))
+	return filepath.Join(childRoot(), hex.EncodeToString(sum[:8]))
 }

@@ -111,4 +111,3 @@ func postmasterPID(t *testing.T, dataDir string) int {
 	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 	return pid
 }
-

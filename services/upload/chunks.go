@@ -1,0 +1,223 @@
+package upload
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/fencelab/fencelab/core/httpx"
+)
+
+// Chunks are written in place, at their offsets in the session's partial
+// file, under a byte-range lock; they are recorded (upload_chunk) only once
+// their bytes are durable, so a recorded chunk's bytes are final. A
+// retransmit of a recorded chunk is compared with them, never written.
+
+// Checksum is a chunk's SHA-256 as the client sent it (nil: none sent).
+type Checksum []byte
+
+// PutChunk stores chunk n of a session from body. The first request to
+// store a chunk writes it in place under its range lock and records it;
+// a retransmit of a stored chunk is compared with the stored bytes: equal
+// is success (Stored false), different is ErrChunkConflict. length is the
+// request's Content-Length (-1: unknown).
+func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n int, body io.Reader, length int64, sum Checksum) (ChunkResult, error) {
+	sess, err := s.session(ctx, p, id)
+	if err != nil {
+		return ChunkResult{}, err
+	}
+	if sess.State != SessionOpen {
+		return ChunkResult{}, notOpen(sess)
+	}
+	if n < 0 || n >= sess.ChunkCount {
+		return ChunkResult{}, fmt.Errorf("%w: chunk %d of a %d-chunk session (indexes start at 0)", ErrChunkOutOfRange, n, sess.ChunkCount)
+	}
+	off, size := sess.chunkRange(n)
+	if length > size {
+		return ChunkResult{}, fmt.Errorf("%w: chunk %d holds %d bytes, the body has %d", ErrChunkTooLarge, n, size, length)
+	}
+	if length >= 0 && length < size {
+		return ChunkResult{}, fmt.Errorf("%w: chunk %d holds %d bytes, the body has %d", ErrChunkSize, n, size, length)
+	}
+	res := ChunkResult{Session: id, N: n, Size: size}
+	stored, err := chunkStored(ctx, s.db, id, n)
+	if err != nil {
+		return res, err
+	}
+	if !stored {
+		err := s.writeChunk(ctx, sess, n, off, size, body, sum)
+		if !errors.Is(err, errStoredMeanwhile) {
+			res.Stored = err == nil
+			s.m.chunk(res.Stored, err)
+			if res.Stored {
+				s.m.chunkBytes.Add(float64(size))
+				s.advanceHash(ctx, sess)
+			}
+			return res, err
+		}
+	}
+	err = s.compareChunk(ctx, sess, n, off, size, body, sum)
+	s.m.chunk(false, err)
+	return res, err
+}
+
+// errStoredMeanwhile: another request stored the chunk between our look
+// and our lock; compare instead of writing.
+var errStoredMeanwhile = errors.New("upload: chunk stored meanwhile")
+
+// errBody wraps failures to read a request body (the client went away, or
+// was too slow): the client's problem, answered with a 400.
+var errBody = errors.New("upload: chunk body incomplete")
+
+func init() {
+	httpx.MapError(errBody, http.StatusBadRequest, "body_incomplete")
+}
+
+func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) error {
+	part, err := s.store.OpenPartial(ctx, sess.ID, true)
+	if err != nil {
+		return err
+	}
+	defer part.Close()
+	// One writer per chunk: a retransmit racing the original (or a corrupt
+	// one racing a good one) must not interleave bytes in the same range.
+	unlock, err := part.LockRange(off, size)
+	if errors.Is(err, ErrRangeBusy) {
+		return fmt.Errorf("%w (chunk %d)", ErrChunkInProgress, n)
+	}
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Under the lock, "recorded" means "its bytes are final": recorders
+	// hold the lock until their row is in.
+	if stored, err := chunkStored(ctx, s.db, sess.ID, n); err != nil || stored {
+		if stored {
+			return errStoredMeanwhile
+		}
+		return err
+	}
+	h := sha256.New()
+	dst := io.Writer(io.NewOffsetWriter(part, off))
+	if sum != nil {
+		dst = io.MultiWriter(dst, h)
+	}
+	bp := s.buf()
+	defer s.bufs.Put(bp)
+	if err := copyExactly(dst, body, size, *bp); err != nil {
+		return fmt.Errorf("chunk %d: %w", n, err)
+	}
+	var shaHex *string
+	if sum != nil {
+		got := h.Sum(nil)
+		if !bytes.Equal(got, sum) {
+			return fmt.Errorf("%w: chunk %d hashes to %x, the header says %x", ErrChunkChecksum, n, got, []byte(sum))
+		}
+		x := hex.EncodeToString(got)
+		shaHex = &x
+	}
+	if err := part.Sync(); err != nil {
+		return err
+	}
+	ok, err := storeChunk(ctx, s.db, sess.ID, n, size, shaHex)
+	if err != nil || ok {
+		return err
+	}
+	// The session left open while we wrote (aborted, expired, completed).
+	if cur, err := getSession(ctx, s.db, sess.ID); err == nil && cur.State != SessionOpen {
+		return notOpen(cur)
+	}
+	return fmt.Errorf("upload: chunk %d of %s was recorded by a writer that did not hold its lock", n, sess.ID)
+}
+
+// copyExactly copies exactly size bytes from r to w in buffer-sized writes
+// and makes sure r has nothing more.
+func copyExactly(w io.Writer, r io.Reader, size int64, buf []byte) error {
+	for left := size; left > 0; {
+		m, err := io.ReadFull(r, buf[:min(int64(len(buf)), left)])
+		if m > 0 {
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				return werr
+			}
+			left -= int64(m)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: %d of %d bytes received", ErrChunkSize, size-left, size)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", errBody, err)
+		}
+	}
+	return expectEOF(r, size)
+}
+
+func expectEOF(r io.Reader, size int64) error {
+	var one [1]byte
+	m, err := io.ReadFull(r, one[:])
+	if m > 0 {
+		return fmt.Errorf("%w: more than %d bytes", ErrChunkTooLarge, size)
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %v", errBody, err)
+	}
+	return nil
+}
+
+// compareChunk answers a retransmit of a stored chunk by comparing the
+// body with the stored bytes; it never writes.
+func (s *Service) compareChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) error {
+	part, err := s.store.OpenPartial(ctx, sess.ID, false)
+	if err != nil {
+		return s.partialTrouble(ctx, sess.ID, err)
+	}
+	defer part.Close()
+	h := sha256.New()
+	bp, sp := s.buf(), s.buf()
+	defer s.bufs.Put(bp)
+	defer s.bufs.Put(sp)
+	got, stored := *bp, *sp
+	same := true
+	for pos := int64(0); pos < size; {
+		want := min(int64(len(got)), size-pos)
+		m, err := io.ReadFull(body, got[:want])
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: chunk %d: %d of %d bytes received", ErrChunkSize, n, pos+int64(m), size)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", errBody, err)
+		}
+		h.Write(got[:m])
+		if same {
+			if k, err := part.ReadAt(stored[:m], off+pos); k < m {
+				return s.partialTrouble(ctx, sess.ID, err)
+			}
+			same = bytes.Equal(got[:m], stored[:m])
+		}
+		pos += int64(m)
+	}
+	if err := expectEOF(body, size); err != nil {
+		return fmt.Errorf("chunk %d: %w", n, err)
+	}
+	if sum != nil && !bytes.Equal(h.Sum(nil), sum) {
+		return fmt.Errorf("%w: chunk %d", ErrChunkChecksum, n)
+	}
+	if !same {
+		return fmt.Errorf("%w: chunk %d", ErrChunkConflict, n)
+	}
+	return nil
+}
+
+// partialTrouble explains a partial file that is missing or short: the
+// session is no longer open (the usual case: it was completed or aborted
+// meanwhile), or something removed bytes it should not have.
+func (s *Service) partialTrouble(ctx context.Context, id string, cause error) error {
+	if cur, err := getSession(ctx, s.db, id); err == nil && cur.State != SessionOpen {
+		return notOpen(cur)
+	}
+	return fmt.Errorf("upload: partial file of open session %s unreadable: %w", id, cause)
+}

@@ -1,0 +1,51 @@
+package upload
+
+import (
+	"errors"
+	"io"
+	"os"
+	"syscall"
+)
+
+// fOFDSetlk is F_OFD_SETLK from <fcntl.h> (the same on every Linux
+// architecture); package syscall does not name it.
+const fOFDSetlk = 37
+
+// lockRange takes an open-file-description lock on [off, off+n) of f. Unlike
+// classic POSIX record locks, OFD locks belong to the open file, not the
+// process: two opens in one process exclude each other just as two
+// processes do, and the kernel drops the lock when the file is closed or
+// the process dies — a crashed writer never leaves its chunk locked.
+func lockRange(f *os.File, off, n int64) (func(), error) {
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: off, Len: max(n, 1)}
+	if err := fcntlLock(f, &lk); err != nil {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
+			return nil, ErrRangeBusy
+		}
+		return nil, &os.PathError{Op: "lock", Path: f.Name(), Err: err}
+	}
+	return func() {
+		un := lk
+		un.Type = syscall.F_UNLCK
+		_ = fcntlLock(f, &un) // closing the file releases it too
+	}, nil
+}
+
+func fcntlLock(f *os.File, lk *syscall.Flock_t) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var lerr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			lerr = syscall.FcntlFlock(fd, fOFDSetlk, lk)
+			if !errors.Is(lerr, syscall.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return lerr
+}

@@ -1,0 +1,70 @@
+package upload
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the module's Prometheus series.
+type metrics struct {
+	chunks      *prometheus.CounterVec
+	chunkBytes  prometheus.Counter
+	completions *prometheus.CounterVec
+	commits     prometheus.Counter
+	publishes   prometheus.Counter
+	gc          *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		chunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelab_upload_chunks_total",
+			Help: "Chunk PUTs by outcome: stored, duplicate (same bytes again), conflict, in_progress, rejected (any other 4xx or error).",
+		}, []string{"outcome"}),
+		chunkBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencelab_upload_chunk_bytes_total",
+			Help: "Bytes of chunks stored (retransmits not counted).",
+		}),
+		completions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelab_upload_completions_total",
+			Help: "Completions by outcome: completed, or failed (size or SHA-256 differed from the declaration, UP-F5).",
+		}, []string{"outcome"}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencelab_upload_commits_total",
+			Help: "Files committed (file_object rows created).",
+		}),
+		publishes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencelab_upload_publishes_total",
+			Help: "Files published by processing runs.",
+		}),
+		gc: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelab_upload_gc_total",
+			Help: "What GC reclaimed: sessions_expired, blobs_reclaimed, stray_blobs, stray_partials.",
+		}, []string{"what"}),
+	}
+	reg.MustRegister(m.chunks, m.chunkBytes, m.completions, m.commits, m.publishes, m.gc)
+	return m
+}
+
+func (m *metrics) chunk(stored bool, err error) {
+	outcome := "duplicate"
+	switch {
+	case errors.Is(err, ErrChunkConflict):
+		outcome = "conflict"
+	case errors.Is(err, ErrChunkInProgress):
+		outcome = "in_progress"
+	case err != nil:
+		outcome = "rejected"
+	case stored:
+		outcome = "stored"
+	}
+	m.chunks.WithLabelValues(outcome).Inc()
+}
+
+func (m *metrics) collected(r GCReport) {
+	m.gc.WithLabelValues("sessions_expired").Add(float64(r.SessionsExpired))
+	m.gc.WithLabelValues("blobs_reclaimed").Add(float64(r.BlobsReclaimed))
+	m.gc.WithLabelValues("stray_blobs").Add(float64(r.StrayBlobs))
+	m.gc.WithLabelValues("stray_partials").Add(float64(r.StrayPartials))
+}

@@ -1,0 +1,54 @@
+package upload
+
+import (
+	"log/slog"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
+)
+
+// New builds the module from the shared dependencies: the local blob store
+// under Config.Dir, the routes, and two job kinds — processing (one job per
+// committed file) and GC (periodic).
+func New(d app.Deps) (app.Module, error) {
+	cfg, err := LoadConfig(d.Config)
+	if err != nil {
+		return app.Module{}, err
+	}
+	store, err := NewLocalStore(cfg.Dir)
+	if err != nil {
+		return app.Module{}, err
+	}
+	svc := NewService(d, cfg, store)
+	h := &handlers{svc: svc, cfg: cfg}
+	return app.Module{
+		Name:              "upload",
+		Routes:            func(e *echo.Echo) { routes(e, h, d.Auth) },
+		LargeBodyPrefixes: []string{largeBodyPrefix},
+		Kinds: []claim.Kind{
+			// Publishing commits with the fenced completion: re-running a
+			// lapsed run is safe, so no SideEffects.
+			{Name: KindProcess, Handle: svc.process},
+			{Name: KindGC, Every: cfg.GCInterval, Handle: svc.runGC},
+		},
+	}, nil
+}
+
+// NewService builds the service alone (the module, tests, benchmarks).
+func NewService(d app.Deps, cfg Config, store BlobStore) *Service {
+	var reg prometheus.Registerer = d.Metrics
+	if d.Metrics == nil {
+		reg = prometheus.NewRegistry()
+	}
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{db: d.Pool, jobs: d.Jobs, store: store, cfg: cfg, faults: d.Faults, log: log.With("module", "upload"),
+		m: newMetrics(reg)}
+	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
+	return s
+}
