@@ -8,6 +8,7 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/services/flashsale"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/workflow"
@@ -36,4 +37,5 @@ var builders = []func(app.Deps) (app.Module, error){
 	report.New,
 	shortlink.New,
 	workflow.New,
+	flashsale.New, // reservations (orders: part B)
 }
