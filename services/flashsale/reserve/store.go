@@ -106,11 +106,12 @@ SELECT DISTINCT sku FROM flashsale_reservation
  ORDER BY sku`
 
 	// sqlReleaseExpired returns up to $2 expired holds of SKU $1, each
-	// exactly once (FS-R5): SKIP LOCKED lets concurrent runs share the
-	// work instead of queueing on each other; a row another run released
-	// first fails the re-check of state under FOR UPDATE and is skipped;
-	// the UPDATE's own state condition is the second line and the log's
-	// unique key the third. The units go back in the same statement.
+	// exactly once (FS-R5): SKIP LOCKED lets concurrent runs pick disjoint
+	// rows (their commits then queue on the SKU row, each adding its own
+	// count); a row another run released first fails the re-check of state
+	// under FOR UPDATE and is skipped; the UPDATE's own state condition is
+	// the second line and the log's unique key the third. The units go
+	// back in the same statement.
 	sqlReleaseExpired = `
 WITH due AS (
     SELECT id FROM flashsale_reservation
