@@ -49,6 +49,18 @@ func (h *handlers) reserve(c echo.Context) error {
 	return c.JSON(http.StatusCreated, r)
 }
 
+// shed answers 503 overloaded at once when the limiter is full (FS-R4),
+// before any other work on the request.
+func (h *handlers) shed(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := h.svc.limiter.Shed(); err != nil {
+			h.svc.m.outcome(err)
+			return err
+		}
+		return next(c)
+	}
+}
+
 // get answers GET /flashsale/reservations/{id} for the owner (or an admin).
 func (h *handlers) get(c echo.Context) error {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
