@@ -229,6 +229,7 @@ func TestFS03SameKeyFromAnotherUserOrSKUIs422(t *testing.T) {
 	for _, req := range []e2etest.Req{
 		reserveReq(owner, sku, key),
 		{Method: http.MethodPost, Path: "/flashsale/reservations", Token: owner, Body: `{"sku":"sku-lab-01"}`, Headers: map[string]string{idem.Header: key}},
+		{Method: http.MethodPost, Path: "/flashsale/reservations", Token: owner, Body: `{"sku":"sku-lab-01"}`, Headers: map[string]string{idem.Header: `"` + key + `"`}},
 	} {
 		r := a.Do(t, req)
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))

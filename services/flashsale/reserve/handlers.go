@@ -29,6 +29,9 @@ func (h *handlers) reserve(c echo.Context) error {
 	}
 	key := req.RequestKey
 	if hk := c.Request().Header.Get(idem.Header); hk != "" {
+		if len(hk) >= 2 && hk[0] == '"' && hk[len(hk)-1] == '"' {
+			hk = hk[1 : len(hk)-1] // the draft's quoted form, as core/idem accepts it
+		}
 		if key != "" && key != hk {
 			return ErrRequestKeyMismatch
 		}
