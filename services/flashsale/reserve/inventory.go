@@ -124,13 +124,14 @@ func (inv *Inventory) Hold(ctx context.Context, db DB, h HoldRequest) (r Reserva
 	}
 
 	err = pg.InTx(ctx, db, func(tx pgx.Tx) error {
-		var found bool
-		if r, found, err = insertHold(ctx, tx, h, inv.holdTTL); err != nil {
+		held, found, err := insertHold(ctx, tx, h, inv.holdTTL)
+		switch {
+		case err != nil:
 			return err
-		}
-		if !found {
+		case !found:
 			return fmt.Errorf("%w: %s", ErrSoldOut, h.SKU) // the last units went to holds that got the row first
 		}
+		r = held
 		return inv.faults.Hit(ctx, PointHoldBeforeCommit, h.RequestKey)
 	})
 	switch c := pg.Constraint(err); {
