@@ -8,6 +8,7 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/services/flashsale"
 	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/points"
 	"github.com/fencelab/fencelab/services/report"
@@ -44,4 +45,5 @@ var builders = []func(app.Deps) (app.Module, error){
 	workflow.New,
 	notify.New, // event intake, preferences, delivery kinds per channel, the review queue
 	points.New,
+	flashsale.New, // reservations (orders: part B)
 }

@@ -119,6 +119,26 @@ func (l *Limiter) admitted() func() {
 	}
 }
 
+// Shed refuses at once, with the same 503 Acquire would give, when
+// Acquire could only refuse now: every permit taken and the line full.
+// A route calls it before costly work (verifying a token, reading a body)
+// so that load it cannot take costs as little as possible; it is an early
+// answer, not the bound — Acquire still decides for whatever gets past.
+// It returns nil when there is room.
+func (l *Limiter) Shed() error {
+	if len(l.permits) < cap(l.permits) {
+		return nil
+	}
+	l.mu.Lock()
+	full := l.waiting >= l.waitLine
+	l.mu.Unlock()
+	if !full {
+		return nil
+	}
+	l.rejected.Inc()
+	return Overloaded(1)
+}
+
 // InUse is the number of admitted operations now.
 func (l *Limiter) InUse() int { return len(l.permits) }
 

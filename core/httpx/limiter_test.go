@@ -40,6 +40,7 @@ func TestLimiterBoundsAdmissionAndTheLine(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
+	require.Equal(t, 503, httpx.ToProblem(l.Shed()).Status, "full: shed before any work")
 	_, err = l.Acquire(ctx)
 	p := httpx.ToProblem(err)
 	require.Equal(t, 503, p.Status)
@@ -49,6 +50,7 @@ func TestLimiterBoundsAdmissionAndTheLine(t *testing.T) {
 	r1()
 	r1() // idempotent: must not free a second permit
 	require.NoError(t, <-got)
+	require.NoError(t, l.Shed(), "the line is empty again")
 	r2()
 	require.Equal(t, 0, l.InUse())
 	require.Equal(t, 2, l.Peak())

@@ -1,0 +1,228 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/httpx"
+)
+
+// LimiterName labels the admission gauges of reservation work:
+// fencelab_admission_in_use{limiter="flashsale_reservations"} (admitted,
+// i.e. in the database) and fencelab_admission_waiting{…} (the line).
+const LimiterName = "flashsale_reservations"
+
+// ReleaseKind is the periodic claim-engine job that returns expired holds.
+const ReleaseKind = "flashsale.release"
+
+// Service is the reservation layer as the deployable runs it: the
+// Inventory behind a per-process admission limiter (FS-R4), its HTTP
+// routes and the release job.
+type Service struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	inv     *Inventory
+	auth    *httpx.Auth
+	log     *slog.Logger
+	limiter *httpx.Limiter
+	inDB    *concurrency
+	m       *metrics
+}
+
+// New builds the reservation layer from the shared dependencies.
+func New(d app.Deps) (*Service, error) {
+	cfg, err := LoadConfig(d.Config)
+	if err != nil {
+		return nil, err
+	}
+	var reg prometheus.Registerer = d.Metrics
+	if d.Metrics == nil {
+		reg = prometheus.NewRegistry()
+	}
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{
+		cfg: cfg, pool: d.Pool, auth: d.Auth, log: log,
+		inv: NewInventory(InventoryOptions{HoldTTL: cfg.HoldTTL, Faults: d.Faults}),
+		limiter: httpx.NewLimiter(httpx.LimiterOptions{
+			Name: LimiterName, Limit: cfg.Limit, WaitLine: cfg.WaitLine, MaxWait: cfg.MaxWait, Metrics: reg,
+		}),
+		inDB: &concurrency{},
+	}
+	s.m = newMetrics(reg, s.inDB)
+	return s, nil
+}
+
+// Inventory is the stock rules, for the layers built on reservations.
+func (s *Service) Inventory() *Inventory { return s.inv }
+
+// Config is the layer's configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// Routes mounts the reservation routes.
+func (s *Service) Routes(e *echo.Echo) { routes(e, &handlers{svc: s}, s.auth) }
+
+// Kinds are the layer's claim-engine job kinds.
+func (s *Service) Kinds() []claim.Kind {
+	return []claim.Kind{{Name: ReleaseKind, Every: s.cfg.ReleaseEvery, Handle: s.releaseJob}}
+}
+
+// Reserve holds a unit for h.UserID (Inventory.Hold) once the request is
+// admitted: at most Limit of these run in the database at once, WaitLine
+// more wait, and the rest are refused at once with 503 (FS-R4). The
+// request is validated before it queues, so a bad one costs no place in
+// line. A caller that leaves while waiting gives its place up; one that
+// leaves during the hold gets the whole hold or none of it (Hold).
+func (s *Service) Reserve(ctx context.Context, h HoldRequest) (Reservation, bool, error) {
+	if err := h.Validate(); err != nil {
+		s.m.outcome(err)
+		return Reservation{}, false, err
+	}
+	release, err := s.limiter.Acquire(ctx)
+	if err != nil {
+		s.m.outcome(err)
+		return Reservation{}, false, err
+	}
+	defer release()
+	leave := s.inDB.enter()
+	defer leave()
+	r, created, err := s.inv.Hold(ctx, s.pool, h)
+	switch {
+	case err != nil:
+		s.m.outcome(err)
+	case created:
+		s.m.outcomes.WithLabelValues("held").Inc()
+	default:
+		s.m.outcomes.WithLabelValues("replayed").Inc()
+	}
+	return r, created, err
+}
+
+// Get reads a reservation for p: its owner or an admin.
+func (s *Service) Get(ctx context.Context, p httpx.Principal, id int64) (Reservation, error) {
+	r, err := s.inv.Get(ctx, s.pool, id)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if !p.CanActFor(r.UserID) {
+		return Reservation{}, ErrNotOwner
+	}
+	return r, nil
+}
+
+// Stock reads a SKU's counts.
+func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
+	return s.inv.Stock(ctx, s.pool, sku)
+}
+
+// ReleaseExpired runs the release once (the admin route and the job).
+func (s *Service) ReleaseExpired(ctx context.Context) (int, error) {
+	n, err := s.inv.ReleaseExpired(ctx, s.pool, s.cfg.ReleaseBatch)
+	s.m.released.Add(float64(n))
+	return n, err
+}
+
+// releaseJob is the periodic job. Each batch commits on its own and may
+// be re-run by anyone at any time without returning a unit twice (FS-R5),
+// so the job's completion need not share a transaction with the batches:
+// a run whose lease was lost releases nothing that another run did.
+func (s *Service) releaseJob(ctx context.Context, j *claim.Job) error {
+	n, err := s.ReleaseExpired(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.log.Info("flashsale: released expired holds", "released", n)
+	}
+	return j.SetResult(map[string]int{"released": n})
+}
+
+// Admission is a snapshot of the limiter and of the measured database
+// concurrency, for experiments and benchmarks.
+type Admission struct {
+	Limit    int `json:"limit"`
+	WaitLine int `json:"wait_line"`
+	InUse    int `json:"in_use"`  // admitted now
+	Waiting  int `json:"waiting"` // in line now
+	// PeakInDB is the most reservation operations ever seen inside the
+	// database at once, counted around the database work itself rather
+	// than by the limiter: the measurement FS-R4 is checked against.
+	PeakInDB int `json:"peak_in_db"`
+	InDB     int `json:"in_db"`
+}
+
+// Admission reports the admission state now.
+func (s *Service) Admission() Admission {
+	now, peak := s.inDB.read()
+	return Admission{Limit: s.cfg.Limit, WaitLine: s.cfg.WaitLine, InUse: s.limiter.InUse(),
+		Waiting: s.limiter.Waiting(), InDB: now, PeakInDB: peak}
+}
+
+// concurrency counts operations in a section and remembers the peak.
+type concurrency struct {
+	mu        sync.Mutex
+	now, peak int
+}
+
+func (c *concurrency) enter() (leave func()) {
+	c.mu.Lock()
+	c.now++
+	c.peak = max(c.peak, c.now)
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.now--
+		c.mu.Unlock()
+	}
+}
+
+func (c *concurrency) read() (now, peak int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now, c.peak
+}
+
+type metrics struct {
+	outcomes *prometheus.CounterVec
+	released prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, inDB *concurrency) *metrics {
+	m := &metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_reservation_requests_total",
+			Help: "Reservation requests by outcome (held, replayed, sold_out, already_holding, overloaded, …)."}, []string{"outcome"}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencelab_flashsale_released_total",
+			Help: "Expired holds whose unit the release returned."}),
+	}
+	reg.MustRegister(m.outcomes, m.released,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db",
+			Help: "Reservation operations inside the database now (FS-R4: at most FENCELAB_FLASHSALE_LIMIT)."},
+			func() float64 { n, _ := inDB.read(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db_peak",
+			Help: "Most reservation operations ever inside the database at once in this process."},
+			func() float64 { _, p := inDB.read(); return float64(p) }),
+	)
+	return m
+}
+
+// outcome counts a refused or failed request by its problem code.
+func (m *metrics) outcome(err error) {
+	code := "error"
+	switch p := httpx.ToProblem(err); {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		code = "client_left"
+	case p.Status < 500 || p.Code == "overloaded":
+		code = p.Code
+	}
+	m.outcomes.WithLabelValues(code).Inc()
+}
