@@ -346,3 +346,21 @@ ev AS (
 )
 SELECT upd.* FROM upd
 LEFT JOIN LATERAL (SELECT pg_notify('` + NotifyChannel + `', upd.kind) WHERE $2::text = 'retry') AS wake ON true`
+
+// sqlPurgeSlots removes finished periodic slot jobs (business key
+// "every:<unix>") older than $1 microseconds, at most $2 per statement,
+// together with their history, so CLAIM-I2..I4 never see half a job.
+const sqlPurgeSlots = `
+WITH doomed AS (
+    SELECT id FROM job
+    WHERE business_key LIKE 'every:%' AND state IN ('succeeded', 'cancelled')
+      AND updated_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING job.id
+), history AS (
+    DELETE FROM job_event USING gone WHERE job_event.job_id = gone.id
+)
+SELECT count(*) FROM gone`
