@@ -3,12 +3,12 @@ package idem
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/pg"
 )
 
@@ -30,11 +30,8 @@ var purged = prometheus.NewCounter(prometheus.CounterOpts{
 func count(scope, outcome string) { requests.WithLabelValues(scope, outcome).Inc() }
 
 // Module is core/idem in the deployable: its metrics and the retention
-// purge. Modules build their own Keys with New.
-//
-// The purge is a plain ticker task for now; when the claim engine's
-// periodic jobs land it can call Purge from there instead (Purge is the
-// whole job, the ticker is only the schedule).
+// purge, a periodic claim job (one run per slot across all processes).
+// Modules build their own Keys with New.
 func Module(d app.Deps) (app.Module, error) {
 	if d.Metrics != nil {
 		for _, c := range []prometheus.Collector{requests, purged} {
@@ -43,19 +40,22 @@ func Module(d app.Deps) (app.Module, error) {
 			}
 		}
 	}
-	retention := app.EnvDuration("FENCELAB_IDEM_RETENTION", DefaultRetention)
-	if retention < time.Minute {
-		return app.Module{}, fmt.Errorf("idem: FENCELAB_IDEM_RETENTION must be at least 1m, got %s", retention)
-	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
+	retention := DefaultRetention
+	r := app.NewSettingsReader(d.Config, "idem")
+	r.Duration("FENCELAB_IDEM_RETENTION", &retention, time.Minute, 366*24*time.Hour)
+	if err := r.Err(); err != nil {
+		return app.Module{}, err
 	}
 	return app.Module{
 		Name: "idem",
-		Tasks: []app.Task{{Name: "purge", Run: func(ctx context.Context) error {
-			return PurgeEvery(ctx, d.Pool, retention, min(retention/24, 10*time.Minute), log)
-		}}},
+		Kinds: []claim.Kind{{Name: "idem.purge", Every: min(retention/24, 10*time.Minute),
+			Handle: func(ctx context.Context, j *claim.Job) error {
+				n, err := Purge(ctx, d.Pool, retention)
+				if err == nil {
+					err = j.SetResult(map[string]int64{"deleted": n})
+				}
+				return err
+			}}},
 	}, nil
 }
 
@@ -67,10 +67,9 @@ const PurgeBatch = 1000
 // ones, and in-flight ones whose lock has expired), in batches, and
 // returns how many it deleted. A retry after that is a new request.
 func Purge(ctx context.Context, db pg.Querier, retention time.Duration) (int64, error) {
-	cutoff := time.Now().Add(-retention)
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, sqlPurge, cutoff, PurgeBatch)
+		tag, err := db.Exec(ctx, sqlPurge, retention.Microseconds(), PurgeBatch)
 		if err != nil {
 			return total, fmt.Errorf("idem: purge: %w", pg.MapError(err))
 		}
@@ -78,27 +77,6 @@ func Purge(ctx context.Context, db pg.Querier, retention time.Duration) (int64, 
 		purged.Add(float64(tag.RowsAffected()))
 		if tag.RowsAffected() < PurgeBatch {
 			return total, nil
-		}
-	}
-}
-
-// PurgeEvery runs Purge now and then every interval until ctx ends.
-func PurgeEvery(ctx context.Context, db pg.Querier, retention, interval time.Duration, log *slog.Logger) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if n, err := Purge(ctx, db, retention); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			log.Warn("idem purge failed", "err", err)
-		} else if n > 0 {
-			log.Info("idem purge", "deleted", n, "retention", retention)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
 		}
 	}
 }

@@ -51,13 +51,14 @@ DELETE FROM idem_request
  WHERE scope = $1 AND subject = $2 AND key = $3
    AND fence = $4 AND state = 'in_flight'`
 
-// sqlPurge deletes up to $2 records created before $1: finished ones, and
-// in-flight ones whose lock has expired (their request is long dead).
+// sqlPurge deletes up to $2 records created more than $1 microseconds ago
+// by the database clock: finished ones, and in-flight ones whose lock has
+// expired (their request is long dead).
 const sqlPurge = `
 DELETE FROM idem_request
  WHERE ctid = ANY (ARRAY(
         SELECT ctid FROM idem_request
-         WHERE created_at < $1
+         WHERE created_at < now() - $1::bigint * interval '1 microsecond'
            AND (state = 'done' OR locked_until < now())
          ORDER BY created_at
          LIMIT $2

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -38,13 +38,21 @@ func Module(d app.Deps) (app.Module, error) {
 			e.GET("/outbox/consumers", consumersHandler(d.Pool), d.Auth.Require(httpx.RoleAdmin))
 		},
 	}
-	retention := app.EnvDuration("FENCELAB_OUTBOX_RETENTION", DefaultRetention)
-	if retention < time.Minute {
-		return app.Module{}, fmt.Errorf("outbox: FENCELAB_OUTBOX_RETENTION must be at least 1m, got %s", retention)
+	retention := DefaultRetention
+	r := app.NewSettingsReader(d.Config, "outbox")
+	r.Duration("FENCELAB_OUTBOX_RETENTION", &retention, time.Minute, 366*24*time.Hour)
+	if err := r.Err(); err != nil {
+		return app.Module{}, err
 	}
-	m.Tasks = append(m.Tasks, app.Task{Name: "purge", Run: func(ctx context.Context) error {
-		return PurgeEvery(ctx, d.Pool, retention, min(retention/24, 10*time.Minute), d.Log)
-	}})
+	// The purge is a periodic claim job: one run per slot across processes.
+	m.Kinds = append(m.Kinds, claim.Kind{Name: "outbox.purge", Every: min(retention/24, 10*time.Minute),
+		Handle: func(ctx context.Context, j *claim.Job) error {
+			n, err := Purge(ctx, d.Pool, retention)
+			if err == nil {
+				err = j.SetResult(map[string]int64{"deleted": n})
+			}
+			return err
+		}})
 	if app.EnvBool("FENCELAB_OUTBOX_DEMO", false) {
 		t, err := Task(d, DemoConsumer())
 		if err != nil {
@@ -134,41 +142,15 @@ const PurgeBatch = 1000
 // visible), and a position rewound past a purged event cannot bring it
 // back.
 func Purge(ctx context.Context, db pg.Querier, retention time.Duration) (int64, error) {
-	cutoff := time.Now().Add(-retention)
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, sqlPurge, cutoff, PurgeBatch)
+		tag, err := db.Exec(ctx, sqlPurge, retention.Microseconds(), PurgeBatch)
 		if err != nil {
 			return total, fmt.Errorf("outbox: purge: %w", pg.MapError(err))
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < PurgeBatch {
 			return total, nil
-		}
-	}
-}
-
-// PurgeEvery runs Purge now and every interval until ctx ends. A ticker
-// for now; a claim-engine periodic job can call Purge instead.
-func PurgeEvery(ctx context.Context, db pg.Querier, retention, interval time.Duration, log *slog.Logger) error {
-	if log == nil {
-		log = slog.Default()
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if n, err := Purge(ctx, db, retention); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			log.Warn("outbox purge failed", "err", err)
-		} else if n > 0 {
-			log.Info("outbox purge", "deleted", n, "retention", retention)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
 		}
 	}
 }

@@ -122,7 +122,7 @@ const sqlPurge = `
 WITH victims AS (
     SELECT e.id, e.topic
       FROM outbox_event e
-     WHERE e.created_at < $1
+     WHERE e.created_at < now() - $1::bigint * interval '1 microsecond'
        AND EXISTS (SELECT 1 FROM outbox_consumer c WHERE e.topic = ANY (c.topics))
        AND NOT EXISTS (SELECT 1 FROM outbox_consumer c
                         WHERE e.topic = ANY (c.topics)
