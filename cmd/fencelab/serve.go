@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -86,6 +88,7 @@ func runWorker(args []string) error {
 	startGate := fs.Bool("start-gate", false, "print READY and wait for a line on stdin before starting work")
 	migrate := fs.Bool("migrate", false, "apply pending migrations before starting")
 	exitWhenIdle := fs.Bool("exit-when-idle", false, "exit once a claim comes back empty and no job is held (experiments)")
+	only := fs.String("tasks", "", "run only these background tasks, comma-separated (e.g. outbox:social.likes), and no claim-engine jobs")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -111,6 +114,15 @@ func runWorker(args []string) error {
 			return err
 		}
 	}
+	if *only != "" {
+		mods, err := onlyTasks(p.mods, strings.Split(*only, ","))
+		if err != nil {
+			return err
+		}
+		p.deps.Log.Info("worker running only", "tasks", *only)
+		app.RunTasks(ctx, p.deps.Log, mods)
+		return nil
+	}
 	logStart(p.deps.Log, "worker running", cfg)
 	taskCtx, stopTasks := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -119,6 +131,28 @@ func runWorker(args []string) error {
 	stopTasks()
 	wg.Wait()
 	return err
+}
+
+// onlyTasks keeps the named tasks of mods (a process dedicated to one
+// consumer, say); a name that matches no task is an error, not a silently
+// idle process.
+func onlyTasks(mods []app.Module, names []string) ([]app.Module, error) {
+	var out []app.Module
+	for _, name := range names {
+		found := false
+		for _, m := range mods {
+			for _, t := range m.Tasks {
+				if t.Name == strings.TrimSpace(name) {
+					out = append(out, app.Module{Name: m.Name, Tasks: []app.Task{t}})
+					found = true
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--tasks: no task named %q", name)
+		}
+	}
+	return out, nil
 }
 
 // multiFlag collects a repeatable string flag.
