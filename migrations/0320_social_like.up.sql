@@ -72,11 +72,16 @@ CREATE TABLE social_like_count (
 CREATE INDEX outbox_event_social_like ON outbox_event (key, tx_id, id) WHERE topic = 'social.like';
 
 -- social_like_unapplied(item): the item's like events its count does not
--- include yet — after the consumer's position, and not counted by the last
--- recompute — with the sum of their +1/-1 and the oldest one's time. Each
--- moves the count by one, so abs(count - truth) <= events (LIKE-I4); once
--- it is zero the count is the truth (LIKE-I3). The consumer that has never
--- run has applied nothing. Read it in the same statement as the count.
+-- include yet, with the sum of their +1/-1 and the oldest one's time. An
+-- event is in the count once the consumer has applied it — its inbox row
+-- commits with the increment — or once a recompute counted it — its
+-- transaction is visible in counted_through. Each of the others moves the
+-- count by one, so abs(count - truth) <= events (LIKE-I4), and once there
+-- are none the count is the truth (LIKE-I3). Everything at or before the
+-- consumer's position is in its inbox (OUTBOX-I2), so only the events
+-- after it are looked at; after a reset of the position (a replay) the
+-- inbox keeps the answer exact. A consumer that never ran has applied
+-- nothing. Read it in the same statement as the count.
 CREATE FUNCTION social_like_unapplied(bigint) RETURNS TABLE (events bigint, delta bigint, oldest timestamptz)
 LANGUAGE sql STABLE AS $$
 SELECT count(*), coalesce(sum(CASE WHEN (e.payload->>'liked')::boolean THEN 1 ELSE -1 END), 0), min(e.created_at)
@@ -86,4 +91,5 @@ SELECT count(*), coalesce(sum(CASE WHEN (e.payload->>'liked')::boolean THEN 1 EL
  WHERE e.topic = 'social.like' AND e.key = $1::text
    AND (e.tx_id, e.id) > (coalesce(oc.position_tx, '0'::xid8), coalesce(oc.position_id, 0))
    AND (c.counted_through IS NULL OR NOT pg_visible_in_snapshot(e.tx_id, c.counted_through))
+   AND NOT EXISTS (SELECT 1 FROM outbox_inbox i WHERE i.consumer = 'social.likes' AND i.event_id = e.id)
 $$;

@@ -108,19 +108,21 @@ func runWorker(args []string) error {
 		return err
 	}
 	defer p.close()
+	var dedicated []app.Module
+	if *only != "" {
+		if dedicated, err = onlyTasks(p.mods, strings.Split(*only, ",")); err != nil {
+			return err
+		}
+	}
 	if *startGate {
 		os.Stdout.WriteString("READY\n")
 		if err := lines.Wait(ctx); err != nil {
 			return err
 		}
 	}
-	if *only != "" {
-		mods, err := onlyTasks(p.mods, strings.Split(*only, ","))
-		if err != nil {
-			return err
-		}
+	if dedicated != nil {
 		p.deps.Log.Info("worker running only", "tasks", *only)
-		app.RunTasks(ctx, p.deps.Log, mods)
+		app.RunTasks(ctx, p.deps.Log, dedicated)
 		return nil
 	}
 	logStart(p.deps.Log, "worker running", cfg)
