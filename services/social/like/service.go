@@ -132,6 +132,11 @@ func (s *Service) SetTx(ctx context.Context, tx pgx.Tx, user string, item int64,
 		return Fact{}, fmt.Errorf("social: set like %d/%s: %w", item, user, pg.MapError(err))
 	}
 	f.UpdatedAt, f.Changed = &at, true
+	if liked {
+		if _, err := tx.Exec(ctx, sqlEnsureUser, user); err != nil {
+			return Fact{}, fmt.Errorf("social: create user %s: %w", user, pg.MapError(err))
+		}
+	}
 	ev := Event{ItemID: item, UserID: user, Liked: f.Liked, Version: f.Version}
 	if _, err := outbox.Append(ctx, tx, Topic, strconv.FormatInt(item, 10), ev); err != nil {
 		return Fact{}, err
