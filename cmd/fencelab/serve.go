@@ -99,6 +99,7 @@ func runWorker(args []string) error {
 	migrate := fs.Bool("migrate", false, "apply pending migrations before starting")
 	exitWhenIdle := fs.Bool("exit-when-idle", false, "exit once a claim comes back empty and no job is held (experiments)")
 	kinds := fs.String("kinds", "", "comma-separated job kinds this worker runs (default: every registered kind)")
+	tasks := fs.String("tasks", "", "run only these background tasks, comma-separated (e.g. outbox:social.likes), and no claim-engine jobs")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -118,11 +119,22 @@ func runWorker(args []string) error {
 		return err
 	}
 	defer p.close()
+	var dedicated []app.Module
+	if *tasks != "" {
+		if dedicated, err = onlyTasks(p.mods, strings.Split(*tasks, ",")); err != nil {
+			return err
+		}
+	}
 	if *startGate {
 		os.Stdout.WriteString("READY\n")
 		if err := lines.Wait(ctx); err != nil {
 			return err
 		}
+	}
+	if dedicated != nil {
+		p.deps.Log.Info("worker running only", "tasks", *tasks)
+		app.RunTasks(ctx, p.deps.Log, dedicated)
+		return nil
 	}
 	var only []string
 	if *kinds != "" {
@@ -141,6 +153,28 @@ func runWorker(args []string) error {
 	stopTasks()
 	wg.Wait()
 	return err
+}
+
+// onlyTasks keeps the named tasks of mods (a process dedicated to one
+// consumer, say); a name that matches no task is an error, not a silently
+// idle process.
+func onlyTasks(mods []app.Module, names []string) ([]app.Module, error) {
+	var out []app.Module
+	for _, name := range names {
+		found := false
+		for _, m := range mods {
+			for _, t := range m.Tasks {
+				if t.Name == strings.TrimSpace(name) {
+					out = append(out, app.Module{Name: m.Name, Tasks: []app.Task{t}})
+					found = true
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--tasks: no task named %q", name)
+		}
+	}
+	return out, nil
 }
 
 // multiFlag collects a repeatable string flag.

@@ -83,3 +83,33 @@ func TestInTxRollsBackOnError(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n))
 	require.Zero(t, n)
 }
+
+// A test may own a server (LIKE-03 stops and restarts it) in a process
+// that has already cloned databases on the shared one: the dedicated
+// server gets its own test role and template, and survives an immediate
+// stop and a start on the same port. (Its sessions must ask for
+// synchronous_commit to keep commits across an immediate stop: the
+// test servers run with it off.)
+func TestDedicatedServerBesideTheSharedOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	shared := pgtest.New(t)
+	require.NoError(t, shared.Ping(ctx))
+
+	srv := pgtest.Dedicated(t)
+	db := pgtest.Pool(t, pgtest.URLOn(t, srv)+"&synchronous_commit=on", 2)
+	var migrated bool
+	require.NoError(t, db.QueryRow(ctx, `SELECT to_regclass('outbox_event') IS NOT NULL`).Scan(&migrated))
+	require.True(t, migrated, "the clone on the dedicated server is migrated")
+	_, err := db.Exec(ctx, `CREATE TABLE kept (n int)`)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO kept VALUES (1)`)
+	require.NoError(t, err)
+
+	require.NoError(t, srv.Stop("immediate"))
+	require.Error(t, db.Ping(ctx))
+	require.NoError(t, srv.Start(ctx))
+	var n int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM kept`).Scan(&n), "the pool reconnects")
+	require.Equal(t, 1, n, "a committed row survives crash recovery")
+}

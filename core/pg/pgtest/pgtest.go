@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,19 +79,41 @@ func StartupCost() time.Duration { return started }
 // Dedicated starts a server owned by one test — for experiments that stop
 // and restart PostgreSQL (LIKE-03) and must not disturb anyone else. It needs
 // local binaries; it skips nothing silently: without them the test fails.
+// Like the shared server it runs with fsync and synchronous_commit off, so
+// an immediate stop loses the last commits unless the sessions set
+// synchronous_commit=on (a runtime parameter in the URL will do).
 func Dedicated(t testing.TB) *pgserver.Server {
 	t.Helper()
 	s, err := pgserver.StartLocal(context.Background(), "", pgserver.Options{Ephemeral: true, MaxConnections: 100})
 	if err != nil {
 		t.Fatalf("pgtest: dedicated server: %v", err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() { dedicatedRoles.Delete(s); _ = s.Close() })
+	r := Role
+	r.Username = fmt.Sprintf("%s_d%d", Role.Username, dedicatedSeq.Add(1))
+	dedicatedRoles.Store(s, &r)
 	return s
 }
 
 // Role is the role tests connect as. It is not a superuser, like the role a
 // deployment would use, but may create databases for the cloning.
 var Role = pgtestdb.Role{Username: "fencelab_test", Password: "fencelab_test", Capabilities: "NOSUPERUSER NOCREATEDB NOCREATEROLE"}
+
+// dedicatedRoles names the test role on each Dedicated server. pgtestdb
+// remembers per process, by role name, that it created a role and its
+// template — not on which server — so a second server under the shared
+// role's name would be handed a template it never got.
+var (
+	dedicatedRoles sync.Map // *pgserver.Server → *pgtestdb.Role
+	dedicatedSeq   atomic.Int64
+)
+
+func roleOn(s *pgserver.Server) *pgtestdb.Role {
+	if r, ok := dedicatedRoles.Load(s); ok {
+		return r.(*pgtestdb.Role)
+	}
+	return &Role
+}
 
 func config(s *pgserver.Server) pgtestdb.Config {
 	return pgtestdb.Config{
@@ -101,7 +124,7 @@ func config(s *pgserver.Server) pgtestdb.Config {
 		Password:                  s.Password,
 		Database:                  "postgres",
 		Options:                   "sslmode=disable",
-		TestRole:                  &Role,
+		TestRole:                  roleOn(s),
 		ForceTerminateConnections: true,
 	}
 }

@@ -1,0 +1,77 @@
+// Package like is the book's social.like (spec 40 Part C): like counters
+// that stay right through repeated clicks, like/unlike interleaving,
+// duplicated delivery, a consumer killed between commit and
+// acknowledgement, and a recompute racing online increments.
+//
+// The truth is social_like, one row per (item, user) with liked and a
+// version that grows by one per change; every change appends one
+// social.like event in its transaction (LIKE-I1, LIKE-I2). The count per
+// item is derived: the counter consumer adds +1 or -1 per event in the
+// transaction that also writes the outbox inbox row and the position, so
+// each event is applied exactly once, whatever is redelivered and
+// whichever process dies (LIKE-I3). A recompute records the snapshot it
+// counted in; the counter skips the events it saw. What the count does
+// not include yet is a SQL function of the outbox position and that
+// snapshot, served with every count as its error bound (LIKE-I4).
+//
+// Items are posts (rel's social_post): liking needs AccessCheck.
+package like
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/services/social/rel"
+)
+
+// New builds like's service and its part of the social module: routes,
+// the counter consumer (a task in serve and worker), metrics. Setting:
+// FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK, items per recompute transaction.
+func New(d app.Deps) (*Service, app.Module, error) {
+	chunk := DefaultChunk
+	set := app.NewSettingsReader(d.Config, "social/like")
+	set.Int("FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK", &chunk, 1, 100000)
+	if err := set.Err(); err != nil {
+		return nil, app.Module{}, err
+	}
+	s := NewService(d.Pool, d.Faults, d.Log, chunk)
+	if d.Metrics != nil {
+		for _, c := range collectors() {
+			if err := d.Metrics.Register(c); err != nil {
+				return nil, app.Module{}, fmt.Errorf("social/like: register metrics: %w", err)
+			}
+		}
+	}
+	task, err := outbox.Task(d, s.Counter())
+	if err != nil {
+		return nil, app.Module{}, err
+	}
+	h := &handlers{svc: s}
+	return s, app.Module{
+		Name:   "social.like",
+		Tasks:  []app.Task{task},
+		Routes: func(e *echo.Echo) { routes(e, h, d.Auth) },
+		Seed:   s.seed,
+	}, nil
+}
+
+// seed: user-0042 likes user-0043's first public post (rel seeds it
+// first). Idempotent: a repeated like changes nothing.
+func (s *Service) seed(ctx context.Context) error {
+	var item int64
+	err := s.pool.QueryRow(ctx, sqlDemoItem, rel.DemoPrivate).Scan(&item)
+	if errors.Is(pg.MapError(err), pg.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("social/like: seed: %w", pg.MapError(err))
+	}
+	_, err = s.Like(ctx, rel.DemoPublic, item)
+	return err
+}
