@@ -1,9 +1,12 @@
 package httpx_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
@@ -203,4 +207,22 @@ func TestErrorsMapToProblemsWithoutLeakingInternals(t *testing.T) {
 	require.Equal(t, 404, resp.StatusCode)
 	require.Equal(t, "not_found", p.Code)
 	require.NotEmpty(t, resp.Header.Get("X-Request-Id"))
+}
+
+// A database outage is the server's trouble and transient: 503 with
+// Retry-After and no connection details, even for a raw driver error a
+// module forgot to map.
+func TestDatabaseOutageIs503WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	_, err = pgx.Connect(context.Background(), "postgres://nobody@"+addr+"/none?sslmode=disable&connect_timeout=2")
+	require.Error(t, err)
+	p := httpx.ToProblem(fmt.Errorf("points: debit: %w", err))
+	require.Equal(t, 503, p.Status)
+	require.Equal(t, "database_unavailable", p.Code)
+	require.Equal(t, 1, p.RetryAfter)
+	require.NotContains(t, p.Detail, "127.0.0.1")
 }

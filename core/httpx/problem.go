@@ -93,6 +93,7 @@ var (
 		{pg.ErrNotFound, http.StatusNotFound, "not_found"},
 		{pg.ErrSerialization, http.StatusServiceUnavailable, "retry"},
 		{pg.ErrDeadlock, http.StatusServiceUnavailable, "retry"},
+		{pg.ErrUnavailable, http.StatusServiceUnavailable, "database_unavailable"},
 	}
 )
 
@@ -118,11 +119,16 @@ func ToProblem(err error) *Problem {
 	if errors.As(err, &he) {
 		return fromHTTPError(he)
 	}
+	err = pg.MapError(err) // raw driver errors are classified here too
 	mapMu.RLock()
 	defer mapMu.RUnlock()
 	for _, m := range mappings {
 		if errors.Is(err, m.err) {
-			p := NewProblem(m.status, m.code, "%s", err.Error())
+			detail := err.Error()
+			if m.status >= 500 { // server-side trouble: no internals in the answer
+				detail = "temporarily unavailable; retry"
+			}
+			p := NewProblem(m.status, m.code, "%s", detail)
 			if m.status == http.StatusServiceUnavailable {
 				p.RetryAfter = 1
 			}

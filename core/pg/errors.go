@@ -3,6 +3,10 @@ package pg
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,6 +25,10 @@ var (
 	ErrLockNotAvailable    = errors.New("pg: lock not available")
 	ErrQueryCanceled       = errors.New("pg: query canceled")
 	ErrRaised              = errors.New("pg: raised by the database")
+	// ErrUnavailable: the database could not be reached or went away
+	// (connection refused or lost, server shutting down or starting up).
+	// Transient by nature; HTTP answers it with 503 and Retry-After.
+	ErrUnavailable = errors.New("pg: database unavailable")
 )
 
 // ConstraintError keeps the constraint name next to the sentinel so a module
@@ -69,6 +77,19 @@ func MapError(err error) error {
 	if errors.As(err, &pe) {
 		if kind, ok := sqlstate[pe.Code]; ok {
 			return &ConstraintError{Kind: kind, Constraint: pe.ConstraintName, Table: pe.TableName, Err: pe}
+		}
+		// Class 08 (connection exception) and the shutdown/start-up codes.
+		if strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return err
+	}
+	var ce2 *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce2) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		if !errors.Is(err, ErrUnavailable) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 	return err

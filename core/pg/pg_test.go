@@ -3,6 +3,7 @@ package pg_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -112,4 +113,15 @@ func TestDedicatedServerBesideTheSharedOne(t *testing.T) {
 	var n int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM kept`).Scan(&n), "the pool reconnects")
 	require.Equal(t, 1, n, "a committed row survives crash recovery")
+}
+
+// A database that cannot be reached is ErrUnavailable (HTTP answers 503
+// with Retry-After), not an unclassified error that would become a 500.
+func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("postgres://nobody@127.0.0.1:%d/none?sslmode=disable&connect_timeout=2", pgtest.FreePort(t))
+	_, err := pgx.Connect(context.Background(), url)
+	require.Error(t, err)
+	require.ErrorIs(t, pg.MapError(err), pg.ErrUnavailable)
+	require.ErrorIs(t, pg.MapError(pg.MapError(err)), pg.ErrUnavailable, "idempotent")
 }
