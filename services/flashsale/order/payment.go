@@ -41,7 +41,7 @@ type PaidEvent struct {
 // else changes (ORD-O1, ORD-O3).
 func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, cause string) (State, error) {
 	switch {
-	case ev.Status == PayRefunded && o.State == StateRefunding:
+	case ev.Status == PayRefunded && (o.State == StateRefunding || o.State == StateRefunded):
 		return s.applyRefund(ctx, tx, o, ev, cause)
 	case ev.charged():
 		return s.applyCharge(ctx, tx, o, ev, cause)
@@ -183,15 +183,19 @@ func (s *Service) owe(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, 
 // applyRefund ends a REFUNDING order once the channel reports the whole
 // amount refunded.
 func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, cause string) (State, error) {
+	m := move{from: StateRefunding, to: StateRefunded, cause: cause, event: &ev.ID, refunded: ev.Refunded, refundEvent: &ev.ID}
+	if o.State != StateRefunding {
+		// The refund is already applied: a repeat, refused and logged.
+		_, err := s.move(ctx, tx, o.ID, m)
+		return o.State, err
+	}
 	if ev.Refunded == nil || *ev.Refunded != o.Amount {
 		// A partial refund is not ours (we refund the amount, once): it
 		// settles nothing, and the order keeps waiting for its own.
 		s.log.Warn("flashsale: refund report does not cover the order", "order", o.ID, "refunded", ev.Refunded, "amount", o.Amount)
 		return o.State, nil
 	}
-	err := s.mustMove(ctx, tx, o.ID, move{from: StateRefunding, to: StateRefunded, cause: cause, event: &ev.ID,
-		refunded: ev.Refunded, refundEvent: &ev.ID})
-	return StateRefunded, err
+	return StateRefunded, s.mustMove(ctx, tx, o.ID, m)
 }
 
 // announce appends the order's one order_paid event (ORD-O3).
