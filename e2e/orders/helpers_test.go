@@ -73,7 +73,7 @@ func start(t *testing.T, settings map[string]string) *lab {
 }
 
 func (l *lab) user(t *testing.T, sub string) string { return l.Token(t, sub, httpx.RoleUser) }
-func (l *lab) admin(t *testing.T) string          { return l.Token(t, "admin-0001", httpx.RoleAdmin) }
+func (l *lab) admin(t *testing.T) string            { return l.Token(t, "admin-0001", httpx.RoleAdmin) }
 
 // addSKU puts units of sku on sale through part A's inventory (a sale
 // small enough to sell out in one line of a test).
