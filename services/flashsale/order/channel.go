@@ -47,15 +47,23 @@ func newChannel(cfg Config, log *slog.Logger) Channel {
 
 // loopback starts a fake payment channel the first time it is called and
 // keeps it for the life of the process. It belongs to this process: a
-// worker process sharing the database must be pointed at the same channel
-// (FENCELAB_FLASHSALE_PAY_URL), or its queries will not find the charges.
+// process sharing the database with others must be pointed at one channel
+// (FENCELAB_FLASHSALE_PAY_URL) with them. Until then it answers queries
+// only about charges this process asked it for: about any other order its
+// "no such charge" would be a lie that closes a paying order, so it gives
+// no answer instead, and reconciliation leaves the order alone (ORD-O2).
 type loopback struct {
 	cfg  Config
 	log  *slog.Logger
 	once sync.Once
 	c    *fakeprovider.Client
 	err  error
+	refs sync.Map // merchant references this process charged through it
 }
+
+// errForeignReference: the loopback channel never saw the reference.
+var errForeignReference = errors.New("flashsale: this process's loopback payment channel never charged this reference " +
+	"(point every process at one channel with " + EnvPayURL + ")")
 
 func (l *loopback) client() (*fakeprovider.Client, error) {
 	l.once.Do(func() {
@@ -75,10 +83,14 @@ func (l *loopback) Create(ctx context.Context, r fakeprovider.CreateRequest) (fa
 	if err != nil {
 		return fakeprovider.Effect{}, err
 	}
+	l.refs.Store(r.Reference, true)
 	return c.Create(ctx, r)
 }
 
 func (l *loopback) Find(ctx context.Context, q fakeprovider.Lookup) ([]fakeprovider.Effect, error) {
+	if _, ok := l.refs.Load(q.Reference); !ok || q.Reference == "" {
+		return nil, errForeignReference
+	}
 	c, err := l.client()
 	if err != nil {
 		return nil, err
