@@ -318,30 +318,31 @@ func TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing(t *testing.T)
 }
 
 // ORD-O2 and ORD-O4 together: the charge request reaches the channel
-// slowly, after the pay call has given up. Reconciliation finds no charge
-// at all and closes the order, returning its unit — an authoritative
-// answer, not a guess. Then the charge lands and is paid: money after the
-// order was closed, with the unit still free, retakes it
-// (CLOSED → PAID_LATE → CONFIRMED_LATE).
+// late, after the pay call has given up waiting (a proxy holds it on the
+// way). Reconciliation finds no charge at all and closes the order,
+// returning its unit — on the channel's authoritative answer, not a
+// guess. Then the charge lands and is paid: money after the order was
+// closed, with the unit still free, retakes it (CLOSED → PAID_LATE →
+// CONFIRMED_LATE).
 func TestORDLateLandingChargeAfterCloseRetakesTheUnit(t *testing.T) {
 	t.Parallel()
-	l := start(t, map[string]string{order.EnvCallTimeout: "100ms"})
+	slow := newSlowCreates(t)
+	l := start(t, map[string]string{order.EnvCallTimeout: "200ms", order.EnvPayURL: slow.URL()})
+	slow.to(l.pay.URL())
 	tok := l.user(t, "user-0042")
 	res := l.reserve(t, tok, sku, "ord-late-0042")
 	o := l.order(t, tok, res.ID)
 
-	l.pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Delay: 2 * time.Second, Times: 1})
 	r := l.Do(t, payReq(tok, o.ID))
-	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	require.Empty(t, l.pay.EffectsFor(o.PaymentRef), "the charge has not landed yet")
+	require.Equal(t, http.StatusAccepted, r.Status, "no answer within the timeout: still paying: %s", r.Body)
+	require.Empty(t, l.pay.EffectsFor(o.PaymentRef), "the charge is still on its way")
 	require.Equal(t, map[string]int{"closed": 1}, l.reconcile(t).Outcomes)
 	v := l.view(t, tok, o.ID)
 	require.Equal(t, order.StateClosed, v.State)
 	require.Equal(t, []string{"release"}, units(v))
 	require.Equal(t, reserve.StateReleased, l.reservation(t, res.ID).State)
 
-	require.Eventually(t, func() bool { return len(l.pay.EffectsFor(o.PaymentRef)) == 1 }, 10*time.Second, 10*time.Millisecond,
-		"the slow charge lands")
+	slow.land(t)
 	l.settle(t, l.charge(t, o).ID, fakeprovider.StatusSucceeded)
 
 	v = l.view(t, tok, o.ID)

@@ -5,6 +5,7 @@
 package orders_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,4 +354,66 @@ func (l *lab) reservation(t *testing.T, id int64) reserve.Reservation {
 	r, err := reserve.NewInventory(reserve.InventoryOptions{}).Get(context.Background(), l.Pool, id)
 	require.NoError(t, err)
 	return r
+}
+
+// slowCreates is a proxy in front of the channel that holds every charge
+// request until land is called, then forwards it — after its caller has
+// given up, as a slow network would. Everything else passes straight
+// through.
+type slowCreates struct {
+	srv    *httptest.Server
+	target atomic.Value // string: the channel's URL
+	gate   chan struct{}
+	once   sync.Once
+	seen   chan struct{} // closed when the first charge request arrived
+	saw    sync.Once
+	landed sync.WaitGroup
+}
+
+func newSlowCreates(t *testing.T) *slowCreates {
+	s := &slowCreates{gate: make(chan struct{}), seen: make(chan struct{})}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/effects" {
+			s.landed.Add(1)
+			defer s.landed.Done()
+			s.saw.Do(func() { close(s.seen) })
+			<-s.gate
+		}
+		req, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method,
+			s.target.Load().(string)+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(func() { s.once.Do(func() { close(s.gate) }); s.srv.Close() })
+	return s
+}
+
+func (s *slowCreates) URL() string          { return s.srv.URL }
+func (s *slowCreates) to(channelURL string) { s.target.Store(channelURL) }
+
+// land lets the held charges through (once one has arrived) and waits
+// until they reached the channel.
+func (s *slowCreates) land(t *testing.T) {
+	select {
+	case <-s.seen:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no charge request reached the proxy")
+	}
+	s.once.Do(func() { close(s.gate) })
+	s.landed.Wait()
 }
