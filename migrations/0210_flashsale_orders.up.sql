@@ -90,7 +90,7 @@ CREATE TABLE flashsale_order (
              charged = amount AND refunded = amount AND charge_event_id IS NOT NULL AND refund_event_id IS NOT NULL
              AND paid_outbox_id IS NULL AND effect_id IS NOT NULL
     END),
-    CONSTRAINT flashsale_order_paying_since CHECK (state = 'CREATED' OR state = 'CLOSED' OR paying_since IS NOT NULL)
+    CONSTRAINT flashsale_order_paying_since CHECK (state NOT IN ('PAYING', 'PAID', 'FAILED') OR paying_since IS NOT NULL)
 );
 
 -- Reconciliation's scans: orders waiting on the channel, oldest first.
