@@ -220,6 +220,7 @@ func demoCurls(base string) string {
 		`curl -s -H "Authorization: Bearer $USER42" BASE/social/users/user-0043/posts   # social: posts of a private account user-0042 follows`,
 		`curl -s -XPOST BASE/flashsale/reservations -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"sku":"sku-lab-01","request_key":"demo-0042"}'   # hold 1 of 40 units`,
 		`curl -s -H "Authorization: Bearer $USER42" BASE/social/items/1/likes   # likes: the count, its pending events and error bound (POST …/like, …/unlike)`,
+		`curl -s -XPOST BASE/flashsale/orders -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"reservation_id":1}'   # order the hold; then POST BASE/flashsale/orders/1/pay and, 2 s later, GET BASE/flashsale/orders/1 (PAID)`,
 	}
 	return strings.ReplaceAll("  "+strings.Join(lines, "\n  ")+"\n", "BASE", base)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
@@ -27,10 +28,14 @@ func New(d app.Deps) (app.Module, error) {
 	if err != nil {
 		return app.Module{}, err
 	}
+	ord, err := order.New(d, res.Inventory())
+	if err != nil {
+		return app.Module{}, err
+	}
 	return app.Module{
 		Name:   "flashsale",
-		Routes: func(e *echo.Echo) { res.Routes(e) },
-		Kinds:  res.Kinds(),
+		Routes: func(e *echo.Echo) { res.Routes(e); ord.Routes(e) },
+		Kinds:  append(res.Kinds(), ord.Kinds()...),
 		Seed: func(ctx context.Context) error {
 			_, err := res.Inventory().CreateSKU(ctx, d.Pool, DemoSKU, DemoUnits)
 			return err

@@ -1,0 +1,11 @@
+DROP TABLE IF EXISTS flashsale_order_transition;
+DROP FUNCTION IF EXISTS flashsale_order_transition_append_only();
+ALTER TABLE IF EXISTS flashsale_order
+    DROP CONSTRAINT IF EXISTS flashsale_order_charge_event,
+    DROP CONSTRAINT IF EXISTS flashsale_order_refund_event;
+DROP TABLE IF EXISTS flashsale_payment_event;
+DROP FUNCTION IF EXISTS flashsale_payment_event_guard();
+DROP TABLE IF EXISTS flashsale_order;
+DROP FUNCTION IF EXISTS flashsale_order_guard();
+DROP TABLE IF EXISTS flashsale_order_move;
+DROP FUNCTION IF EXISTS flashsale_order_move_fixed();

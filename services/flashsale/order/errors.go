@@ -1,0 +1,51 @@
+package order
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/fencelab/fencelab/core/httpx"
+)
+
+var (
+	// ErrNotFound: no such order.
+	ErrNotFound = errors.New("flashsale: no such order")
+	// ErrNotOwner: the order (or the reservation to order) is someone else's.
+	ErrNotOwner = errors.New("flashsale: not your order")
+	// ErrReservationNotHeld: only a HELD reservation can be ordered.
+	ErrReservationNotHeld = errors.New("flashsale: the reservation is not held")
+	// ErrPaymentInProgress: the order is already paying; its outcome comes
+	// by callback or reconciliation, not by paying again.
+	ErrPaymentInProgress = errors.New("flashsale: the order is already paying")
+	// ErrNotPayable: the order is past paying (paid, failed, closed, …).
+	ErrNotPayable = errors.New("flashsale: the order cannot be paid in its state")
+	// ErrHoldEnded: the hold expired or was released before payment
+	// started; the order is closed and the unit is (or goes) back on sale.
+	ErrHoldEnded = errors.New("flashsale: the reservation's hold has ended; the order is closed")
+
+	// Callback refusals (ORD-O5). Nothing is recorded for any of them.
+	ErrCallbackSignature = errors.New("flashsale: callback signature missing or invalid")
+	ErrCallbackStale     = errors.New("flashsale: callback timestamp outside the accepted window")
+	ErrCallbackMalformed = errors.New("flashsale: malformed callback")
+	ErrCallbackConflict  = errors.New("flashsale: callback event id already received with another body")
+	ErrCallbackOrder     = errors.New("flashsale: callback names no order of ours")
+
+	// ErrPaymentMismatch: a report of the channel names another charge or
+	// amount than the order's (a callback: 422, nothing recorded).
+	ErrPaymentMismatch = errors.New("flashsale: the report does not match the order's payment")
+)
+
+func init() {
+	httpx.MapError(ErrNotFound, http.StatusNotFound, "order_not_found")
+	httpx.MapError(ErrNotOwner, http.StatusForbidden, "forbidden")
+	httpx.MapError(ErrReservationNotHeld, http.StatusConflict, "reservation_not_held")
+	httpx.MapError(ErrPaymentInProgress, http.StatusConflict, "payment_in_progress")
+	httpx.MapError(ErrNotPayable, http.StatusConflict, "order_not_payable")
+	httpx.MapError(ErrHoldEnded, http.StatusConflict, "hold_ended")
+	httpx.MapError(ErrCallbackSignature, http.StatusUnauthorized, "callback_signature_invalid")
+	httpx.MapError(ErrCallbackStale, http.StatusUnauthorized, "callback_signature_stale")
+	httpx.MapError(ErrCallbackMalformed, http.StatusBadRequest, "callback_malformed")
+	httpx.MapError(ErrCallbackConflict, http.StatusConflict, "callback_event_conflict")
+	httpx.MapError(ErrCallbackOrder, http.StatusNotFound, "callback_order_not_found")
+	httpx.MapError(ErrPaymentMismatch, http.StatusUnprocessableEntity, "payment_mismatch")
+}
