@@ -9,7 +9,10 @@ const chapter = "home feed (spec 40 B)"
 // at the versions it recorded — must have allowed the read. A version's
 // state is the row's if it has not changed since, else the outbox event
 // that carries that version (REL-I1: exactly one); an event purged since
-// leaves that row unjudged. An active follow at the served version also
+// leaves that row unjudged. (judged is MATERIALIZED so that it is
+// planned for all its rows: under the LIMIT the check runs in, the planner
+// would otherwise pick nested loops over the outbox, quadratic on a clean
+// log.) An active follow at the served version also
 // rules out a block of either direction in that snapshot: a block ends
 // both follows in its own transaction (REL-I2), so the remaining rule is
 // "not SELF".
@@ -22,7 +25,7 @@ post_ev AS (
     SELECT (e.payload->>'post_id')::bigint AS post_id, (e.payload->>'version')::bigint AS version,
            e.payload->>'visibility' AS visibility
       FROM outbox_event e WHERE e.topic = 'social.post'),
-judged AS (
+judged AS MATERIALIZED (
     SELECT s.id, s.reader, s.post_id, s.author, s.strategy, s.follow_version, s.post_version, s.served_at,
            r.version AS follow_now, p.version AS post_now, p.author AS post_author,
            CASE WHEN r.version = s.follow_version THEN r.state ELSE re.state END AS follow_state,
