@@ -31,6 +31,7 @@ type env struct {
 	rel    *rel.Service
 	feed   *feed.Service
 	fanout *outbox.Runner
+	views  []*outbox.Runner // rel's follower views
 }
 
 // setup starts the app with the fan-out strategy (threshold for hybrid)
@@ -53,7 +54,15 @@ func setup(t *testing.T, strategy string, threshold int) *env {
 	c.BatchSize = 500 // catching up after a bulk load: the loaded events are skipped as applied
 	r, err := outbox.NewRunner(a.Pool, c, outbox.Options{Faults: a.Faults})
 	require.NoError(t, err)
-	return &env{a: a, rel: rel.NewService(a.Pool, a.Faults, nil), feed: fs, fanout: r}
+	e := &env{a: a, rel: rel.NewService(a.Pool, a.Faults, nil), feed: fs, fanout: r}
+	for _, v := range rel.Views {
+		c := v.Consumer()
+		c.BatchSize = 1000
+		r, err := outbox.NewRunner(a.Pool, c, outbox.Options{})
+		require.NoError(t, err)
+		e.views = append(e.views, r)
+	}
+	return e
 }
 
 // catchUp applies every committed event to the inboxes and to rel's
@@ -64,13 +73,9 @@ func (e *env) catchUp(t *testing.T) {
 	defer cancel()
 	_, err := e.fanout.CatchUp(ctx)
 	require.NoError(t, err)
-	for _, v := range rel.Views {
-		c := v.Consumer()
-		c.BatchSize = 1000
-		r, err := outbox.NewRunner(e.a.Pool, c, outbox.Options{})
-		require.NoError(t, err)
+	for _, r := range e.views {
 		_, err = r.CatchUp(ctx)
-		require.NoError(t, err, v.Name)
+		require.NoError(t, err)
 	}
 }
 
