@@ -90,7 +90,7 @@ func Run(args []string) error {
 	fs.Int64Var(&c.threshold, "threshold", feed.DefaultThreshold, "hybrid: authors with this many followers or more are pulled")
 	fs.IntVar(&c.reads, "reads", 4000, "feed pages read per strategy (first pages and the page after)")
 	fs.IntVar(&c.limit, "limit", 20, "page size")
-	fs.IntVar(&c.explain, "explain", 200, "readers whose first page is run under EXPLAIN (ANALYZE, BUFFERS)")
+	fs.IntVar(&c.explain, "explain", 500, "readers whose first page is run under EXPLAIN (ANALYZE, BUFFERS)")
 	fs.IntVar(&c.publishes, "publishes", 1000, "posts by random authors per strategy")
 	fs.IntVar(&c.celebrity, "celebrity", 30, "posts by the most followed author, one at a time")
 	fs.IntVar(&c.clients, "clients", 16, "concurrent HTTP clients (closed loop)")
@@ -132,19 +132,19 @@ type bench struct {
 
 // row is one strategy's line of the table.
 type row struct {
-	strategy                  string
-	build                     time.Duration
-	inbox                     int64
-	inboxBytes                int64
-	rowsMean                  float64
-	rowsMax                   int64
-	celebrityRows             int64
-	celebPublishP99, celebP99 time.Duration
-	publishP99                time.Duration
-	readP50, readP99          time.Duration
-	scannedMean, scannedP99   float64
-	buffersMean               float64
-	invariants                string
+	strategy                            string
+	build                               time.Duration
+	inbox                               int64
+	inboxBytes                          int64
+	rowsMean                            float64
+	rowsMax                             int64
+	celebrityRows                       int64
+	celebPublishP99, celebP99           time.Duration
+	publishP99                          time.Duration
+	readP50, readP99                    time.Duration
+	scannedMean, scannedP99, scannedMax float64
+	buffersMean                         float64
+	invariants                          string
 }
 
 func (b *bench) run(ctx context.Context) error {
@@ -301,7 +301,7 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 		}
 		scanned, buffers = append(scanned, float64(x.RowsScanned)), append(buffers, float64(x.Buffers))
 	}
-	r.scannedMean, r.scannedP99, r.buffersMean = mean(scanned), quantileF(scanned, 0.99), mean(buffers)
+	r.scannedMean, r.scannedP99, r.scannedMax, r.buffersMean = mean(scanned), quantileF(scanned, 0.99), slices.Max(scanned), mean(buffers)
 
 	// 3. Publishes by random authors.
 	ids, lat, err := s.publish(ctx, b.c.publishes, b.c.clients, func(rng *rand.Rand) string {
@@ -343,8 +343,8 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 		return r, err
 	}
 	r.rowsMax = slices.Max(append(perPost, celebRows...))
-	fmt.Printf("%s: reads p50 %s p99 %s; rows scanned %.0f (p99 %.0f); publishes p99 %s, %.1f inbox rows per post; %s: publish p99 %s, settled p99 %s, %d rows per post\n",
-		name, ms(r.readP50), ms(r.readP99), r.scannedMean, r.scannedP99, ms(r.publishP99), r.rowsMean,
+	fmt.Printf("%s: reads p50 %s p99 %s; rows scanned %.0f (p99 %.0f, max %.0f); publishes p99 %s, %.1f inbox rows per post; %s: publish p99 %s, settled p99 %s, %d rows per post\n",
+		name, ms(r.readP50), ms(r.readP99), r.scannedMean, r.scannedP99, r.scannedMax, ms(r.publishP99), r.rowsMean,
 		celebrity, ms(r.celebPublishP99), ms(r.celebP99), slices.Max(celebRows))
 
 	s.stop()

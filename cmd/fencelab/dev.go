@@ -217,6 +217,7 @@ func demoCurls(base string) string {
 		`curl -s -XPOST BASE/notify/events -H "Authorization: Bearer $SVC" -H "Content-Type: application/json" -d '{"user_id":"user-0042","event_key":"order:ord-1001:shipped","template":"order_shipped"}'   # then GET BASE/notify/notifications/1`,
 		`curl -s -XPOST BASE/points/accounts/acct-0042/debits -H "Authorization: Bearer $USER42" -H "Idempotency-Key: prize-17-1" -H "Content-Type: application/json" -d '{"amount":30,"reason":"prize-17"}'   # points: debit the seeded account (retry: the same answer)`,
 		`curl -s -H "Authorization: Bearer $USER42" BASE/social/users/user-0043/posts   # social: posts of a private account user-0042 follows`,
+		`curl -s -H "Authorization: Bearer $USER42" 'BASE/social/feed?limit=2'   # social: user-0042's home feed (strategy=push|pull|hybrid; pass "next" as cursor=)`,
 	}
 	return strings.ReplaceAll("  "+strings.Join(lines, "\n  ")+"\n", "BASE", base)
 }
