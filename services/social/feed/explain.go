@@ -48,27 +48,6 @@ func (s *Service) Explain(ctx context.Context, st Strategy, reader string, limit
 	return st0, nil
 }
 
-// ExplainText is EXPLAIN (ANALYZE, BUFFERS) of a first page as text, for
-// a person reading plans.
-func (s *Service) ExplainText(ctx context.Context, st Strategy, reader string, limit int) (string, error) {
-	pos := first(strategyCode(st.Name()))
-	rows, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+st.sql(false),
-		reader, pos.At, pos.ID, pos.TopAt, pos.TopID, pos.Seen, limit)
-	if err != nil {
-		return "", err
-	}
-	defer rows.Close()
-	var text string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			return "", err
-		}
-		text += line + "\n"
-	}
-	return text, rows.Err()
-}
-
 type planNode struct {
 	NodeType      string     `json:"Node Type"`
 	ActualRows    float64    `json:"Actual Rows"`
