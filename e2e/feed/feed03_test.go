@@ -105,13 +105,19 @@ func paginateWhilePublishing(t *testing.T, strategy string) {
 	consumer.Go(func() { _ = e.fanout.Run(runCtx) })
 	defer func() { stopConsumer(); consumer.Wait() }()
 
-	var done atomic.Int64
-	var publishErrs atomic.Int64
+	// The last fifth of the publishes waits for the held commits, so that
+	// posts are still arriving after them.
+	const beforeRelease = published * 4 / 5
+	var done, publishErrs atomic.Int64
 	var publishers sync.WaitGroup
+	release := make(chan struct{})
 	for w := range 4 {
 		publishers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 99))
-			for range published / 4 {
+			for i := range published / 4 {
+				if i == beforeRelease/4 {
+					<-release
+				}
 				a := authors[rng.IntN(len(authors))]
 				r, err := e.a.Send(ctx, e2etest.Req{Method: "POST", Path: "/social/posts", Token: e.token(t, a),
 					Body: rel.PostRequest{Body: "published while scrolling", Visibility: visibility(rng)}})
@@ -150,6 +156,9 @@ SELECT count(*) FROM social_post p WHERE NOT EXISTS (SELECT 1 FROM social_feed_p
 		if k > 0 {
 			// Pace on the publishers: fifty more posts before each page.
 			want := min(int64(published), int64(k*50))
+			if committedAfter < 0 {
+				want = min(want, beforeRelease)
+			}
 			waitFor("publishers", func() bool { return done.Load() >= want })
 			if done.Load() == published && settledBefore < 0 {
 				publishers.Wait()
@@ -189,6 +198,7 @@ SELECT count(*) FROM social_feed_post fp JOIN social_post p USING (post_id) WHER
 				h.id = post.PostID
 			}
 			committedAfter = k
+			close(release)
 		}
 		if p.Next == "" {
 			break
