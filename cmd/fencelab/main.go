@@ -20,6 +20,8 @@ Usage:
                                     run the SQL invariants against DATABASE_URL; exit 1 on any violation
   fencelab token --sub user-0042 [--role user|admin|service] [--ttl 24h]
   fencelab bench NAME [flags]       benchmarks (fencelab bench --help lists them)
+  fencelab seed social --users N --seed S
+                                    load a generated follow graph with posts into DATABASE_URL
 
 Every subcommand takes --help. Configuration comes from flags or the
 environment: DATABASE_URL, FENCELAB_ADDR, FENCELAB_TOKEN_SECRET,
@@ -37,6 +39,7 @@ var commands = map[string]func(args []string) error{
 	"check":   runCheck,
 	"token":   runToken,
 	"bench":   runBench,
+	"seed":    runSeed,
 }
 
 // errUsage marks an error whose message is already printed (exit 2).

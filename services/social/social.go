@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -24,7 +25,11 @@ func New(d app.Deps) (app.Module, error) {
 	if err != nil {
 		return app.Module{}, err
 	}
-	return merge("social", relPart, likePart), nil
+	_, feedPart, err := feed.New(d)
+	if err != nil {
+		return app.Module{}, err
+	}
+	return merge("social", relPart, feedPart, likePart), nil
 }
 
 // merge mounts the parts as one module: every part's routes, tasks,

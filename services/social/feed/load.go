@@ -1,0 +1,234 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/services/social/rel"
+)
+
+// loadBatch is how many rows one unnest statement carries.
+const loadBatch = 5000
+
+// LoadStats is what Load or Rebuild wrote.
+type LoadStats struct {
+	Users, Relations, Posts         int
+	Settled, Pushed, Inbox, PullSet int64
+	Truth, Derived, Views, Analyzed time.Duration
+}
+
+// ErrAlreadyLoaded: the graph's users exist in the database.
+var ErrAlreadyLoaded = errors.New("feed: the graph's users already exist")
+
+// fanoutConsumer is the consumer's identity (Register and LockPosition
+// need no handler).
+var fanoutConsumer = outbox.Consumer{Name: ConsumerName, Topics: []string{rel.PostTopic, rel.Topic}}
+
+// Load writes g into the database in one transaction: the truth as rel
+// would have written it — users, relation rows with one social.rel event
+// per version (REL-I1), posts with their social.post creation events —
+// and the feed's derived state as the fan-out consumer would have built
+// it under strategy st (settled posts, inboxes, the pull set). It holds
+// the fan-out consumer's row meanwhile (outbox.LockPosition: settle seqs
+// stay ordered with every batch) and records the loaded events in the
+// consumer's inbox, applied in the transaction that applied them, so the
+// consumer skips them instead of fanning everything out again. rel's
+// follower views are then rebuilt from the truth (their consumers apply
+// the loaded events as no-ops), and the tables analysed.
+func Load(ctx context.Context, pool *pgxpool.Pool, g *Graph, st Strategy) (LoadStats, error) {
+	var stats LoadStats
+	start := time.Now()
+	err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := lockFanout(ctx, tx); err != nil {
+			return err
+		}
+		if err := loadTruth(ctx, tx, g, &stats); err != nil {
+			return err
+		}
+		stats.Truth = time.Since(start)
+		if err := build(ctx, tx, st, &stats); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlMarkApplied, ConsumerName, fanoutConsumer.Topics); err != nil {
+			return fmt.Errorf("feed: load: mark events applied: %w", pg.MapError(err))
+		}
+		stats.Derived = time.Since(start) - stats.Truth
+		return nil
+	})
+	if err != nil {
+		return stats, err
+	}
+	mark := time.Now()
+	for _, v := range rel.Views {
+		if err := v.Rebuild(ctx, pool); err != nil {
+			return stats, err
+		}
+	}
+	stats.Views = time.Since(mark)
+	mark = time.Now()
+	err = analyze(ctx, pool)
+	stats.Analyzed = time.Since(mark)
+	return stats, err
+}
+
+// Rebuild replaces the feed's derived state with the one strategy st
+// builds from the truth: every post settled again (new seqs: a scroll in
+// progress sees the posts of its range once more, as late arrivals), the
+// pull set, every inbox. It is the repair for a lost inbox and how the
+// benchmark gives each strategy the same graph. The fan-out consumer is
+// held off while it runs and goes on from its position afterwards.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, st Strategy) (LoadStats, error) {
+	var stats LoadStats
+	start := time.Now()
+	err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := lockFanout(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlResetFeed); err != nil {
+			return fmt.Errorf("feed: rebuild: reset: %w", pg.MapError(err))
+		}
+		return build(ctx, tx, st, &stats)
+	})
+	stats.Derived = time.Since(start)
+	if err != nil {
+		return stats, err
+	}
+	mark := time.Now()
+	err = analyze(ctx, pool)
+	stats.Analyzed = time.Since(mark)
+	return stats, err
+}
+
+func lockFanout(ctx context.Context, tx pgx.Tx) error {
+	if err := outbox.Register(ctx, tx, fanoutConsumer); err != nil {
+		return err
+	}
+	_, err := outbox.LockPosition(ctx, tx, ConsumerName)
+	return err
+}
+
+// build settles every unsettled post with st's decision, fills the pull
+// set and writes every pushed post into every active follower's inbox.
+func build(ctx context.Context, tx pgx.Tx, st Strategy, stats *LoadStats) error {
+	var below *int64
+	if t := st.PushesBelow(); t != Always {
+		below = &t
+	}
+	steps := []struct {
+		what string
+		sql  string
+		args []any
+	}{
+		{"settle posts", sqlSettleAll, []any{below}},
+		{"pull set", sqlPullAuthorsAll, nil},
+		{"inboxes", sqlFanOutAll, nil},
+	}
+	for _, s := range steps {
+		if _, err := tx.Exec(ctx, s.sql, s.args...); err != nil {
+			return fmt.Errorf("feed: build %s: %w", s.what, pg.MapError(err))
+		}
+	}
+	if err := tx.QueryRow(ctx, sqlFeedCounts).Scan(&stats.Settled, &stats.Pushed, &stats.Inbox, &stats.PullSet); err != nil {
+		return fmt.Errorf("feed: build: count: %w", pg.MapError(err))
+	}
+	return nil
+}
+
+func analyze(ctx context.Context, pool *pgxpool.Pool) error {
+	// Bulk loads leave the planner's statistics describing empty tables;
+	// the feed's plans (inbox scans, laterals per followee) depend on them.
+	_, err := pool.Exec(ctx, `ANALYZE social_user, social_relation, social_post, social_feed_post, social_feed_inbox, social_feed_pull_author`)
+	if err != nil {
+		return fmt.Errorf("feed: analyze: %w", pg.MapError(err))
+	}
+	return nil
+}
+
+// loadTruth writes users, relations and posts with their events.
+func loadTruth(ctx context.Context, tx pgx.Tx, g *Graph, stats *LoadStats) error {
+	ids := make([]string, len(g.Users))
+	private := make([]bool, len(g.Users))
+	for i, u := range g.Users {
+		ids[i], private[i] = u.ID, u.Private
+	}
+	var taken string
+	err := tx.QueryRow(ctx, sqlAnyUserExists, ids).Scan(&taken)
+	if err == nil {
+		return fmt.Errorf("%w (%s): load into a fresh database or choose another prefix", ErrAlreadyLoaded, taken)
+	}
+	if !errors.Is(pg.MapError(err), pg.ErrNotFound) {
+		return fmt.Errorf("feed: load: %w", pg.MapError(err))
+	}
+	born := g.Config.Start
+	for lo := 0; lo < len(ids); lo += loadBatch {
+		hi := min(lo+loadBatch, len(ids))
+		if _, err := tx.Exec(ctx, sqlLoadUsers, ids[lo:hi], private[lo:hi], born); err != nil {
+			return fmt.Errorf("feed: load users: %w", pg.MapError(err))
+		}
+	}
+	stats.Users = len(ids)
+
+	// One event per version of each row, in version order; a pair's
+	// versions never straddle two statements.
+	var f, e, state, op []string
+	var version []int64
+	add := func(a, b int, s rel.State, v int64, o rel.Op) {
+		f, e = append(f, g.Users[a].ID), append(e, g.Users[b].ID)
+		state, version, op = append(state, string(s)), append(version, v), append(op, string(o))
+	}
+	flush := func() error {
+		if len(f) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, sqlLoadRelations, f, e, state, version, op, born); err != nil {
+			return fmt.Errorf("feed: load relations: %w", pg.MapError(err))
+		}
+		f, e, state, version, op = f[:0], e[:0], state[:0], version[:0], op[:0]
+		return nil
+	}
+	for _, fl := range g.Follows {
+		switch {
+		case !g.Users[fl.Followee].Private:
+			add(fl.Follower, fl.Followee, rel.StateActive, 1, rel.OpFollow)
+		case fl.Pending:
+			add(fl.Follower, fl.Followee, rel.StatePending, 1, rel.OpFollow)
+		default:
+			add(fl.Follower, fl.Followee, rel.StatePending, 1, rel.OpFollow)
+			add(fl.Follower, fl.Followee, rel.StateActive, 2, rel.OpApprove)
+		}
+		if len(f) >= loadBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range g.Blocks {
+		add(b.Blocker, b.Blocked, rel.StateBlocked, 1, rel.OpBlock)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	stats.Relations = len(g.Follows) + len(g.Blocks)
+
+	var author, vis, body []string
+	var at []time.Time
+	for i, p := range g.Posts {
+		author, vis = append(author, g.Users[p.Author].ID), append(vis, string(p.Visibility))
+		body, at = append(body, fmt.Sprintf("Post %d of the generated graph (seed %d).", i+1, g.Config.Seed)), append(at, p.CreatedAt)
+		if len(author) == loadBatch || i == len(g.Posts)-1 {
+			if _, err := tx.Exec(ctx, sqlLoadPosts, author, vis, body, at); err != nil {
+				return fmt.Errorf("feed: load posts: %w", pg.MapError(err))
+			}
+			author, vis, body, at = author[:0], vis[:0], body[:0], at[:0]
+		}
+	}
+	stats.Posts = len(g.Posts)
+	return nil
+}

@@ -1,0 +1,122 @@
+// Package feed is the book's social.feed (spec 40 Part B): the home feed
+// by push, pull and hybrid, re-authorised on every read.
+//
+// Posts reach feeds through one outbox consumer (social.feed.fanout) that
+// settles each new post — records its place in the keyset order, a settle
+// seq, and whether it is pushed — and writes the inbox rows: to the
+// author's active followers when a pushed post settles, and an author's
+// pushed posts so far when a follow becomes active. Publishing stays one
+// short transaction however many followers the author has; the fan-out's
+// lag is declared in social_view and bounded by REL-I4.
+//
+// An inbox row is only a candidate. Every page is one statement that
+// re-checks, for each post it returns, AccessCheck (social_readable_posts)
+// and the follow on the truth table (FEED-I1), so unfollow, block and a
+// post turned SELF take effect on the next read whatever the inbox holds.
+// Pages are keyset on (created_at, post_id) with an HMAC-signed cursor
+// that also carries the settle watermark: a post whose transaction
+// committed late is served as a late arrival on the next page instead of
+// being skipped (FEED-03).
+package feed
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/outbox"
+)
+
+// Settings (environment, or app.Config.Settings in tests).
+const (
+	// EnvStrategy: push, pull or hybrid — the fan-out policy and the
+	// default read strategy (default hybrid).
+	EnvStrategy = "FENCELAB_FEED_STRATEGY"
+	// EnvThreshold: hybrid pulls authors with this many active followers
+	// or more (default DefaultThreshold).
+	EnvThreshold = "FENCELAB_FEED_HYBRID_THRESHOLD"
+	// EnvResponseLog: record every served post for FEED-I1 (default false).
+	EnvResponseLog = "FENCELAB_FEED_RESPONSE_LOG"
+	// EnvResponseLogRows: how many log rows to keep (default 100000).
+	EnvResponseLogRows = "FENCELAB_FEED_RESPONSE_LOG_ROWS"
+)
+
+// ConfigFrom reads the feed's settings.
+func ConfigFrom(c app.Config) (Config, error) {
+	r := app.NewSettingsReader(c, "social/feed")
+	name, threshold := "hybrid", DefaultThreshold
+	r.String(EnvStrategy, &name, func(v string) error {
+		_, err := ParseStrategy(v, 1)
+		return err
+	})
+	r.Int(EnvThreshold, &threshold, 1, 1<<30)
+	cfg := Config{ResponseLogRows: 100_000, CursorKey: CursorKey([]byte(c.TokenSecret))}
+	r.Bool(EnvResponseLog, &cfg.ResponseLog)
+	rows := int(cfg.ResponseLogRows)
+	r.Int(EnvResponseLogRows, &rows, 100, 100_000_000)
+	if err := r.Err(); err != nil {
+		return Config{}, err
+	}
+	cfg.ResponseLogRows, cfg.Threshold = int64(rows), int64(threshold)
+	st, err := ParseStrategy(name, cfg.Threshold)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Strategy = st
+	return cfg, nil
+}
+
+// New builds feed's service and its part of the social module: the route,
+// the fan-out consumer, the response log's pruning and the metrics.
+func New(d app.Deps) (*Service, app.Module, error) {
+	cfg, err := ConfigFrom(d.Config)
+	if err != nil {
+		return nil, app.Module{}, err
+	}
+	if d.Config.TokenSecret == "" {
+		return nil, app.Module{}, fmt.Errorf("social/feed: the token secret is empty: cursors would be unsigned")
+	}
+	s, err := NewService(d.Pool, cfg, d.Log)
+	if err != nil {
+		return nil, app.Module{}, err
+	}
+	if d.Metrics != nil {
+		for _, c := range collectors() {
+			if err := d.Metrics.Register(c); err != nil {
+				return nil, app.Module{}, fmt.Errorf("social/feed: register metrics: %w", err)
+			}
+		}
+	}
+	m := app.Module{Name: "social.feed"}
+	t, err := outbox.Task(d, s.Consumer())
+	if err != nil {
+		return nil, app.Module{}, err
+	}
+	m.Tasks = append(m.Tasks, t)
+	if cfg.ResponseLog {
+		m.Tasks = append(m.Tasks, app.Task{Name: "feed-response-log-prune", Run: s.pruneEvery(10 * time.Second)})
+	}
+	h := &handlers{svc: s}
+	m.Routes = func(e *echo.Echo) { routes(e, h, d.Auth) }
+	return s, m, nil
+}
+
+func (s *Service) pruneEvery(interval time.Duration) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				if _, err := s.PruneServed(ctx); err != nil && ctx.Err() == nil {
+					s.log.Warn("feed: prune the response log", "err", err)
+				}
+			}
+		}
+	}
+}

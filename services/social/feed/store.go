@@ -1,0 +1,323 @@
+package feed
+
+import "fmt"
+
+// All of feed's SQL (invariants.go holds the invariant checks). The
+// permission check is rel's social_readable_posts, inlined by the planner
+// into each page statement; the follow is the truth table's row.
+
+// postColumns are a page row's post, as rel.Post scans them.
+const postColumns = `p.post_id, p.author, p.visibility, p.body, p.version, p.created_at, p.updated_at`
+
+// sqlPage is one page in one statement, so that the candidates, the
+// AccessCheck and follow re-check of each (FEED-I1), the settle watermark
+// and the response log all see one snapshot. Parameters:
+//
+//	$1 reader   $2,$3 cursor (created_at, post_id): the normal part is strictly before it
+//	$4,$5 top: the first post of the first page   $6 seen: the previous page's settle watermark
+//	$7 limit    $8 strategy name (response log)
+//
+// The first row (part 0) is the header: the author that makes the push
+// strategy unavailable (if any), the settle watermark now, and whether the
+// late arrivals overflow the page. Then the late arrivals (part 1, ranked
+// by seq), settled after the previous page (seq > $6) inside the range
+// already scrolled ((cursor, top]); then, unless they overflow, the
+// normal page (part 2): up to $7 + 1 posts before the cursor (one more
+// than the page, to know whether there is a next one). Only rows ranked
+// <= $7 are served and logged.
+//
+// %[1]s is the strategy's "unavailable" probe, %[2]s its filter on late
+// candidates (is the post in this strategy's source?), %[3]s its normal
+// page, %[4]s the response-log CTE or nothing.
+const sqlPage = `
+WITH w AS (SELECT coalesce(max(seq), 0) AS seen FROM social_feed_post),
+blocker AS (%[1]s),
+late AS (
+    SELECT fp.seq, ` + postColumns + `, f.version AS follow_version
+      FROM social_feed_post fp
+      JOIN social_readable_posts($1::text) p ON p.post_id = fp.post_id
+      JOIN social_relation f ON f.follower = $1::text AND f.followee = fp.author AND f.state = 'active'
+     WHERE fp.seq > $6::bigint
+       AND (fp.created_at, fp.post_id) > ($2::timestamptz, $3::bigint)
+       AND (fp.created_at, fp.post_id) <= ($4::timestamptz, $5::bigint)
+       AND NOT EXISTS (SELECT 1 FROM blocker)%[2]s
+     ORDER BY fp.seq
+     LIMIT $7::int + 1),
+overflow AS (SELECT count(*) > $7::int AS yes FROM late),
+normal AS (
+    SELECT n.* FROM (%[3]s) n
+     WHERE NOT (SELECT yes FROM overflow) AND NOT EXISTS (SELECT 1 FROM blocker)),
+page AS (
+    SELECT 1 AS part, row_number() OVER (ORDER BY seq) AS rank, seq,
+           post_id, author, visibility, body, version, created_at, updated_at, follow_version
+      FROM late
+    UNION ALL
+    SELECT 2, row_number() OVER (ORDER BY created_at DESC, post_id DESC), NULL::bigint,
+           post_id, author, visibility, body, version, created_at, updated_at, follow_version
+      FROM normal)%[4]s
+SELECT 0 AS part, 0::bigint AS rank, NULL::bigint AS seq,
+       NULL::bigint, (SELECT author FROM blocker), NULL::text, NULL::text, NULL::bigint,
+       NULL::timestamptz, NULL::timestamptz, NULL::bigint, w.seen, (SELECT yes FROM overflow)
+  FROM w
+UNION ALL
+SELECT part, rank, seq, post_id, author, visibility, body, version, created_at, updated_at, follow_version, NULL, NULL
+  FROM page`
+
+// sqlLogServed records what the page serves (FEED-I1's response log).
+const sqlLogServed = `,
+logged AS (
+    INSERT INTO social_feed_served (reader, post_id, author, strategy, follow_version, post_version)
+    SELECT $1::text, post_id, author, $8::text, follow_version, version FROM page WHERE rank <= $7::int)
+`
+
+// noBlocker: pull and hybrid can serve every reader. pushBlocker: the
+// first followed author with a post that was not pushed; the inbox alone
+// would miss that author's posts, so push refuses the reader.
+const (
+	noBlocker   = `SELECT NULL::text AS author WHERE false`
+	pushBlocker = `
+    SELECT a.author FROM social_feed_pull_author a
+      JOIN social_relation f ON f.follower = $1::text AND f.followee = a.author AND f.state = 'active'
+     LIMIT 1`
+)
+
+// inboxHas is a late candidate's presence in the reader's inbox.
+const inboxHas = `EXISTS (SELECT 1 FROM social_feed_inbox i
+                        WHERE i.reader = $1::text AND i.created_at = fp.created_at AND i.post_id = fp.post_id)`
+
+// Late-candidate filters: where the strategy takes a post from.
+const (
+	lateFromInbox  = "\n       AND " + inboxHas
+	lateFromAll    = ""
+	lateFromHybrid = "\n       AND CASE WHEN fp.pushed THEN " + inboxHas + `
+                ELSE EXISTS (SELECT 1 FROM social_feed_pull_author a WHERE a.author = fp.author) END`
+)
+
+// normalPush is the inbox, newest first (a backward scan of its primary
+// key), each row re-checked against the truth: readable now, and the
+// author followed now. Inbox rows of ended follows, blocks or posts turned
+// SELF fall out here (FEED-02).
+const normalPush = `
+    SELECT ` + postColumns + `, f.version AS follow_version
+      FROM social_feed_inbox i
+      JOIN social_readable_posts($1::text) p ON p.post_id = i.post_id
+      JOIN social_relation f ON f.follower = $1::text AND f.followee = p.author AND f.state = 'active'
+     WHERE i.reader = $1::text AND (i.created_at, i.post_id) < ($2::timestamptz, $3::bigint)
+     ORDER BY i.created_at DESC, i.post_id DESC
+     LIMIT $7::int + 1`
+
+// pullFrom merges authors' settled timelines: for each followed author
+// (rows f of social_relation from %[1]s where %[2]s), its newest readable
+// posts before the cursor — at most a page each, re-checked inside the
+// lateral so a SELF post cannot crowd out a readable one — then the
+// newest page of all. %[3]s narrows the posts (hybrid: the ones not
+// pushed).
+const pullFrom = `
+    SELECT c.* FROM %[1]s
+     CROSS JOIN LATERAL (
+            SELECT ` + postColumns + `, f.version AS follow_version
+              FROM social_feed_post fp
+              JOIN social_readable_posts($1::text) p ON p.post_id = fp.post_id
+             WHERE fp.author = f.followee%[3]s
+               AND (fp.created_at, fp.post_id) < ($2::timestamptz, $3::bigint)
+             ORDER BY fp.created_at DESC, fp.post_id DESC
+             LIMIT $7::int + 1) c
+     WHERE %[2]s
+     ORDER BY c.created_at DESC, c.post_id DESC
+     LIMIT $7::int + 1`
+
+var (
+	normalPull = fmt.Sprintf(pullFrom, `social_relation f`, `f.follower = $1::text AND f.state = 'active'`, "")
+	// The hybrid's pull side: only the followed authors in the pull set,
+	// only their posts that were not pushed (FEED-I2 checks the set covers
+	// every such post), so no post comes from both sides.
+	normalHybridPull = fmt.Sprintf(pullFrom, `social_feed_pull_author a
+      JOIN social_relation f ON f.follower = $1::text AND f.followee = a.author AND f.state = 'active'`,
+		"true", " AND NOT fp.pushed")
+	normalHybrid = `
+    SELECT h.* FROM ((` + normalPush + `)
+            UNION ALL
+            (` + normalHybridPull + `)) h
+     ORDER BY h.created_at DESC, h.post_id DESC
+     LIMIT $7::int + 1`
+)
+
+func pageSQL(blocker, late, normal string, log bool) string {
+	l := ""
+	if log {
+		l = sqlLogServed
+	}
+	return fmt.Sprintf(sqlPage, blocker, late, normal, l)
+}
+
+// The page statements: [0] without the response log, [1] with it.
+var (
+	sqlPagePush   = [2]string{pageSQL(pushBlocker, lateFromInbox, normalPush, false), pageSQL(pushBlocker, lateFromInbox, normalPush, true)}
+	sqlPagePull   = [2]string{pageSQL(noBlocker, lateFromAll, normalPull, false), pageSQL(noBlocker, lateFromAll, normalPull, true)}
+	sqlPageHybrid = [2]string{pageSQL(noBlocker, lateFromHybrid, normalHybrid, false), pageSQL(noBlocker, lateFromHybrid, normalHybrid, true)}
+)
+
+// sqlAsyncCommit makes the logged read's commit asynchronous: losing the
+// last log rows in a crash only shortens the audit, and a read should not
+// wait for a WAL flush. It runs in the same implicit transaction as the
+// page (one pgx batch).
+const sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// sqlSettle settles a batch of new posts (the fan-out consumer's handler):
+// records each post's keyset position, settle seq and fan-out decision,
+// adds the authors whose posts are not pushed to the pull set, and pushes
+// the others into their authors' active followers' inboxes — the
+// followers as of this statement, which runs after the post committed.
+// Decision ($2): NULL pushes every post, 0 none, n the posts of authors
+// with fewer than n active followers (counted up to n, so deciding never
+// costs more than n index entries). A redelivered or replayed post is
+// already settled: ON CONFLICT leaves it, and its fan-out, alone. It
+// returns the inbox rows written per settled post.
+const sqlSettle = `
+WITH posts AS (
+    SELECT p.post_id, p.author, p.created_at,
+           CASE WHEN $2::bigint IS NULL THEN true
+                WHEN $2::bigint <= 0 THEN false
+                ELSE (SELECT count(*) FROM (SELECT 1 FROM social_relation r
+                                             WHERE r.followee = p.author AND r.state = 'active'
+                                             LIMIT $2::bigint) n) < $2::bigint
+           END AS pushed
+      FROM social_post p
+     WHERE p.post_id = ANY ($1::bigint[])
+     ORDER BY p.created_at, p.post_id),
+settled AS (
+    INSERT INTO social_feed_post (post_id, author, created_at, pushed)
+    SELECT post_id, author, created_at, pushed FROM posts
+    ON CONFLICT (post_id) DO NOTHING
+    RETURNING post_id, author, created_at, pushed),
+pull AS (
+    INSERT INTO social_feed_pull_author (author)
+    SELECT DISTINCT author FROM settled WHERE NOT pushed
+    ON CONFLICT (author) DO NOTHING),
+fanned AS (
+    INSERT INTO social_feed_inbox (reader, created_at, post_id)
+    SELECT r.follower, s.created_at, s.post_id
+      FROM settled s
+      JOIN social_relation r ON r.followee = s.author AND r.state = 'active'
+     WHERE s.pushed
+    ON CONFLICT DO NOTHING
+    RETURNING post_id)
+SELECT s.post_id, s.pushed, s.created_at, coalesce(n.rows, 0)
+  FROM settled s
+  LEFT JOIN (SELECT post_id, count(*) AS rows FROM fanned GROUP BY post_id) n USING (post_id)`
+
+// sqlBackfill gives a follow that became active the author's pushed posts
+// settled so far (those settled later are fanned out to it by sqlSettle).
+// The follow is re-read from the truth: an event applied after the follow
+// ended writes nothing.
+const sqlBackfill = `
+INSERT INTO social_feed_inbox (reader, created_at, post_id)
+SELECT r.follower, fp.created_at, fp.post_id
+  FROM unnest($1::text[], $2::text[]) AS e(follower, followee)
+  JOIN social_relation r ON r.follower = e.follower AND r.followee = e.followee AND r.state = 'active'
+  JOIN social_feed_post fp ON fp.author = r.followee AND fp.pushed
+ON CONFLICT DO NOTHING`
+
+// sqlPruneServed keeps the newest $1 rows of the response log.
+const sqlPruneServed = `
+DELETE FROM social_feed_served WHERE id <= (SELECT max(id) FROM social_feed_served) - $1::bigint`
+
+// Rebuild: the derived state from the truth, set-based (load.go). The
+// caller holds the fan-out consumer (outbox.LockPosition), so the seqs
+// taken here are ordered with every batch's (the prefix property).
+const (
+	sqlResetFeed = `TRUNCATE social_feed_inbox, social_feed_pull_author, social_feed_post`
+
+	// sqlSettleAll settles every post not settled yet, with the decision
+	// sqlSettle would take ($1 as there).
+	sqlSettleAll = `
+INSERT INTO social_feed_post (post_id, author, created_at, pushed)
+SELECT p.post_id, p.author, p.created_at,
+       CASE WHEN $1::bigint IS NULL THEN true WHEN $1::bigint <= 0 THEN false ELSE coalesce(c.n, 0) < $1::bigint END
+  FROM social_post p
+  LEFT JOIN (SELECT followee, count(*) AS n FROM social_relation WHERE state = 'active' GROUP BY followee) c
+         ON c.followee = p.author
+ WHERE NOT EXISTS (SELECT 1 FROM social_feed_post fp WHERE fp.post_id = p.post_id)
+ ORDER BY p.created_at, p.post_id`
+
+	sqlPullAuthorsAll = `
+INSERT INTO social_feed_pull_author (author)
+SELECT DISTINCT author FROM social_feed_post WHERE NOT pushed
+ON CONFLICT (author) DO NOTHING`
+
+	// sqlFanOutAll writes every pushed post into every active follower's
+	// inbox, in key order (the primary key's), which keeps a bulk build's
+	// index inserts local.
+	sqlFanOutAll = `
+INSERT INTO social_feed_inbox (reader, created_at, post_id)
+SELECT r.follower, fp.created_at, fp.post_id
+  FROM social_feed_post fp
+  JOIN social_relation r ON r.followee = fp.author AND r.state = 'active'
+ WHERE fp.pushed
+ ORDER BY 1, 2, 3
+ON CONFLICT DO NOTHING`
+)
+
+// The seed loader (load.go): the truth as rel would have written it, one
+// unnest batch per statement, each change with its outbox event in the
+// same transaction (REL-I1).
+const (
+	sqlAnyUserExists = `SELECT user_id FROM social_user WHERE user_id = ANY ($1::text[]) LIMIT 1`
+
+	sqlLoadUsers = `
+INSERT INTO social_user (user_id, private, created_at, updated_at)
+SELECT u.id, u.private, $3::timestamptz, $3::timestamptz
+  FROM unnest($1::text[], $2::boolean[]) AS u(id, private)`
+
+	// sqlLoadRelations appends one social.rel event per version of each
+	// row, in order, and writes each row at its last version with that
+	// event's id and this transaction as changed_tx.
+	sqlLoadRelations = `
+WITH ev AS (
+    INSERT INTO outbox_event (topic, key, payload)
+    SELECT 'social.rel', e.followee,
+           jsonb_build_object('follower', e.follower, 'followee', e.followee, 'state', e.state,
+                              'version', e.version, 'op', e.op)
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
+           WITH ORDINALITY AS e(follower, followee, state, version, op, n)
+     ORDER BY e.n
+    RETURNING id, payload)
+INSERT INTO social_relation (follower, followee, state, version, event_id, changed_tx, updated_at)
+SELECT DISTINCT ON (payload->>'follower', payload->>'followee')
+       payload->>'follower', payload->>'followee', payload->>'state', (payload->>'version')::bigint,
+       id, pg_current_xact_id(), $6::timestamptz
+  FROM ev
+ ORDER BY payload->>'follower', payload->>'followee', (payload->>'version')::bigint DESC`
+
+	// sqlLoadPosts writes posts and their social.post creation events.
+	sqlLoadPosts = `
+WITH ins AS (
+    INSERT INTO social_post (author, visibility, body, created_at, updated_at)
+    SELECT e.author, e.visibility, e.body, e.created_at, e.created_at
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS e(author, visibility, body, created_at, n)
+     ORDER BY e.n
+    RETURNING post_id, author, visibility, version, created_at)
+INSERT INTO outbox_event (topic, key, payload)
+SELECT 'social.post', author,
+       jsonb_build_object('post_id', post_id, 'author', author, 'visibility', visibility,
+                          'version', version, 'created_at', created_at)
+  FROM ins
+ ORDER BY post_id`
+
+	// sqlMarkApplied records this transaction's events on the consumer's
+	// topics in its inbox: the loader applied their effect here, in the
+	// transaction that wrote them, so the consumer skips them as
+	// redeliveries instead of fanning everything out a second time.
+	sqlMarkApplied = `
+INSERT INTO outbox_inbox (consumer, event_id, fence)
+SELECT $1::text, e.id, 0
+  FROM outbox_event e
+ WHERE e.tx_id = pg_current_xact_id() AND e.topic = ANY ($2::text[])
+ON CONFLICT DO NOTHING`
+
+	sqlFeedCounts = `
+SELECT (SELECT count(*) FROM social_feed_post),
+       (SELECT count(*) FROM social_feed_post WHERE pushed),
+       (SELECT count(*) FROM social_feed_inbox),
+       (SELECT count(*) FROM social_feed_pull_author)`
+)
