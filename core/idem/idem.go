@@ -218,28 +218,33 @@ func (k *Keys) handle(c echo.Context, r *request, fn Func) error {
 	return inFlight()
 }
 
-// claim inserts or takes over the record in its own transaction.
+// claim inserts or takes over the record in its own transaction. The
+// transaction is one pipelined round trip (BEGIN, SET LOCAL, the upsert,
+// COMMIT in one batch): it sits in front of every effect, so its latency is
+// paid by every request. Should the upsert fail, the server skips the rest
+// of the batch and pgxpool discards the connection left in the aborted
+// transaction rather than reuse it.
 func (k *Keys) claim(ctx context.Context, r *request) (fence int64, claimed bool, err error) {
-	err = pg.InTx(ctx, k.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlAsyncCommit); err != nil {
-			return err
-		}
-		var takeovers int
-		err := tx.QueryRow(ctx, sqlBegin, r.scope, r.subject, r.key, r.fingerprint, k.lockTTL.Milliseconds()).Scan(&fence, &takeovers)
-		switch {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlAsyncCommit)
+	var takeovers int
+	b.Queue(sqlBegin, r.scope, r.subject, r.key, r.fingerprint, k.lockTTL.Milliseconds()).QueryRow(func(row pgx.Row) error {
+		switch err := row.Scan(&fence, &takeovers); {
 		case errors.Is(pg.MapError(err), pg.ErrNotFound):
-			return nil
+			return nil // someone else's live record: not ours to claim
 		case err != nil:
 			return err
 		}
 		claimed = true
-		if takeovers > 0 {
-			count(r.scope, "takeover")
-		}
 		return nil
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("idem: claim %s: %w", r.scope, err)
+	b.Queue("COMMIT")
+	if err := k.pool.SendBatch(ctx, b).Close(); err != nil {
+		return 0, false, fmt.Errorf("idem: claim %s: %w", r.scope, pg.MapError(err))
+	}
+	if claimed && takeovers > 0 {
+		count(r.scope, "takeover")
 	}
 	return fence, claimed, nil
 }
