@@ -38,6 +38,12 @@ func runDev(args []string) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return err
 	}
+	// The data directory is Fencelab's own (its secrets are 0600 files): let
+	// the postgres user through it, whatever made it first, so the cluster
+	// can live in <data-dir>/pg.
+	if os.Geteuid() == 0 {
+		_ = os.Chmod(cfg.DataDir, 0o755)
+	}
 	envFile := filepath.Join(cfg.DataDir, "env")
 	if cfg.DatabaseURL != "" && cfg.DatabaseURL == readEnvFile(envFile)["DATABASE_URL"] {
 		cfg.DatabaseURL = "" // our own cluster's URL from an earlier run: start it again
@@ -210,18 +216,18 @@ Try:
 func demoCurls(base string) string {
 	lines := []string{
 		`curl -s -H "Authorization: Bearer $USER42" BASE/reports/$(date +%F)   # today's report: content, fence, writer`,
-		`curl -si BASE/s/demo   # shortlink: 302 to the seeded demo link`,
-		`curl -s -H "Authorization: Bearer $USER42" -H 'Content-Type: application/json' BASE/upload/sessions -d "{\"total_size\":5,\"chunk_count\":1,\"sha256\":\"$(printf hello | sha256sum | cut -c1-64)\"}"   # upload: a session (README: Chunked upload)`,
 		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'`,
 		`curl -s BASE/jobs/1 -H "Authorization: Bearer $ADMIN"   # the chapter-14 workflow and its fenced history`,
 		`curl -s -H "Authorization: Bearer $ADMIN" BASE/outbox/consumers   # outbox positions and lag`,
-		`curl -s -XPOST BASE/notify/events -H "Authorization: Bearer $SVC" -H "Content-Type: application/json" -d '{"user_id":"user-0042","event_key":"order:ord-1001:shipped","template":"order_shipped"}'   # then GET BASE/notify/notifications/1`,
 		`curl -s -XPOST BASE/points/accounts/acct-0042/debits -H "Authorization: Bearer $USER42" -H "Idempotency-Key: prize-17-1" -H "Content-Type: application/json" -d '{"amount":30,"reason":"prize-17"}'   # points: debit the seeded account (retry: the same answer)`,
-		`curl -s -H "Authorization: Bearer $USER42" BASE/social/users/user-0043/posts   # social: posts of a private account user-0042 follows`,
 		`curl -s -XPOST BASE/flashsale/reservations -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"sku":"sku-lab-01","request_key":"demo-0042"}'   # hold 1 of 40 units`,
-		`curl -s -H "Authorization: Bearer $USER42" BASE/social/items/1/likes   # likes: the count, its pending events and error bound (POST …/like, …/unlike)`,
 		`curl -s -XPOST BASE/flashsale/orders -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"reservation_id":1}'   # order the hold; then POST BASE/flashsale/orders/1/pay and, 2 s later, GET BASE/flashsale/orders/1 (PAID)`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/social/users/user-0043/posts   # social: posts of a private account user-0042 follows`,
 		`curl -s -H "Authorization: Bearer $USER42" 'BASE/social/feed?limit=2'   # social: user-0042's home feed (strategy=push|pull|hybrid; pass "next" as cursor=)`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/social/items/1/likes   # likes: the count, its pending events and error bound (POST …/like, …/unlike)`,
+		`curl -s -XPOST BASE/notify/events -H "Authorization: Bearer $SVC" -H "Content-Type: application/json" -d '{"user_id":"user-0042","event_key":"order:ord-1001:shipped","template":"order_shipped"}'   # then GET BASE/notify/notifications/1`,
+		`curl -si BASE/s/demo   # shortlink: 302 to the seeded demo link`,
+		`curl -s -H "Authorization: Bearer $USER42" -H 'Content-Type: application/json' BASE/upload/sessions -d "{\"total_size\":5,\"chunk_count\":1,\"sha256\":\"$(printf hello | sha256sum | cut -c1-64)\"}"   # upload: a session (README: Chunked upload)`,
 	}
 	return strings.ReplaceAll("  "+strings.Join(lines, "\n  ")+"\n", "BASE", base)
 }
