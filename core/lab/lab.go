@@ -1,0 +1,93 @@
+// Package lab defines the book's experiments as values. One definition is
+// run three ways: by `go test` (asserting), by `fencelab lab run` (narrating
+// a timeline on a scratch database) and by the web console (drawing it).
+//
+// An experiment never reaches for the process or the database itself: it
+// asks its *X for them (a scratch database, a running app, the fencelab
+// binary), so the same body runs under testing.T and under the CLI. The
+// naive version of a chapter lives inside its experiment (X.Naive), never as
+// a switch in the product.
+package lab
+
+import "context"
+
+// Chapter is one chapter of the book, in reading order.
+type Chapter struct {
+	N     int    // 1-based position in the book
+	Slug  string // experiment IDs start with it: "points/concurrent-debits"
+	Title string
+}
+
+// Chapters is the one chapter numbering of the project: docs/chapters,
+// `lab list`, `check --list`, the console and code comments all use it.
+var Chapters = []Chapter{
+	{1, "lease", "Leases and fencing tokens"},
+	{2, "claim", "The claim engine: SKIP LOCKED jobs with fences"},
+	{3, "idem", "Idempotency keys"},
+	{4, "outbox", "The transactional outbox"},
+	{5, "points", "Points ledger"},
+	{6, "reservations", "Flash sale: reservations"},
+	{7, "orders", "Flash sale: orders and an uncertain payment channel"},
+	{8, "relations", "Follow relations as authorization"},
+	{9, "feed", "Home feed: push, pull and hybrid"},
+	{10, "likes", "Like counters"},
+	{11, "notify", "Notifications"},
+	{12, "shortlink", "Short links"},
+	{13, "upload", "Chunked upload"},
+	{14, "failover", "The database fails over"},
+}
+
+// ChapterOf returns the chapter with slug, and whether it exists.
+func ChapterOf(slug string) (Chapter, bool) {
+	for _, c := range Chapters {
+		if c.Slug == slug {
+			return c, true
+		}
+	}
+	return Chapter{}, false
+}
+
+// Experiment is one runnable claim of the book.
+type Experiment struct {
+	// ID is "<chapter slug>/<name>", e.g. "points/concurrent-debits".
+	ID string
+	// Test names the e2e test that runs it (kept so nothing a reader
+	// already knows is lost), e.g. "TestPTS01ConcurrentDebitsNeverOverdraw".
+	Test string
+	// Claim is the one sentence the experiment proves.
+	Claim string
+	// Invariants are checked after the run (IDs or module names, as
+	// invariant.Select takes them); a guarded run must hold them all.
+	Invariants []string
+	// Naive describes the naive version ("" when there is none): the same
+	// timeline written the way the book says fails. A naive run must be
+	// caught by one of Catches.
+	Naive   string
+	Catches []string
+	// Run is the timeline. It fails through x (x.Fatalf, require.*(x, …));
+	// x.Naive says which version to run.
+	Run func(x *X)
+}
+
+// T is the part of testing.TB an experiment uses; *testing.T has it, and so
+// does the CLI's runner.
+type T interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	FailNow()
+	Failed() bool
+	Cleanup(func())
+	TempDir() string
+	Name() string
+	Context() context.Context
+}
+
+// X is one run of an experiment: the test (or the CLI's stand-in), the
+// variant, and the recorder of its timeline.
+type X struct {
+	T
+	// Naive runs the naive version of the timeline.
+	Naive bool
+}
