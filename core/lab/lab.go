@@ -109,3 +109,28 @@ func Find(es []Experiment, id string) (Experiment, bool) {
 	}
 	return Experiment{}, false
 }
+
+// invariantChapters maps an invariant ID's prefix to its chapter.
+var invariantChapters = map[string]string{
+	"LOCK": "lease", "CLAIM": "claim", "IDEM": "idem", "OUTBOX": "outbox", "PTS": "points",
+	"FS": "reservations", "ORD": "orders", "REL": "relations", "FEED": "feed", "LIKE": "likes",
+	"NTF": "notify", "SL": "shortlink", "UP": "upload",
+}
+
+// ChapterOfInvariant returns the chapter slug an invariant ID belongs to
+// ("" for the foundation's CORE-… invariants, which belong to no chapter).
+func ChapterOfInvariant(id string) string {
+	prefix, _, _ := strings.Cut(id, "-")
+	return invariantChapters[prefix]
+}
+
+// Exercises reports whether e checks the invariant (by ID or module).
+func (e Experiment) Exercises(id, module string) bool {
+	for _, n := range append(append([]string(nil), e.Invariants...), e.Catches...) {
+		if n == id || n == module {
+			return true
+		}
+	}
+	return false
+}
+

@@ -1,0 +1,17 @@
+package services
+
+import (
+	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/services/points"
+)
+
+// Experiments lists every module's experiments in the book's chapter order.
+func Experiments() []lab.Experiment {
+	var all []lab.Experiment
+	for _, list := range [][]lab.Experiment{
+		points.Experiments,
+	} {
+		all = append(all, list...)
+	}
+	return lab.Sorted(all)
+}
