@@ -133,4 +133,3 @@ func (e Experiment) Exercises(id, module string) bool {
 	}
 	return false
 }
-
