@@ -61,6 +61,7 @@ type X struct {
 	db       string        // the database the invariants are checked on
 	dbOffset time.Duration // database clock − local clock
 	start    time.Time
+	t0       time.Time // the first step's time: the timeline's zero
 	echo     bool // log each step through T (go test -v tells the story)
 }
 
@@ -91,10 +92,14 @@ func (x *X) Step(s Step) {
 		s.At = time.Now().Add(x.dbOffset)
 	}
 	x.mu.Lock()
+	if len(x.steps) == 0 {
+		x.t0 = s.At
+	}
 	x.steps = append(x.steps, s)
+	t0 := x.t0
 	x.mu.Unlock()
 	if x.echo {
-		x.Logf("%s", FormatStep(s, x.start.Add(x.dbOffset)))
+		x.Logf("%s", FormatStep(s, t0))
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -29,76 +28,7 @@ import (
 // nothing else is ever answered; FS-R1..R3 hold.
 func TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds(t *testing.T) {
 	t.Parallel()
-	a := start(t, nil)
-	const buyers = 500
-	tokens := make([]string, buyers)
-	for i := range buyers {
-		tokens[i] = userToken(t, a, user(i+1))
-	}
-	type outcome struct {
-		final    e2etest.Response
-		overload int // 503s before the final answer
-		err      error
-	}
-	out := make([]outcome, buyers)
-	gate := make(chan struct{})
-	var ready, done sync.WaitGroup
-	for i := range buyers {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			key := fmt.Sprintf("fs01-%04d", i+1)
-			ready.Done()
-			<-gate
-			for {
-				r, err := a.Send(context.Background(), reserveReq(tokens[i], sku, key))
-				if err != nil || r.Status != http.StatusServiceUnavailable {
-					out[i].final, out[i].err = r, err
-					return
-				}
-				if r.Code() != "overloaded" || r.Header.Get("Retry-After") == "" {
-					out[i].final = r // not a limiter 503: report it below
-					return
-				}
-				out[i].overload++
-				time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
-			}
-		}()
-	}
-	ready.Wait()
-	close(gate)
-	done.Wait()
-
-	held, soldOut, overloaded := map[int64]int{}, 0, 0
-	for i, o := range out {
-		require.NoError(t, o.err, "buyer %d", i+1)
-		overloaded += o.overload
-		switch o.final.Status {
-		case http.StatusCreated:
-			r := decode(t, o.final)
-			require.Equal(t, reserve.StateHeld, r.State)
-			require.Equal(t, user(i+1), r.UserID)
-			require.True(t, r.ExpiresAt.After(r.CreatedAt))
-			held[r.ID] = i
-		case http.StatusConflict:
-			require.Equal(t, "sold_out", o.final.Code(), "buyer %d: %s", i+1, o.final.Body)
-			soldOut++
-		default:
-			t.Fatalf("buyer %d: %d %s", i+1, o.final.Status, o.final.Body)
-		}
-	}
-	t.Logf("FS-01: %d held, %d sold_out, %d overloaded answers on the way (peak in database %d)",
-		len(held), soldOut, overloaded, peakInDB(t, a))
-	require.Len(t, held, 40)
-	require.Equal(t, buyers-40, soldOut)
-
-	s := stock(t, a, sku)
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 40, Available: 0, Held: 40}, s)
-	require.Equal(t, 40, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE state = 'HELD'`))
-	require.Equal(t, 40, count(t, a, `SELECT count(*) FROM flashsale_reservation`), "a refused request wrote nothing")
-	require.LessOrEqual(t, peakInDB(t, a), reserve.DefaultConfig().Limit)
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Experiment(t, reserve.FiveHundredBuyers)
 }
 
 // FS-02: a client disconnects in the middle of its hold and retries with
