@@ -62,7 +62,7 @@ type X struct {
 	dbOffset time.Duration // database clock − local clock
 	start    time.Time
 	t0       time.Time // the first step's time: the timeline's zero
-	echo     bool // log each step through T (go test -v tells the story)
+	echo     bool      // log each step through T (go test -v tells the story)
 }
 
 // Step is one line of the timeline: who did what, when by the database's
