@@ -2,6 +2,7 @@ package services
 
 import (
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/points"
 )
@@ -12,6 +13,7 @@ func Experiments() []lab.Experiment {
 	for _, list := range [][]lab.Experiment{
 		points.Experiments,
 		reserve.Experiments,
+		order.Experiments,
 	} {
 		all = append(all, list...)
 	}
