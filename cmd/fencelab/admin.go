@@ -17,7 +17,7 @@ import (
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
-	_ "github.com/fencelab/fencelab/services" // registers every module's invariants
+	"github.com/fencelab/fencelab/services"
 )
 
 func runMigrate(args []string) error {
@@ -81,10 +81,11 @@ func runCheck(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
+	invs := services.Invariants()
 	if *list {
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tMODULE\tCHAPTER\tSTATEMENT")
-		for _, inv := range invariant.Select(fs.Args()...) {
+		for _, inv := range invs.Select(fs.Args()...) {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", inv.ID, inv.Module, inv.Chapter, inv.Statement)
 		}
 		return w.Flush()
@@ -92,7 +93,7 @@ func runCheck(args []string) error {
 	if *url == "" {
 		return errors.New("DATABASE_URL is not set")
 	}
-	if len(invariant.Select(fs.Args()...)) == 0 {
+	if len(invs.Select(fs.Args()...)) == 0 {
 		return fmt.Errorf("no invariants match %v (try --list)", fs.Args())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -102,7 +103,7 @@ func runCheck(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	results := invariant.Run(ctx, pool, fs.Args()...)
+	results := invs.Run(ctx, pool, fs.Args()...)
 	failed := 0
 	for _, r := range results {
 		if r.Holds() {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/workflow"
@@ -134,7 +133,7 @@ func TestTwoClaimersCannotOwnOneWorkflow(t *testing.T) {
 	require.Equal(t, rounds, l.count(t, `SELECT count(*) FROM job WHERE state = 'succeeded'`))
 	require.Equal(t, rounds, l.tool.Posts())
 	require.Len(t, l.tool.Effects(), rounds)
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // The book's 14.3 timeline: the owner stalls after its claim; its lease is
@@ -189,7 +188,7 @@ func TestExpiredOwnerCannotCommitAnOldResult(t *testing.T) {
 		l.history(t, id))
 	require.Len(t, l.tool.EffectsFor(workflow.IdempotencyKey("wf-0042")), 1, "one tool effect for the business key")
 	require.Equal(t, 2, l.tool.Requests(fakeprovider.OpCreate), "both owners called the tool; the key made it one effect")
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // When the tool cannot be asked, an unknown job is neither failed nor run
@@ -227,7 +226,7 @@ func TestUnknownWithoutQueryGoesToReview(t *testing.T) {
 		require.Len(t, l.tool.EffectsFor(workflow.IdempotencyKey("wf-7-"+kind)), 1, "the effect happened once and was not repeated")
 	}
 	require.Equal(t, 1, l.tool.Requests(fakeprovider.OpQuery), "only the kind with a Resolve asked (and was refused)")
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // A tool that keeps answering 503: each failed attempt pushes due_at out by
@@ -272,7 +271,7 @@ func TestRetriesBackOffAndStopAtMaxAttempts(t *testing.T) {
 	require.Equal(t, []string{"claimed:1", "retry_scheduled:1", "claimed:2", "retry_scheduled:2", "claimed:3", "failed:3"}, l.history(t, id))
 	require.Equal(t, 3, l.tool.Requests(fakeprovider.OpCreate))
 	require.Empty(t, l.tool.Effects())
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // 1,000 jobs whose owner died: two recoverers sweep them in batches at the
@@ -341,7 +340,7 @@ func TestRecoverExpiredIsBatchedAndConcurrentSafe(t *testing.T) {
 	require.Equal(t, n/2, l.count(t, `SELECT count(*) FROM job WHERE state = 'ready' AND fence = 2 AND owner IS NULL`))
 	// The re-dispatch is spread, not one burst.
 	require.Greater(t, l.count(t, `SELECT count(DISTINCT date_trunc('milliseconds', due_at)) FROM job`), 100)
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // Two worker pools of four goroutines drain 10,000 jobs: every job succeeds
@@ -393,7 +392,7 @@ func TestWorkerPoolDrainsTenThousandJobs(t *testing.T) {
 	require.Equal(t, 0, l.count(t, `SELECT count(*) FROM job_event WHERE event = 'rejected_stale'`))
 	require.Positive(t, l.count(t, `SELECT count(*) FROM job WHERE owner = 'pool-a'`))
 	require.Positive(t, l.count(t, `SELECT count(*) FROM job WHERE owner = 'pool-b'`))
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // A heartbeat that finds the lease gone cancels the handler's context; the

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/workflow"
 )
@@ -186,5 +185,5 @@ func TestTwoWorkerProcessesClaimExactlyOne(t *testing.T) {
 	require.NoError(t, err)
 	fmt.Println(string(line))
 	require.Equal(t, `{"os_processes":2,"claims":1,"effects":1,"state":"succeeded"}`, string(line))
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }

@@ -1,5 +1,5 @@
 // Package e2etest starts the real deployable for experiments: a fresh
-// migrated database, every module built by services.All, the real echo app
+// migrated database, the process app.Build makes from services.Modules, the real echo app
 // on a real loopback listener, tokens minted with the app's own secret, and
 // the fencelab binary for process-level experiments.
 package e2etest
@@ -27,9 +27,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/services"
 )
@@ -43,7 +43,8 @@ type App struct {
 	DBURL  string // the test's own database
 	Pool   *pgxpool.Pool
 	Deps   app.Deps
-	Mods   []app.Module
+	Mods   []app.Running
+	Proc   *app.Process
 	Faults *faults.Set
 	Client *http.Client
 }
@@ -81,31 +82,35 @@ func Start(t testing.TB, o Options) *App {
 		o.Config(&cfg)
 	}
 	pool := pgtest.Pool(t, dbURL, int32(cfg.MaxConns))
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	require.NoError(t, err)
 	fs := faults.New()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
+	p, err := app.Build(context.Background(), cfg, services.Modules(), app.BuildOptions{Faults: fs, Log: log, Pool: pool})
 	require.NoError(t, err)
-	srv := httptest.NewServer(app.NewHTTP(d, mods))
-	a := &App{URL: srv.URL, DBURL: dbURL, Pool: pool, Deps: d, Mods: mods, Faults: fs,
+	srv := httptest.NewServer(p.HTTP())
+	a := &App{URL: srv.URL, DBURL: dbURL, Pool: pool, Deps: p.Deps, Mods: p.Mods, Proc: p, Faults: fs,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 0}}}
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	wait := func() {}
 	if o.Tasks {
-		wg.Add(1)
-		go func() { defer wg.Done(); app.RunTasks(ctx, log, mods) }()
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = app.RunJobs(ctx, d, claim.PoolOptions{}) }()
+		wait = p.Background(ctx)
 	}
 	t.Cleanup(func() {
 		cancel()
-		wg.Wait()
+		wait()
 		srv.Close()
+		p.Close()
 	})
 	return a
+}
+
+// Invariants is the deployable's invariant registry (services.Invariants).
+var Invariants = services.Invariants
+
+// Assert runs the deployable's invariants (services.Invariants) selected
+// by module or ID, and fails the test with every violating row.
+func Assert(t testing.TB, db pg.Querier, names ...string) {
+	t.Helper()
+	services.Invariants().Assert(t, db, names...)
 }
 
 // testWriter sends app logs to the test log (shown on failure).

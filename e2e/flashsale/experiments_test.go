@@ -16,7 +16,6 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -98,7 +97,7 @@ func TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds(t *testing.T) {
 	require.Equal(t, 40, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE state = 'HELD'`))
 	require.Equal(t, 40, count(t, a, `SELECT count(*) FROM flashsale_reservation`), "a refused request wrote nothing")
 	require.LessOrEqual(t, peakInDB(t, a), reserve.DefaultConfig().Limit)
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Assert(t, a.Pool, "flashsale")
 }
 
 // FS-02: a client disconnects in the middle of its hold and retries with
@@ -162,7 +161,7 @@ func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
 			require.Equal(t, 1, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE request_key = $1`, key))
 			require.Equal(t, 1, count(t, a, `SELECT count(*) FROM flashsale_reservation`))
 			require.Equal(t, 39, stock(t, a, sku).Available)
-			invariant.Assert(t, a.Pool, "flashsale")
+			e2etest.Assert(t, a.Pool, "flashsale")
 		})
 	}
 
@@ -195,7 +194,7 @@ func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 		require.Equal(t, 2, count(t, a, `SELECT count(*) FROM flashsale_reservation`))
 		require.Equal(t, 1, peakInDB(t, a))
-		invariant.Assert(t, a.Pool, "flashsale")
+		e2etest.Assert(t, a.Pool, "flashsale")
 	})
 }
 
@@ -240,7 +239,7 @@ func TestFS03SameKeyFromAnotherUserOrSKUIs422(t *testing.T) {
 	require.Equal(t, 0, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE user_id = 'user-0043'`))
 	require.Equal(t, 39, stock(t, a, sku).Available)
 	require.Equal(t, 5, stock(t, a, "sku-lab-02").Available)
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Assert(t, a.Pool, "flashsale")
 }
 
 // FS-04: limit 8, wait line 16, 200 simultaneous buyers. Every admitted
@@ -321,7 +320,7 @@ func TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce(t *testing
 	require.Equal(t, 0, waiting(t, a))
 	require.Equal(t, limit+line, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE state = 'HELD'`))
 	require.Equal(t, 40-limit-line, stock(t, a, sku).Available)
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Assert(t, a.Pool, "flashsale")
 }
 
 // FS-05: 40 holds expire (by SQL). Two release runs overlap — the
@@ -390,7 +389,7 @@ func TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce(t *test
 	require.Equal(t, 40, jobReleased+adminReleased)
 	require.Equal(t, 0, again)
 	require.Equal(t, reserve.Stock{SKU: sku, Stock: 40, Available: 40}, stock(t, a, sku))
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Assert(t, a.Pool, "flashsale")
 
 	holdAll(1)
 	results := make(chan int, 3)
@@ -419,5 +418,5 @@ func TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce(t *test
 	require.Equal(t, 80, count(t, a, `SELECT count(*) FROM flashsale_stock_move WHERE reason = 'release'`))
 	require.Equal(t, 80, count(t, a, `SELECT count(DISTINCT reservation_id) FROM flashsale_stock_move WHERE reason = 'release'`))
 	require.Equal(t, 80, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE state = 'RELEASED'`))
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Assert(t, a.Pool, "flashsale")
 }

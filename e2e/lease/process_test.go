@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/report"
 )
@@ -80,7 +79,7 @@ func TestReportJobAcrossTwoProcesses(t *testing.T) {
 	require.Contains(t, final.Content, "worker-b")
 	require.Equal(t, []write{{"worker-b", fenceB}}, writesOf(t, a.Pool, day))
 	require.Equal(t, []grant{{"worker-a", fenceA}, {"worker-b", fenceB}}, grantsOf(t, a.Pool, name))
-	invariant.Assert(t, a.Pool, "lease", "report")
+	e2etest.Assert(t, a.Pool, "lease", "report")
 }
 
 // worker is a running `fencelab worker` child process.

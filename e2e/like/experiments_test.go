@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -61,7 +60,7 @@ func TestLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(t *testing.T) {
 	checked := s.checkFacts(t, a.Pool)
 	events := eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Zero(t, s.failed.Load(), "every click is answered")
 	require.Greater(t, bound.samples.Load(), int64(3), "LIKE-I4 sampled during the storm")
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "events": events, "position_resets": resets,
@@ -124,7 +123,7 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 	s.checkFacts(t, a.Pool)
 	events := eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Greater(t, bound.samples.Load(), int64(3))
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "events": events, "applied_before_kill_1": afterKill1,
 		"applied_before_kill_2": before.inbox, "likes_at_end": total, "bound_samples": bound.samples.Load()})
@@ -206,7 +205,7 @@ func TestLIKE03DatabaseStoppedImmediatelyMidStorm(t *testing.T) {
 	checked := s.checkFacts(t, a.Pool)
 	events := eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Greater(t, bound.samples.Load(), int64(3))
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "failed_clicks": s.failed.Load(), "events": events,
 		"facts_fully_answered": checked, "likes_at_end": total, "bound_samples": bound.samples.Load(),
@@ -297,7 +296,7 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 	s.checkFacts(t, a.Pool)
 	eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Greater(t, bound.samples.Load(), int64(3))
 
 	// The same race without recording the watermark: the recount includes
@@ -312,7 +311,7 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 		SET n = (SELECT count(*) FROM social_like f WHERE f.item_id = c.item_id AND f.liked), counted_through = NULL`)
 	require.NoError(t, err)
 	catchUp(t, a)
-	res := invariant.Run(ctx, a.Pool, "LIKE-I3")
+	res := e2etest.Invariants().Run(ctx, a.Pool, "LIKE-I3")
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
 	require.Len(t, res[0].Rows, len(ids), "LIKE-I3 reports every double-counted item")
@@ -322,7 +321,7 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 		require.Equal(t, c.Before-1, c.After, "item %d was counted twice once", c.ItemID)
 		require.Equal(t, int64(1), c.Drift)
 	}
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "events_ahead_of_counter": first.EventsAhead,
 		"likes_at_end": total, "bound_samples": bound.samples.Load(), "repaired": repair.Drifted})
 }

@@ -130,7 +130,7 @@ func sampleBound(t *testing.T, pool *pgxpool.Pool) *sampler {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			res := invariant.Run(ctx, pool, "LIKE-I4")
+			res := e2etest.Invariants().Run(ctx, pool, "LIKE-I4")
 			switch {
 			case len(res) != 1:
 				t.Errorf("LIKE-I4 is not registered")

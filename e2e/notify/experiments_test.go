@@ -11,7 +11,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -75,8 +74,8 @@ func TestNTF01SameEventFiftyTimesConcurrentlyMakesOneNotification(t *testing.T) 
 	require.Equal(t, 1, l.push().Posts())
 	require.Equal(t, 0, l.sms().Posts(), "sms is off: no task, no message")
 	require.Equal(t, 2, l.count(t, `SELECT count(*) FROM notify_task`), "a resubmission after delivery adds nothing")
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }
 
 // NTF-02: each channel commits the message and drops the response. What
@@ -168,8 +167,8 @@ func TestNTF02CommitThenDropFollowsEachChannelsContract(t *testing.T) {
 	require.Equal(t, "admin-0001", push.Decisions[0].DecidedBy)
 	require.Equal(t, "push console shows push_1 delivered", push.Decisions[0].Reason)
 	require.Equal(t, 1, l.push().Posts(), "still exactly one send")
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }
 
 // NTF-03: a worker stalls inside the call (the channel has the message, the
@@ -254,8 +253,8 @@ func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
 			require.Equal(t, 1, srv.Posts())
 		}
 	}
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }
 
 // NTF-04: the user turns channels off after the tasks were enqueued and
@@ -295,6 +294,6 @@ func TestNTF04PreferenceTurnedOffBeforeTheClaimCancelsTheTask(t *testing.T) {
 		require.Empty(t, l.channels[name].Effects(), name)
 	}
 	require.Len(t, l.email().Effects(), 1)
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -181,6 +180,6 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	t.Logf("%d events (+%d resubmitted) for %d users in %v; %d tasks delivered or in review in %v (32 workers, test cluster, shared machine)",
 		events, (events+dupEvery-1)/dupEvery, users, intake.Round(time.Millisecond), len(tasks), delivery.Round(time.Millisecond))
 	require.Equal(t, events, l.count(t, `SELECT count(*) FROM notify_notification`))
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }

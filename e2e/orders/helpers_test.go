@@ -26,7 +26,6 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/flashsale"
 	"github.com/fencelab/fencelab/services/flashsale/order"
@@ -250,7 +249,7 @@ func (l *lab) capture(t *testing.T) (got func() []delivery, restore func()) {
 // confirmed orders.
 func (l *lab) assertSettled(t *testing.T) {
 	t.Helper()
-	invariant.Assert(t, l.Pool, "flashsale")
+	e2etest.Assert(t, l.Pool, "flashsale")
 	refunds := map[string]int{}
 	for _, rf := range l.pay.Refunds() {
 		refunds[rf.EffectID]++

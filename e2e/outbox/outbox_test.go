@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -202,7 +201,7 @@ func TestOutboxTwoConsumerProcesses(t *testing.T) {
 	require.Zero(t, wrongCount)
 	require.Equal(t, 2, owners, "both processes applied part of the stream")
 	require.Greater(t, fence2, fence1)
-	invariant.Assert(t, a.Pool, "outbox")
+	e2etest.Assert(t, a.Pool, "outbox")
 }
 
 // The consumer table is an admin view; its lag is also a metric.
@@ -238,5 +237,5 @@ func TestOutboxConsumersEndpointIsAdminOnly(t *testing.T) {
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "ok    OUTBOX-I2")
 	require.Regexp(t, `outbox\.demo\s+outbox\.demo\s+\(0,0\)\s+0\s+100\s`, string(out))
-	invariant.Assert(t, a.Pool, "outbox")
+	e2etest.Assert(t, a.Pool, "outbox")
 }

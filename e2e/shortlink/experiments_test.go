@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/shortlink"
@@ -83,7 +82,7 @@ func TestSL01HundredCreatorsOfOneAliasOneWinsEveryLoserGets409(t *testing.T) {
 	require.NoError(t, a.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM shortlink_creations WHERE code = 'launch'`).Scan(&creations))
 	require.Equal(t, 1, creations)
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // SL-02: pollers on one replica follow a link while its owner revokes it
@@ -195,7 +194,7 @@ func TestSL02RevokedLinkRedirectsAtMostOneTTLAfterTheRevoke(t *testing.T) {
 			t.Logf("SL-02 (%s): %d requests, %d 302s possibly after the revoke; measured stale window %v (lower) … %v (upper); configured TTL %v",
 				tc.name, len(samples), stale, lower.Round(time.Microsecond), upper.Round(time.Microsecond), ttl)
 			require.LessOrEqual(t, lower, ttl, "a 302 was served more than one TTL after the revoke committed (SL-I2)")
-			invariant.Assert(t, writer.Pool, "shortlink")
+			e2etest.Assert(t, writer.Pool, "shortlink")
 		})
 	}
 }
@@ -275,7 +274,7 @@ func TestSL03RedirectsStay302WhileTheStatsStoreIsLockedOrDead(t *testing.T) {
 	require.Positive(t, st.Dropped)
 	require.Equal(t, float64(n), counter(t, dead, "fencelab_shortlink_clicks_dropped_total"), "the dead-port replica stored nothing and counted every click")
 	require.Zero(t, counter(t, dead, "fencelab_shortlink_clicks_written_total"))
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // deadPortURL is dbURL with its port replaced by one nobody listens on.
@@ -319,5 +318,5 @@ func TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce(t *testing.T) {
 	require.Equal(t, n, rows, "each click is one row")
 	require.Equal(t, n, ids)
 	require.Equal(t, shortlink.Stats{Code: l.Code, Clicks: n}, stats(t, a, tok, l.Code))
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }

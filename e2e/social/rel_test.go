@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -147,7 +146,7 @@ func TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(t *testing.
 	for _, v := range rel.Views {
 		require.Equal(t, expectedView(truth(t, e.a.Pool), v), readView(t, e.a.Pool, v), v.Name)
 	}
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // randomOps runs n random operations among users, ignoring refusals
@@ -207,7 +206,7 @@ func TestREL02ShuffledDuplicatedDeliveryGivesTheInOrderView(t *testing.T) {
 		deliver(t, e.a.Pool, rel.FollowersView, shuffledWithDuplicates(rng, evs), func() int { return 1 + rng.IntN(40) })
 		require.Equal(t, inOrder, readView(t, e.a.Pool, rel.FollowersView), "seed %d, round %d", seed, round)
 	}
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestREL03BlockRevokesReadsTheMomentItCommits: (1) a block while a
@@ -276,12 +275,12 @@ func TestREL03BlockRevokesReadsTheMomentItCommits(t *testing.T) {
 	require.True(t, readView(t, e.a.Pool, rel.FollowersView).Rows[pair{"user-a", "user-ownerp"}].Active, "the view is stale")
 	require.True(t, readView(t, e.a.Pool, rel.FollowingView).Rows[pair{"user-a", "user-ownerp"}].Active, "the view is stale")
 	// REL-I4 holds meanwhile: the disagreement is covered by a pending event.
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 
 	e.catchUp(t)
 	require.False(t, readView(t, e.a.Pool, rel.FollowersView).Rows[pair{"user-a", "user-ownerp"}].Active)
 	requireStatus(t, e.read(t, "user-a", followersOnly.PostID), http.StatusForbidden, "forbidden")
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestREL04ResetOffsetAndReplayDoesNotResurrect: follows that ended
@@ -361,7 +360,7 @@ func TestREL04ResetOffsetAndReplayDoesNotResurrect(t *testing.T) {
 		for _, v := range rel.Views {
 			require.Equal(t, want[v.Name], readView(t, e.a.Pool, v), "%s: %s", step.name, v.Name)
 		}
-		invariant.Assert(t, e.a.Pool, "social")
+		e2etest.Assert(t, e.a.Pool, "social")
 	}
 	requireStatus(t, e.read(t, "user-d", e.post(t, "user-cp", rel.Public).PostID), http.StatusForbidden, "forbidden")
 }

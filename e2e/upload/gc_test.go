@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/upload"
 )
@@ -71,7 +70,7 @@ func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 	require.Equal(t, upload.GCReport{}, l.gc(t), "a referenced blob is never reclaimed")
 	l.publish(t, f)
 	require.Equal(t, data, l.read(t, l.alice, f.ID, nil).Body)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // UP-F2, the other side: GC has decided — the blob is marked 'deleting'
@@ -97,7 +96,7 @@ func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 	require.Equal(t, upload.GCReport{BlobsReclaimed: 1}, <-collected)
 	l.nothingReferenced(t, digest)
 	require.Equal(t, upload.SessionCompleted, l.sessionState(t, s.ID), "the refused commit changed nothing")
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // A completion of the same bytes arrives while GC is unlinking the old
@@ -132,7 +131,7 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 	require.Equal(t, digest, sha(onDisk))
 	r = l.commit(t, l.bob, second.ID, "again.bin")
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // Abandoned and aborted sessions, and files nobody announced, are
@@ -183,7 +182,7 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 
 	_, err := l.store.StatBlob(ctx, youngDigest)
 	require.NoError(t, err)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // A process that died after renaming the blob and before marking the
@@ -204,7 +203,7 @@ func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 	require.Equal(t, upload.SessionOpen, l.sessionState(t, s.ID))
 	require.FileExists(t, l.store.BlobPath(digest))
 	require.False(t, l.partialExists(s.ID))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 
 	l.Faults.Disarm(faults.AfterBytesWritten)
 	r = l.complete(t, l.alice, s.ID)
@@ -215,7 +214,7 @@ func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 	r.JSON(t, &f)
 	l.publish(t, f)
 	require.Equal(t, data, l.read(t, l.alice, f.ID, nil).Body)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // The invariants are not vacuous: each one reports the damage it exists
@@ -227,12 +226,12 @@ func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
 	data, digest := payload(15, 100<<10)
 	f := l.committed(t, l.alice, data, 25<<10, "guarded.bin")
 	l.publish(t, f)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 	path := l.store.BlobPath(digest)
 
 	violated := func(id, problem string) {
 		t.Helper()
-		res := invariant.Run(ctx, l.Pool, id)
+		res := e2etest.Invariants().Run(ctx, l.Pool, id)
 		require.Len(t, res, 1)
 		require.NoError(t, res[0].Err)
 		require.False(t, res[0].Holds(), "%s must report: %s", id, problem)
@@ -247,7 +246,7 @@ func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
 		breakIt()
 		violated(id, problem)
 		repair()
-		invariant.Assert(t, l.Pool, "upload")
+		e2etest.Assert(t, l.Pool, "upload")
 	}
 
 	damage("UP-F1", "does not hash to its name",
@@ -304,6 +303,6 @@ func TestABlobStoreServesOneDatabase(t *testing.T) {
 	r := second.Do(t, e2etest.Req{Method: "POST", Path: "/upload/gc", Token: second.admin})
 	require.Equal(t, http.StatusInternalServerError, r.Status)
 	require.FileExists(t, first.store.BlobPath(f.SHA256))
-	invariant.Assert(t, first.Pool, "upload")
-	invariant.Assert(t, second.Pool, "upload")
+	e2etest.Assert(t, first.Pool, "upload")
+	e2etest.Assert(t, second.Pool, "upload")
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/upload"
@@ -170,7 +169,7 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	require.Equal(t, upload.SessionOpen, l.sessionState(t, sessionID), "no metadata committed")
 	require.Equal(t, 0, l.count(t, `SELECT refs FROM upload_blob WHERE sha256 = $1 AND state = 'present'`, digest))
 	require.Zero(t, l.count(t, `SELECT count(*) FROM file_object`))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 
 	// A committed file, as old as the orphan will be: GC must keep it.
 	kept, keptDigest := payload(22, 300<<10)
@@ -198,7 +197,7 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	require.Equal(t, upload.GCReport{}, l.gc(t), "a second run finds nothing")
 	t.Logf("UP-02: serve pid %d killed at %s; orphan %s… reclaimed after the grace period, %d blob(s) kept",
 		srv.cmd.Process.Pid, faults.AfterBytesWritten, digest[:12], len(l.blobFiles(t)))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 func between(s, from, to string) string {
