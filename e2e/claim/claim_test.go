@@ -420,12 +420,8 @@ func TestLostHeartbeatCancelsTheHandler(t *testing.T) {
 	// Another party takes the job over (as a recovery would): the fence moves.
 	_, err := l.pool.Exec(context.Background(), `UPDATE job SET fence = fence + 1 WHERE id = $1`, id)
 	require.NoError(t, err)
-	select {
-	case cause := <-stopped:
-		require.True(t, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler was not cancelled")
-	}
+	cause := e2etest.WaitOrTimeout(t, stopped, "the handler was not cancelled")
+	require.True(t, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
 	cancel()
 	require.NoError(t, <-done)
 	h := l.history(t, id)

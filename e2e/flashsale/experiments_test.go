@@ -376,10 +376,7 @@ func TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce(t *test
 	go func() { byAdmin <- releaseByAdmin() }()
 	// The admin run has taken rows the job did not lock and now waits for
 	// the job's transaction on the SKU row.
-	require.Eventually(t, func() bool {
-		return count(t, a, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-		                     AND wait_event_type = 'Lock' AND query LIKE '%SKIP LOCKED%'`) == 1
-	}, 10*time.Second, time.Millisecond)
+	e2etest.WaitForLockWaiters(t, a.Pool, "SKIP LOCKED", 1)
 	gate.Release()
 	jobReleased, adminReleased := <-byJob, <-byAdmin
 	again := releaseByAdmin()

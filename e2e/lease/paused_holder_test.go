@@ -63,12 +63,7 @@ func pausedHolderTimeline(t *testing.T, a *e2etest.App, out report.Output) outco
 	require.Greater(t, wroteB.Fence, fenceA)
 
 	stall.Release()
-	var lateA error
-	select {
-	case lateA = <-doneA:
-	case <-time.After(30 * time.Second):
-		t.Fatal("A did not finish after it was released")
-	}
+	lateA := e2etest.WaitOrTimeout(t, doneA, "A did not finish after it was released")
 	return outcome{fenceA: fenceA, fenceB: wroteB.Fence, wroteB: wroteB, lateA: lateA}
 }
 

@@ -104,11 +104,7 @@ func TestWatchdogCancelsOnLoss(t *testing.T) {
 			require.NoError(t, taskCtx.Err())
 
 			c.lose(t, l)
-			select {
-			case <-taskCtx.Done():
-			case <-time.After(10 * time.Second):
-				t.Fatal("the task's context was not cancelled after the lease was lost")
-			}
+			e2etest.WaitOrTimeout(t, taskCtx.Done(), "the task's context was not cancelled after the lease was lost")
 			require.ErrorIs(t, context.Cause(taskCtx), lease.ErrLost)
 			_, err = w.Stop()
 			require.ErrorIs(t, err, lease.ErrLost)

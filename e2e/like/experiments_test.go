@@ -88,14 +88,14 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 	// 1. Killed at whatever point of the backlog it has reached.
 	w1 := startWorker(t, a.DBURL)
 	require.Eventually(t, func() bool { return inboxRows(t, a.Pool) >= 500 }, time.Minute, 5*time.Millisecond)
-	w1.kill9(t)
+	w1.Kill9(t)
 	waitSessionsGone(t, a)
 	expireLease(t, a.Pool)
 	afterKill1 := inboxRows(t, a.Pool)
 
 	// 2. Paused inside a batch transaction, then killed.
 	w2 := startWorker(t, a.DBURL, "--pause-at", like.PointApplied)
-	require.Equal(t, "PAUSED "+like.PointApplied+" "+like.ConsumerName, w2.line(t, time.Minute))
+	require.Equal(t, "PAUSED "+like.PointApplied+" "+like.ConsumerName, w2.Line(t, time.Minute))
 	ctx := context.Background()
 	var open int
 	require.NoError(t, a.Pool.QueryRow(ctx, `
@@ -103,7 +103,7 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 		 WHERE datname = current_database() AND application_name = 'fencelab-worker' AND state = 'idle in transaction'`).Scan(&open))
 	require.Equal(t, 1, open, "the worker is inside its batch transaction")
 	before := countsAndInbox(t, a)
-	w2.kill9(t)
+	w2.Kill9(t)
 	waitSessionsGone(t, a)
 	require.Equal(t, before, countsAndInbox(t, a), "nothing of the killed batch committed")
 	expireLease(t, a.Pool)
@@ -112,9 +112,8 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 	w3 := startWorker(t, a.DBURL)
 	<-stormDone
 	waitCaughtUp(t, a.Pool, 2*time.Minute)
-	require.NoError(t, w3.cmd.Process.Signal(syscall.SIGTERM))
-	<-w3.done
-	require.NoError(t, w3.err, "graceful stop")
+	require.NoError(t, w3.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w3.Wait(t, e2etest.DefaultWait), "graceful stop")
 	bound.stop()
 
 	var fences int64
@@ -260,12 +259,7 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 	go func() { recountDone <- recompute(t, a, admin, "") }()
 	<-chunkGate.Reached()
 	held.Release()
-	require.Eventually(t, func() bool {
-		var waiting int
-		_ = a.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE outbox_consumer%'`).Scan(&waiting)
-		return waiting == 1
-	}, 30*time.Second, 5*time.Millisecond, "the counter's batch waits for the recompute")
+	e2etest.WaitForLockWaiters(t, a.Pool, "UPDATE outbox_consumer", 1) // the counter's batch waits for the recompute
 	lateGate.Release()
 	require.Equal(t, http.StatusOK, (<-lateDone).Status)
 	chunkGate.Release()

@@ -192,11 +192,7 @@ func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
 		require.Len(t, old, 1)
 		done := make(chan error, 1)
 		go func() { done <- l.Deps.Jobs.Execute(ctx, old[0]) }()
-		select {
-		case <-gate.Reached():
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the worker never reached the call", ch.Name)
-		}
+		e2etest.WaitOrTimeout(t, gate.Reached(), "%s: the worker never reached the call", ch.Name)
 		require.Len(t, srv.EffectsFor(tk.DeliveryKey), 1, "%s: the channel has the message", ch.Name)
 		require.Equal(t, []string{"send:pending@1"}, calls(task(t, l.get(t, n.ID), ch.Name)))
 
@@ -219,12 +215,7 @@ func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
 		}
 
 		gate.Release()
-		var lateErr error
-		select {
-		case lateErr = <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the stalled worker did not finish", ch.Name)
-		}
+		lateErr := e2etest.WaitOrTimeout(t, done, "%s: the stalled worker did not finish", ch.Name)
 		require.ErrorIs(t, lateErr, claim.ErrStaleFence, "%s: the superseded holder's completion is refused", ch.Name)
 
 		tk = task(t, l.get(t, n.ID), ch.Name)

@@ -408,11 +408,7 @@ func (s *slowCreates) to(channelURL string) { s.target.Store(channelURL) }
 // land lets the held charges through (once one has arrived) and waits
 // until they reached the channel.
 func (s *slowCreates) land(t *testing.T) {
-	select {
-	case <-s.seen:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no charge request reached the proxy")
-	}
+	e2etest.WaitOrTimeout(t, s.seen, "no charge request reached the proxy")
 	s.once.Do(func() { close(s.gate) })
 	s.landed.Wait()
 }

@@ -251,12 +251,7 @@ func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 	go func() {
 		repaired <- l.Do(t, e2etest.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.admin})
 	}()
-	require.Eventually(t, func() bool { // the repair is waiting for the row lock
-		var waiting bool
-		_ = l.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%')`).Scan(&waiting)
-		return waiting
-	}, 30*time.Second, 5*time.Millisecond)
+	e2etest.WaitForLockWaiters(t, l.Pool, "FOR UPDATE", 1) // the repair is waiting for the row lock
 	gate.Release()
 
 	require.Equal(t, http.StatusCreated, (<-debited).Status)

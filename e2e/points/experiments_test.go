@@ -90,11 +90,7 @@ func TestPTS02LostResponseRetryIsReplayedNotDebitedTwice(t *testing.T) {
 		_, err := l.posting(ctx, "debits", tok, "acct-0042", key, 30, "prize-17")
 		first <- err
 	}()
-	select {
-	case <-gate.Reached(): // committed; the response is not written yet
-	case <-time.After(30 * time.Second):
-		t.Fatal("the debit never reached the after-commit point")
-	}
+	e2etest.WaitOrTimeout(t, gate.Reached(), "the debit never reached the after-commit point") // committed; the response is not written yet
 	require.Equal(t, 1, l.txnsOf(t, "user-0042", key), "the debit committed before the response was lost")
 	giveUp() // the client's timeout: it never sees the answer
 	require.ErrorIs(t, <-first, context.Canceled)

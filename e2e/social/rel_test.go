@@ -44,25 +44,6 @@ func (e *env) httpOp(t *testing.T, sub string, op rel.Op, other string) opRespon
 	return out
 }
 
-// waitForLockWaiter waits until a backend of this database waits for a
-// row lock: the observable state "the second operation is queued behind
-// the first", not a guessed duration.
-func (e *env) waitForLockWaiter(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		require.NoError(t, e.a.Pool.QueryRow(context.Background(), `
-SELECT count(*) FROM pg_stat_activity
- WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no operation ever waited for the pair's lock")
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState: two
 // goroutines follow (and unfollow, and mix both) the same pair at once.
 // First a forced timeline — the first follow holds the pair's lock at a
@@ -82,7 +63,7 @@ func TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(t *testing.
 	<-gate.Reached()
 	second := make(chan opResponse, 1)
 	go func() { second <- e.httpOp(t, "user-a", rel.OpFollow, "user-b") }()
-	e.waitForLockWaiter(t)
+	e2etest.WaitForLockWaiters(t, e.a.Pool, "", 1) // the second operation is queued behind the first
 	select {
 	case r := <-second:
 		t.Fatalf("second follow finished while the first held the pair's lock: %+v", r)

@@ -26,23 +26,6 @@ func (l *lab) age(t *testing.T, tables ...string) {
 	}
 }
 
-// waitForLockWait returns once a backend of the test's database is waiting
-// on a lock while running a statement that contains fragment: the racing
-// request has reached the row the other side holds.
-func (l *lab) waitForLockWait(t *testing.T, fragment string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n := l.count(t, `SELECT count(*) FROM pg_stat_activity
-		                 WHERE datname = current_database() AND wait_event_type = 'Lock' AND position($1 in query) > 0`, fragment)
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no statement %q came to wait on a lock", fragment)
-		time.Sleep(5 * time.Millisecond) // polling an observable state, not standing in for it
-	}
-}
-
 // UP-F2, one side of the race: a commit is inside its transaction (paused
 // before COMMIT) with the blob's row locked, and GC runs with the blob past
 // its grace period. GC passes over the locked row; the commit lands; GC
@@ -120,7 +103,7 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 	<-gate.Reached()
 	completed := make(chan e2etest.Response, 1)
 	go func() { completed <- l.complete(t, l.bob, second.ID) }()
-	l.waitForLockWait(t, "INSERT INTO upload_blob")
+	e2etest.WaitForLockWaiters(t, l.Pool, "INSERT INTO upload_blob", 1)
 	gate.Release()
 	require.Equal(t, 1, (<-collected).BlobsReclaimed)
 	r := <-completed
