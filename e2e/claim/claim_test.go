@@ -110,16 +110,16 @@ func TestTwoClaimersCannotOwnOneWorkflow(t *testing.T) {
 		start := make(chan struct{})
 		got := make([][]*claim.Job, 2)
 		var wg sync.WaitGroup
+		errs := make([]error, 2)
 		for n, c := range []*claim.Client{a, b} {
 			wg.Go(func() {
 				<-start
-				jobs, err := c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
-				require.NoError(t, err)
-				got[n] = jobs
+				got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
 			})
 		}
 		close(start)
 		wg.Wait()
+		require.NoError(t, errors.Join(errs...))
 		require.Equal(t, 1, len(got[0])+len(got[1]), "round %d: exactly one claimer owns the job", i)
 		winner, c := got[0], a
 		if len(winner) == 0 {
@@ -301,13 +301,19 @@ func TestRecoverExpiredIsBatchedAndConcurrentSafe(t *testing.T) {
 	got := make([][]claim.Recovered, 2)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	errs := make([]error, 2)
 	for i, r := range recoverers {
 		wg.Go(func() {
 			<-start
 			for {
 				rec, err := r.RecoverExpired(ctx, batch, time.Second)
-				require.NoError(t, err)
-				require.LessOrEqual(t, len(rec), batch)
+				if err == nil && len(rec) > batch {
+					err = fmt.Errorf("recovered %d jobs in one batch of %d", len(rec), batch)
+				}
+				if err != nil {
+					errs[i] = err // asserted on the test goroutine
+					return
+				}
 				if len(rec) == 0 {
 					return
 				}
@@ -317,6 +323,7 @@ func TestRecoverExpiredIsBatchedAndConcurrentSafe(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 	seen := map[int64]int{}
 	for _, rec := range got {
 		for _, x := range rec {
@@ -373,12 +380,12 @@ func TestWorkerPoolDrainsTenThousandJobs(t *testing.T) {
 
 	begin := time.Now()
 	var wg sync.WaitGroup
-	for _, c := range []*claim.Client{a, b} {
-		wg.Go(func() {
-			require.NoError(t, c.Work(ctx, claim.PoolOptions{Workers: 4, ExitWhenIdle: true}))
-		})
+	errs := make([]error, 2)
+	for i, c := range []*claim.Client{a, b} {
+		wg.Go(func() { errs[i] = c.Work(ctx, claim.PoolOptions{Workers: 4, ExitWhenIdle: true}) })
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 	elapsed := time.Since(begin)
 	t.Logf("drained %d jobs with 2 pools × 4 workers in %v: %.0f jobs/s (test cluster, fsync off)", n, elapsed, n/elapsed.Seconds())
 

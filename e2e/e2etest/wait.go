@@ -87,3 +87,48 @@ func (e *Errors) Check(t testing.TB) {
 		}
 	}
 }
+
+// Async is work running on its own goroutine whose outcome the test
+// goroutine checks: the goroutine never calls require (FailNow there would
+// end the goroutine, not the test, and leave the test waiting).
+type Async[T any] struct {
+	ch chan asyncResult[T]
+}
+
+type asyncResult[T any] struct {
+	v   T
+	err error
+}
+
+// Go runs fn on a new goroutine.
+func Go[T any](fn func() (T, error)) *Async[T] {
+	a := &Async[T]{ch: make(chan asyncResult[T], 1)}
+	go func() {
+		v, err := fn()
+		a.ch <- asyncResult[T]{v, err}
+	}()
+	return a
+}
+
+// Wait waits (up to DefaultWait) for fn and fails the test, on the test
+// goroutine, if it returned an error.
+func (a *Async[T]) Wait(t testing.TB) T {
+	t.Helper()
+	r := WaitOrTimeout(t, a.ch, "the goroutine did not finish")
+	require.NoError(t, r.err)
+	return r.v
+}
+
+// Result waits (up to DefaultWait) for fn and returns its value and error
+// for the test to judge (an experiment that expects a failure).
+func (a *Async[T]) Result(t testing.TB) (T, error) {
+	t.Helper()
+	r := WaitOrTimeout(t, a.ch, "the goroutine did not finish")
+	return r.v, r.err
+}
+
+// Go sends r on its own goroutine (a request that races another, or waits
+// at a fault point); Wait on the result fails the test on a transport error.
+func (a *App) Go(r Req) *Async[Response] {
+	return Go(func() (Response, error) { return a.Send(context.Background(), r) })
+}

@@ -171,8 +171,7 @@ func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
 		first, second := userToken(t, a, "user-0001"), userToken(t, a, "user-0002")
 		gate := a.Faults.Pause(reserve.PointHoldBeforeCommit, "fs02-first")
 		defer gate.Release()
-		firstDone := make(chan e2etest.Response, 1)
-		go func() { firstDone <- a.Do(t, reserveReq(first, sku, "fs02-first")) }()
+		firstDone := a.Go(reserveReq(first, sku, "fs02-first"))
 		<-gate.Reached() // the only permit is taken
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -188,7 +187,7 @@ func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
 		require.Equal(t, 1, inUse(t, a), "leaving the line took no permit")
 
 		gate.Release()
-		require.Equal(t, http.StatusCreated, (<-firstDone).Status)
+		require.Equal(t, http.StatusCreated, firstDone.Wait(t).Status)
 		require.Equal(t, 0, inUse(t, a))
 		r := a.Do(t, reserveReq(second, sku, "fs02-second"))
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))

@@ -246,24 +246,20 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 	// A like of the first item, written and not committed.
 	late := "user-0300"
 	lateGate := a.Faults.Pause(like.PointBeforeCommit, fmt.Sprintf("%d>%s", ids[0], late))
-	lateDone := make(chan e2etest.Response, 1)
-	go func() {
-		lateDone <- a.Do(t, e2etest.Req{Method: http.MethodPost, Path: fmt.Sprintf("/social/items/%d/like", ids[0]),
-			Token: a.Token(t, late, httpx.RoleUser)})
-	}()
+	lateDone := a.Go(e2etest.Req{Method: http.MethodPost, Path: fmt.Sprintf("/social/items/%d/like", ids[0]),
+		Token: a.Token(t, late, httpx.RoleUser)})
 	<-lateGate.Reached()
 
 	// The recompute's first chunk counts (without the late like) and waits.
 	chunkGate := a.Faults.Pause(like.PointRecounted, "")
-	recountDone := make(chan like.Recount, 1)
-	go func() { recountDone <- recompute(t, a, admin, "") }()
+	recountDone := a.Go(recomputeReq(admin, ""))
 	<-chunkGate.Reached()
 	held.Release()
 	e2etest.WaitForLockWaiters(t, a.Pool, "UPDATE outbox_consumer", 1) // the counter's batch waits for the recompute
 	lateGate.Release()
-	require.Equal(t, http.StatusOK, (<-lateDone).Status)
+	require.Equal(t, http.StatusOK, lateDone.Wait(t).Status)
 	chunkGate.Release()
-	first := <-recountDone
+	first := recountOf(t, recountDone.Wait(t))
 	require.Equal(t, len(ids), first.Items)
 	require.Equal(t, 4, first.Chunks)
 	require.Positive(t, first.EventsAhead, "the recompute counted events the counter had not applied")
@@ -322,7 +318,15 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 
 func recompute(t *testing.T, a *e2etest.App, token, query string) like.Recount {
 	t.Helper()
-	resp := a.Do(t, e2etest.Req{Method: http.MethodPost, Path: "/social/admin/likes/recompute" + query, Token: token})
+	return recountOf(t, a.Do(t, recomputeReq(token, query)))
+}
+
+func recomputeReq(token, query string) e2etest.Req {
+	return e2etest.Req{Method: http.MethodPost, Path: "/social/admin/likes/recompute" + query, Token: token}
+}
+
+func recountOf(t *testing.T, resp e2etest.Response) like.Recount {
+	t.Helper()
 	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
 	var rc like.Recount
 	resp.JSON(t, &rc)

@@ -52,6 +52,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	var next atomic.Int64
 	ids := make([]int64, events)
 	var wg sync.WaitGroup
+	errs := e2etest.NewErrors(submitters)
 	for range submitters {
 		wg.Go(func() {
 			for {
@@ -60,15 +61,27 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 					return
 				}
 				ev := event(fmt.Sprintf("user-%04d", 1000+i%users), fmt.Sprintf("order:ord-%05d:shipped", i))
-				n := l.submit(t, ev)
+				n, err := l.submitErr(ev)
+				if err != nil {
+					errs.Add(err)
+					return
+				}
 				ids[i] = n.ID
 				if i%dupEvery == 0 {
-					require.Equal(t, n.ID, l.submit(t, ev).ID)
+					again, err := l.submitErr(ev)
+					if err == nil && again.ID != n.ID {
+						err = fmt.Errorf("duplicate of %s named notification %d, the first %d", ev.EventKey, again.ID, n.ID)
+					}
+					if err != nil {
+						errs.Add(err)
+						return
+					}
 				}
 			}
 		})
 	}
 	wg.Wait()
+	errs.Check(t) // on the test goroutine
 	intake := time.Since(begin)
 
 	// The fault plan, per task, on the task's first call of each kind.

@@ -1,6 +1,7 @@
 package orders_test
 
 import (
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -108,16 +110,21 @@ func TestORD02SuccessCallbackFiveTimesShuffledWithFailureOneTransitionOneConfirm
 		answers := make([]order.CallbackAnswer, len(sends))
 		gate := make(chan struct{})
 		var wg sync.WaitGroup
+		resps := make([]e2etest.Response, len(sends))
+		errs := make([]error, len(sends))
 		for k, d := range sends {
 			wg.Go(func() {
 				<-gate
-				r := l.callback(t, d.body, d.signature)
-				require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-				r.JSON(t, &answers[k])
+				resps[k], errs[k] = l.Send(context.Background(), callbackReq(d.body, d.signature))
 			})
 		}
 		close(gate)
 		wg.Wait()
+		for k, r := range resps { // asserted on the test goroutine
+			require.NoError(t, errs[k])
+			require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+			r.JSON(t, &answers[k])
+		}
 
 		firsts := 0
 		for k, a := range answers {

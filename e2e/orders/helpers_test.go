@@ -195,11 +195,15 @@ func (l *lab) runRefundJobs(t *testing.T) []*claim.Job {
 // callback posts a body to the callback route with a signature header.
 func (l *lab) callback(t *testing.T, body []byte, signature string) e2etest.Response {
 	t.Helper()
+	return l.Do(t, callbackReq(body, signature))
+}
+
+func callbackReq(body []byte, signature string) e2etest.Req {
 	h := map[string]string{}
 	if signature != "" {
 		h[fakeprovider.SignatureHeader] = signature
 	}
-	return l.Do(t, e2etest.Req{Method: http.MethodPost, Path: order.CallbackPath, Body: body, Headers: h})
+	return e2etest.Req{Method: http.MethodPost, Path: order.CallbackPath, Body: body, Headers: h}
 }
 
 // signedCallback is a callback the channel could send, signed now.

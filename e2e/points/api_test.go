@@ -243,19 +243,15 @@ func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 	key := newKey()
 	gate := l.Faults.Pause(idem.PointBeforeFinish, key)
 	t.Cleanup(gate.Release)
-	debited := make(chan e2etest.Response, 1)
-	go func() { debited <- l.debit(t, tok, "acct-0042", key, 30) }()
+	debited := l.debitAsync(tok, "acct-0042", key, 30)
 	<-gate.Reached() // the debit's UPDATE ran: the row is locked, its entries are uncommitted
 
-	repaired := make(chan e2etest.Response, 1)
-	go func() {
-		repaired <- l.Do(t, e2etest.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.admin})
-	}()
+	repaired := l.Go(e2etest.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.admin})
 	e2etest.WaitForLockWaiters(t, l.Pool, "FOR UPDATE", 1) // the repair is waiting for the row lock
 	gate.Release()
 
-	require.Equal(t, http.StatusCreated, (<-debited).Status)
-	r := <-repaired
+	require.Equal(t, http.StatusCreated, debited.Wait(t).Status)
+	r := repaired.Wait(t)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	var rep points.RecomputeReport
 	r.JSON(t, &rep)

@@ -162,15 +162,14 @@ func TestPTS04SameKeyConcurrentlyMakesOneTransaction(t *testing.T) {
 		key := newKey()
 		gate := l.Faults.Pause(idem.PointBeforeEffect, key)
 		t.Cleanup(gate.Release)
-		first := make(chan e2etest.Response, 1)
-		go func() { first <- l.debit(t, tok, "acct-0042", key, 30) }()
+		first := l.debitAsync(tok, "acct-0042", key, 30)
 		<-gate.Reached()
 		second := l.debit(t, tok, "acct-0042", key, 30)
 		require.Equal(t, http.StatusConflict, second.Status, string(second.Body))
 		require.Equal(t, "idempotency_key_in_flight", second.Code())
 		require.NotEmpty(t, second.Header.Get("Retry-After"))
 		gate.Release()
-		r := <-first
+		r := first.Wait(t)
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 		require.Empty(t, r.Header.Get(idem.ReplayedHeader))
 		require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
@@ -180,14 +179,20 @@ func TestPTS04SameKeyConcurrentlyMakesOneTransaction(t *testing.T) {
 		key := newKey()
 		const n = 20
 		results := make([]e2etest.Response, n)
+		errs := make([]error, n)
 		var wg sync.WaitGroup
 		fire := make(chan struct{})
 		for i := range n {
-			wg.Add(1)
-			go func() { defer wg.Done(); <-fire; results[i] = l.debit(t, tok, "acct-0042", key, 30) }()
+			wg.Go(func() {
+				<-fire
+				results[i], errs[i] = l.posting(context.Background(), "debits", tok, "acct-0042", key, 30, "prize-17")
+			})
 		}
 		close(fire)
 		wg.Wait()
+		for _, err := range errs { // asserted here, on the test goroutine
+			require.NoError(t, err)
+		}
 		firsts, replays, inFlight := 0, 0, 0
 		var body []byte
 		for _, r := range results {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -30,7 +31,12 @@ func (e *env) httpOp(t *testing.T, sub string, op rel.Op, other string) opRespon
 		path = fmt.Sprintf("/social/requests/%s/%s", other, op)
 	}
 	// Called from racing goroutines: report with Errorf, never FailNow.
-	resp, err := e.a.Send(context.Background(), e2etest.Req{Method: "POST", Path: path, Token: e.token(t, sub)})
+	tok, err := e.a.Deps.Auth.Mint(sub, httpx.RoleUser, time.Hour)
+	if err != nil {
+		t.Errorf("%s %s: token: %v", op, other, err)
+		return opResponse{}
+	}
+	resp, err := e.a.Send(context.Background(), e2etest.Req{Method: "POST", Path: path, Token: tok})
 	if err != nil {
 		t.Errorf("%s %s: %v", op, other, err)
 		return opResponse{}

@@ -6,6 +6,7 @@ package upload_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -49,10 +50,15 @@ func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T)
 	results := make(chan sent, 2*len(parts))
 	next := make(chan int)
 	var wg sync.WaitGroup
+	errs := e2etest.NewErrors(len(parts))
 	for range 4 {
 		wg.Go(func() {
 			for n := range next {
-				r := l.put(t, l.alice, s.ID, n, parts[n], nil)
+				r, err := l.Send(context.Background(), putReq(l.alice, s.ID, n, parts[n], nil))
+				if err != nil {
+					errs.Add(fmt.Errorf("chunk %d: %w", n, err))
+					continue
+				}
 				results <- sent{n, r.Status, string(r.Body)}
 			}
 		})
@@ -62,6 +68,7 @@ func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T)
 	}
 	close(next)
 	wg.Wait()
+	errs.Check(t)                            // on the test goroutine
 	for _, n := range rng.Perm(len(parts)) { // retransmits, after the originals, in another order
 		if resend[n] {
 			r := l.put(t, l.alice, s.ID, n, parts[n], map[string]string{"Content-SHA256": sha(parts[n])})

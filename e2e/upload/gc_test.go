@@ -38,13 +38,12 @@ func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 	l.age(t, "upload_blob")
 
 	gate := l.Faults.Pause(faults.BeforeCommit, s.ID)
-	committed := make(chan e2etest.Response, 1)
-	go func() { committed <- l.commit(t, l.alice, s.ID, "race.bin") }()
+	committed := l.Go(commitReq(l.alice, s.ID, "race.bin"))
 	<-gate.Reached()
 	require.Equal(t, upload.GCReport{}, l.gc(t), "GC skips the row a commit holds")
 	require.FileExists(t, l.store.BlobPath(digest))
 	gate.Release()
-	r := <-committed
+	r := committed.Wait(t)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	var f upload.File
 	r.JSON(t, &f)
@@ -68,15 +67,14 @@ func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 	l.age(t, "upload_blob")
 
 	gate := l.Faults.Pause(faults.BeforeUnlink, digest)
-	collected := make(chan upload.GCReport, 1)
-	go func() { collected <- l.gc(t) }()
+	collected := l.Go(l.gcReq())
 	<-gate.Reached()
 	require.FileExists(t, l.store.BlobPath(digest), "decided, not yet unlinked")
 	r := l.commit(t, l.alice, s.ID, "late.bin")
 	require.Equal(t, http.StatusGone, r.Status, string(r.Body))
 	require.Equal(t, "upload_expired", r.Code())
 	gate.Release()
-	require.Equal(t, upload.GCReport{BlobsReclaimed: 1}, <-collected)
+	require.Equal(t, upload.GCReport{BlobsReclaimed: 1}, gcReportOf(t, collected.Wait(t)))
 	l.nothingReferenced(t, digest)
 	require.Equal(t, upload.SessionCompleted, l.sessionState(t, s.ID), "the refused commit changed nothing")
 	e2etest.Assert(t, l.Pool, "upload")
@@ -98,15 +96,13 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 		require.Equal(t, http.StatusCreated, l.put(t, l.bob, second.ID, n, c, nil).Status)
 	}
 	gate := l.Faults.Pause(faults.BeforeUnlink, digest)
-	collected := make(chan upload.GCReport, 1)
-	go func() { collected <- l.gc(t) }()
+	collected := l.Go(l.gcReq())
 	<-gate.Reached()
-	completed := make(chan e2etest.Response, 1)
-	go func() { completed <- l.complete(t, l.bob, second.ID) }()
+	completed := l.Go(completeReq(l.bob, second.ID))
 	e2etest.WaitForLockWaiters(t, l.Pool, "INSERT INTO upload_blob", 1)
 	gate.Release()
-	require.Equal(t, 1, (<-collected).BlobsReclaimed)
-	r := <-completed
+	require.Equal(t, 1, gcReportOf(t, collected.Wait(t)).BlobsReclaimed)
+	r := completed.Wait(t)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 
 	onDisk, err := os.ReadFile(l.store.BlobPath(digest))
