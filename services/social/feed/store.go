@@ -262,59 +262,6 @@ ON CONFLICT DO NOTHING`
 // unnest batch per statement, each change with its outbox event in the
 // same transaction (REL-I1).
 const (
-	sqlAnyUserExists = `SELECT user_id FROM social_user WHERE user_id = ANY ($1::text[]) LIMIT 1`
-
-	sqlLoadUsers = `
-INSERT INTO social_user (user_id, private, created_at, updated_at)
-SELECT u.id, u.private, $3::timestamptz, $3::timestamptz
-  FROM unnest($1::text[], $2::boolean[]) AS u(id, private)`
-
-	// sqlLoadRelations appends one social.rel event per version of each
-	// row, in order, and writes each row at its last version with that
-	// event's id and this transaction as changed_tx.
-	sqlLoadRelations = `
-WITH ev AS (
-    INSERT INTO outbox_event (topic, key, payload)
-    SELECT 'social.rel', e.followee,
-           jsonb_build_object('follower', e.follower, 'followee', e.followee, 'state', e.state,
-                              'version', e.version, 'op', e.op)
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
-           WITH ORDINALITY AS e(follower, followee, state, version, op, n)
-     ORDER BY e.n
-    RETURNING id, payload)
-INSERT INTO social_relation (follower, followee, state, version, event_id, changed_tx, updated_at)
-SELECT DISTINCT ON (payload->>'follower', payload->>'followee')
-       payload->>'follower', payload->>'followee', payload->>'state', (payload->>'version')::bigint,
-       id, pg_current_xact_id(), $6::timestamptz
-  FROM ev
- ORDER BY payload->>'follower', payload->>'followee', (payload->>'version')::bigint DESC`
-
-	// sqlLoadPosts writes posts and their social.post creation events.
-	sqlLoadPosts = `
-WITH ins AS (
-    INSERT INTO social_post (author, visibility, body, created_at, updated_at)
-    SELECT e.author, e.visibility, e.body, e.created_at, e.created_at
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS e(author, visibility, body, created_at, n)
-     ORDER BY e.n
-    RETURNING post_id, author, visibility, version, created_at)
-INSERT INTO outbox_event (topic, key, payload)
-SELECT 'social.post', author,
-       jsonb_build_object('post_id', post_id, 'author', author, 'visibility', visibility,
-                          'version', version, 'created_at', created_at)
-  FROM ins
- ORDER BY post_id`
-
-	// sqlMarkApplied records this transaction's events on the consumer's
-	// topics in its inbox: the loader applied their effect here, in the
-	// transaction that wrote them, so the consumer skips them as
-	// redeliveries instead of fanning everything out a second time.
-	sqlMarkApplied = `
-INSERT INTO outbox_inbox (consumer, event_id, fence)
-SELECT $1::text, e.id, 0
-  FROM outbox_event e
- WHERE e.tx_id = pg_current_xact_id() AND e.topic = ANY ($2::text[])
-ON CONFLICT DO NOTHING`
-
 	sqlFeedCounts = `
 SELECT (SELECT count(*) FROM social_feed_post),
        (SELECT count(*) FROM social_feed_post WHERE pushed),

@@ -25,6 +25,33 @@ RETURNING user_id, private, created_at`
 
 	sqlGetUser = `SELECT user_id, private, created_at FROM social_user WHERE user_id = $1`
 
+	// Bulk loading (load.go).
+	sqlAnyUserExists = `SELECT user_id FROM social_user WHERE user_id = ANY ($1::text[]) LIMIT 1`
+
+	sqlLoadUsers = `
+INSERT INTO social_user (user_id, private, created_at, updated_at)
+SELECT u.id, u.private, $3::timestamptz, $3::timestamptz
+  FROM unnest($1::text[], $2::boolean[]) AS u(id, private)`
+
+	// sqlLoadRelations writes each pair at its last version, with that
+	// version's event (appended by LoadRelations through the outbox).
+	sqlLoadRelations = `
+INSERT INTO social_relation (follower, followee, state, version, event_id, changed_tx, updated_at)
+SELECT DISTINCT ON (r.follower, r.followee)
+       r.follower, r.followee, r.state, r.version, r.event_id, pg_current_xact_id(), @at::timestamptz
+  FROM unnest(@follower::text[], @followee::text[], @state::text[], @version::bigint[], @event_id::bigint[])
+       AS r(follower, followee, state, version, event_id)
+ ORDER BY r.follower, r.followee, r.version DESC`
+
+	// sqlLoadPosts writes posts in array order and returns what their
+	// creation events carry.
+	sqlLoadPosts = `
+INSERT INTO social_post (author, visibility, body, created_at, updated_at)
+SELECT e.author, e.visibility, e.body, e.created_at, e.created_at
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS e(author, visibility, body, created_at, n)
+ ORDER BY e.n
+RETURNING post_id, author, visibility, version, created_at`
+
 	// sqlCreatePair makes sure both rows of the pair exist, inserting them
 	// in key order: two transactions creating one pair insert in the same
 	// order, so the second waits for the first instead of deadlocking, and
@@ -194,6 +221,11 @@ SELECT user_id, count(*) FROM %[1]s WHERE active GROUP BY user_id`
 	sqlViewPage = `
 SELECT peer_id FROM %[1]s WHERE user_id = $1 AND active AND peer_id > $2 ORDER BY peer_id LIMIT $3`
 )
+
+// EnsureUser creates the user's row on first use, inside tx (a user exists
+// once they act). Likes call it so that the author of a liked post can block
+// the liker; social_user has this one writer.
+func EnsureUser(ctx context.Context, tx pgx.Tx, id string) error { return ensureUser(ctx, tx, id) }
 
 func ensureUser(ctx context.Context, tx pgx.Tx, id string) error {
 	if _, err := tx.Exec(ctx, sqlEnsureUser, id); err != nil {
