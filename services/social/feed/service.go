@@ -136,8 +136,16 @@ type pageResult struct {
 	normal   []pageRow // newest first, up to limit + 1
 }
 
+// pageArgs are the page statement's parameters (see sqlPage's doc).
+func pageArgs(st Strategy, reader string, pos position, limit int) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"reader": reader, "cursor_at": pos.At, "cursor_id": pos.ID, "top_at": pos.TopAt, "top_id": pos.TopID,
+		"seen": pos.Seen, "limit": limit, "strategy": st.Name(),
+	}
+}
+
 func (s *Service) page(ctx context.Context, st Strategy, reader string, pos position, limit int) (pageResult, error) {
-	args := []any{reader, pos.At, pos.ID, pos.TopAt, pos.TopID, pos.Seen, limit}
+	args := pageArgs(st, reader, pos, limit)
 	var (
 		rows pgx.Rows
 		err  error
@@ -147,7 +155,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		// the same implicit transaction as the page (one batch).
 		b := &pgx.Batch{}
 		b.Queue(sqlAsyncCommit)
-		b.Queue(st.sql(true), append(args, st.Name())...)
+		b.Queue(st.sql(true), args)
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
@@ -155,7 +163,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		}
 		rows, err = br.Query()
 	} else {
-		rows, err = s.pool.Query(ctx, st.sql(false), args...)
+		rows, err = s.pool.Query(ctx, st.sql(false), args)
 	}
 	if err != nil {
 		return pageResult{}, fmt.Errorf("feed: read %s: %w", reader, pg.MapError(err))

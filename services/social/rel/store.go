@@ -78,8 +78,8 @@ SELECT follower, followee, state, version, updated_at
 	// change's event and transaction for REL-I1.
 	sqlChange = `
 UPDATE social_relation
-   SET state = $5, version = version + 1, event_id = $6, changed_tx = pg_current_xact_id(), updated_at = now()
- WHERE follower = $1 AND followee = $2 AND state = $3 AND version = $4
+   SET state = @to_state, version = version + 1, event_id = @event_id, changed_tx = pg_current_xact_id(), updated_at = now()
+ WHERE follower = @follower AND followee = @followee AND state = @from_state AND version = @from_version
 RETURNING version, updated_at`
 
 	sqlRelation = `
