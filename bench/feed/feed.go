@@ -387,7 +387,7 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 		return nil, err
 	}
 	pool := p.Deps.Pool
-	fcfg, err := feed.ConfigFrom(cfg)
+	fcfg, err := feed.LoadConfig(cfg)
 	if err != nil {
 		p.Close()
 		return nil, err

@@ -17,21 +17,6 @@ import (
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
-// Config is the feed's configuration (module.go reads it from settings).
-type Config struct {
-	// Strategy is the fan-out policy the consumer applies when a post
-	// settles, and the read strategy of a request that names none.
-	Strategy Strategy
-	// Threshold is Hybrid's, for requests that ask for hybrid.
-	Threshold int64
-	// ResponseLog records every served post for FEED-I1's check, keeping
-	// the newest ResponseLogRows rows.
-	ResponseLog     bool
-	ResponseLogRows int64
-	// CursorKey signs cursors (CursorKey(token secret)).
-	CursorKey []byte
-}
-
 // Service reads home feeds and runs the fan-out consumer.
 type Service struct {
 	pool *pgxpool.Pool

@@ -86,11 +86,6 @@ RETURNING version, updated_at`
 SELECT follower, followee, state, version, updated_at
   FROM social_relation WHERE follower = $1 AND followee = $2`
 
-	// sqlFollowees and sqlActiveFollowers read the follow graph from the
-	// truth table (never from a view).
-	sqlFollowees       = `SELECT followee FROM social_relation WHERE follower = $1 AND state = 'active' ORDER BY followee`
-	sqlActiveFollowers = `SELECT follower FROM social_relation WHERE followee = $1 AND state = 'active' ORDER BY follower`
-
 	sqlRequests = `
 SELECT follower FROM social_relation
  WHERE followee = $1 AND state = 'pending' AND follower > $2
@@ -313,26 +308,6 @@ func userIDs(ctx context.Context, q pg.Querier, sql string, args ...any) ([]stri
 	}
 	if ids == nil {
 		ids = []string{}
-	}
-	return ids, nil
-}
-
-// Followees returns whom user follows now, from the truth table (the
-// feed's pull side). q may be the caller's transaction.
-func Followees(ctx context.Context, q pg.Querier, user string) ([]string, error) {
-	ids, err := userIDs(ctx, q, sqlFollowees, user)
-	if err != nil {
-		return nil, fmt.Errorf("social: followees of %s: %w", user, err)
-	}
-	return ids, nil
-}
-
-// ActiveFollowers returns user's active followers now, from the truth
-// table (the feed's push fan-out).
-func ActiveFollowers(ctx context.Context, q pg.Querier, user string) ([]string, error) {
-	ids, err := userIDs(ctx, q, sqlActiveFollowers, user)
-	if err != nil {
-		return nil, fmt.Errorf("social: followers of %s: %w", user, err)
 	}
 	return ids, nil
 }
