@@ -17,7 +17,7 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "points", Chapter: "points",
-		Invariants: Invariants, Errors: Errors, Build: build,
+		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
 	}
 }
 
