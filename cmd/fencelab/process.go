@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,7 +30,7 @@ func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool,
 		return nil, err
 	}
 	if cfg.DatabaseURL == "" {
-		return nil, errors.New("DATABASE_URL is not set (or run `fencelab dev`, which provisions one)")
+		return nil, errNoDatabase
 	}
 	log := cfg.Logger()
 	if migrate {
@@ -39,13 +38,22 @@ func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool,
 			return nil, err
 		}
 	}
+	if cfg.TokenSecret == "" {
+		return nil, errNoSecret
+	}
 	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
 	if err != nil {
 		return nil, err
 	}
 	pool, err := pg.Connect(ctx, cfg.DatabaseURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-" + role})
 	if err != nil {
-		return nil, err
+		return nil, connectHint(err, cfg.DatabaseURL)
+	}
+	if !migrate {
+		if err := requireCurrentSchema(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
 	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)

@@ -25,19 +25,15 @@ func runServe(args []string) error {
 	cfg.Bind(fs)
 	migrate := fs.Bool("migrate", false, "apply pending migrations before serving")
 	var pauseAt multiFlag
-	fs.Var(&pauseAt, "pause-at", "fault point to pause at (experiments): print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
+	fs.Var(&pauseAt, "pause-at", pauseAtHelp)
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var set *faults.Set
-	if len(pauseAt) > 0 {
-		set = faults.New()
-		lines := faults.NewLines(os.Stdin)
-		for _, name := range pauseAt {
-			set.PauseOnLines(name, lines, os.Stdout)
-		}
+	set, err := pauseSet(pauseAt, faults.NewLines(os.Stdin))
+	if err != nil {
+		return err
 	}
 	p, err := openProcess(ctx, cfg, "serve", *migrate, set)
 	if err != nil {
@@ -92,9 +88,9 @@ func runWorker(args []string) error {
 	loadLocalEnv("")
 	cfg := app.Defaults()
 	fs := newFlags("worker", "worker [flags]")
-	cfg.Bind(fs)
+	cfg.BindNoHTTP(fs)
 	var pauseAt multiFlag
-	fs.Var(&pauseAt, "pause-at", "fault point to pause at: print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
+	fs.Var(&pauseAt, "pause-at", pauseAtHelp)
 	startGate := fs.Bool("start-gate", false, "print READY and wait for a line on stdin before starting work")
 	migrate := fs.Bool("migrate", false, "apply pending migrations before starting")
 	exitWhenIdle := fs.Bool("exit-when-idle", false, "exit once a claim comes back empty and no job is held (experiments)")
@@ -106,13 +102,10 @@ func runWorker(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var set *faults.Set
 	lines := faults.NewLines(os.Stdin)
-	if len(pauseAt) > 0 {
-		set = faults.New()
-		for _, name := range pauseAt {
-			set.PauseOnLines(name, lines, os.Stdout)
-		}
+	set, err := pauseSet(pauseAt, lines)
+	if err != nil {
+		return err
 	}
 	p, err := openProcess(ctx, cfg, "worker", *migrate, set)
 	if err != nil {
