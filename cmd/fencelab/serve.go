@@ -48,11 +48,18 @@ func runServe(args []string) error {
 // then shuts both down within the grace period. ready, if set, is called
 // with the bound address once the listener is open.
 func serveUntilDone(ctx context.Context, p *process, ready func(addr string)) error {
-	cfg := p.deps.Config
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := net.Listen("tcp", p.deps.Config.Addr)
 	if err != nil {
 		return err
 	}
+	return serveOn(ctx, p, ln, ready)
+}
+
+// serveOn is serveUntilDone on a listener the caller opened (dev opens it
+// before provisioning, to refuse a busy port at once).
+func serveOn(ctx context.Context, p *process, ln net.Listener, ready func(addr string)) error {
+	cfg := p.deps.Config
+	var err error
 	e := app.NewHTTP(p.deps, p.mods)
 	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 
