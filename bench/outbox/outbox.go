@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
@@ -42,7 +41,7 @@ type config struct {
 func Run(args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench outbox", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL; empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster with durable defaults, removed afterwards")
 	fs.IntVar(&c.clients, "clients", 8, "concurrent business transactions in the append phase")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "length of each append phase")
 	fs.IntVar(&c.backlog, "backlog", 50000, "events in the backlog the consumers drain")
