@@ -93,7 +93,7 @@ func parse(file, text string) ([]block, error) {
 	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
 		m := fenceRe.FindStringSubmatch(lines[i])
-		if m == nil {
+		if m == nil || strings.Contains(m[3], "`") { // an info string never holds a backtick: inline code
 			continue
 		}
 		lang, info := m[2], strings.Fields(m[3])
@@ -235,7 +235,7 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	require.NoErrorf(t, err, "go build: %s", out)
 
 	addr := freeAddr(t)
-	env := append(cleanEnv(), "FENCELAB_DATA_DIR="+dataDir, "FENCELAB_BIN="+bin, "FENCELAB_LOG_LEVEL=warn")
+	env := append(cleanEnv(), "FENCELAB_DATA_DIR="+dataDir, "FENCELAB_BIN="+bin)
 	dev := startDev(t, bin, work, env, addr)
 
 	// One shell for every block, a marker line between them.
@@ -266,8 +266,8 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 		if last >= 0 && last < len(run) {
 			where = run[last].where()
 		}
-		t.Fatalf("the docs stop at %s (%v)\n--- block ---\n%s\n--- stdout ---\n%s\n--- stderr ---\n%s\n--- dev log (tail) ---\n%s",
-			where, shErr, blockText(run, last), tail(outAt(outs, last), 3000), tail(outAt(errs, last), 3000), tail(dev.log(), 3000))
+		t.Fatalf("the docs stop at %s (%v)\n--- block ---\n%s\n--- stdout ---\n%s\n--- stderr ---\n%s\n--- logs the block wrote ---\n%s--- dev log (tail) ---\n%s",
+			where, shErr, blockText(run, last), tail(outAt(outs, last), 3000), tail(outAt(errs, last), 3000), workLogs(work), tail(dev.log(), 3000))
 	}
 	require.Len(t, outs, len(run)+1, "a block's output was lost")
 	for i, b := range run {
@@ -462,6 +462,18 @@ func compare(want, got string) string {
 		}
 	}
 	return ""
+}
+
+// workLogs is the tail of each *.log a block wrote in the work directory
+// (background processes of a demo).
+func workLogs(dir string) string {
+	var sb strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		fmt.Fprintf(&sb, "%s:\n%s\n", filepath.Base(l), tail(string(b), 1500))
+	}
+	return sb.String()
 }
 
 func countExpect(bs []block) int {
