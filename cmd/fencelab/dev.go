@@ -382,18 +382,18 @@ Fencelab is running at %[1]s   (Ctrl-C stops it and its PostgreSQL)
   database: %[3]s
   health:   %[1]s/healthz   ready: %[1]s/readyz   metrics: %[1]s/metrics
 
-Demo tokens (24 h):
+Demo tokens (24 h) for user-0042, admin-0001 and svc-0001; in another terminal:
+  eval "$(go run ./cmd/fencelab env)"     # or copy these:
   export ADMIN=%[4]s
   export USER42=%[5]s
   export SVC=%[6]s
 
-Try:
+Try (docs/chapters/ has one page per chapter; its examples run in order):
   curl -s %[1]s/readyz
-  curl -s %[1]s/metrics | grep fencelab_db_pool
   go run ./cmd/fencelab check          # every SQL invariant against this database
-  go run ./cmd/fencelab token --sub user-0042
+  go run ./cmd/fencelab psql           # psql on this database
 %[7]s
-(DATABASE_URL and the token secret are in %[8]s.)
+(DATABASE_URL and the token secret are in %[8]s; `+"`fencelab dev --reset`"+` starts the data over.)
 `, base, strings.Join(mods, ", "), p.deps.Config.DatabaseURL, admin, user, svc, demoCurls(base), envFile)
 }
 
@@ -401,19 +401,14 @@ Try:
 // modules add a line each.
 func demoCurls(base string) string {
 	lines := []string{
-		`curl -s -H "Authorization: Bearer $USER42" BASE/reports/$(date +%F)   # today's report: content, fence, writer`,
-		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'`,
-		`curl -s BASE/jobs/1 -H "Authorization: Bearer $ADMIN"   # the chapter-14 workflow and its fenced history`,
-		`curl -s -H "Authorization: Bearer $ADMIN" BASE/outbox/consumers   # outbox positions and lag`,
-		`curl -s -XPOST BASE/points/accounts/acct-0042/debits -H "Authorization: Bearer $USER42" -H "Idempotency-Key: prize-17-1" -H "Content-Type: application/json" -d '{"amount":30,"reason":"prize-17"}'   # points: debit the seeded account (retry: the same answer)`,
-		`curl -s -XPOST BASE/flashsale/reservations -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"sku":"sku-lab-01","request_key":"demo-0042"}'   # hold 1 of 40 units`,
-		`curl -s -XPOST BASE/flashsale/orders -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"reservation_id":1}'   # order the hold; then POST BASE/flashsale/orders/1/pay and, 2 s later, GET BASE/flashsale/orders/1 (PAID)`,
-		`curl -s -H "Authorization: Bearer $USER42" BASE/social/users/user-0043/posts   # social: posts of a private account user-0042 follows`,
-		`curl -s -H "Authorization: Bearer $USER42" 'BASE/social/feed?limit=2'   # social: user-0042's home feed (strategy=push|pull|hybrid; pass "next" as cursor=)`,
-		`curl -s -H "Authorization: Bearer $USER42" BASE/social/items/1/likes   # likes: the count, its pending events and error bound (POST …/like, …/unlike)`,
-		`curl -s -XPOST BASE/notify/events -H "Authorization: Bearer $SVC" -H "Content-Type: application/json" -d '{"user_id":"user-0042","event_key":"order:ord-1001:shipped","template":"order_shipped"}'   # then GET BASE/notify/notifications/1`,
-		`curl -si BASE/s/demo   # shortlink: 302 to the seeded demo link`,
-		`curl -s -H "Authorization: Bearer $USER42" -H 'Content-Type: application/json' BASE/upload/sessions -d "{\"total_size\":5,\"chunk_count\":1,\"sha256\":\"$(printf hello | sha256sum | cut -c1-64)\"}"   # upload: a session (README: Chunked upload)`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/reports/$(date -u +%F)   # 1 lease: today's report, its fence and writer`,
+		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'   # 2 claim: then GET BASE/jobs/<job_id>`,
+		`curl -s -H "Authorization: Bearer $ADMIN" BASE/outbox/consumers   # 4 outbox: positions and lag`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/points/accounts/acct-0042   # 5 points: the seeded account`,
+		`curl -s BASE/flashsale/skus/sku-lab-01   # 6 reservations: 40 units`,
+		`curl -s -H "Authorization: Bearer $USER42" 'BASE/social/feed?limit=2'   # 9 feed: user-0042's home feed`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/social/items/1/likes   # 10 likes: the count and its error bound`,
+		`curl -s -o /dev/null -w '%{http_code} %{redirect_url}\n' BASE/s/demo   # 12 shortlink: 302 to the seeded demo link`,
 	}
 	return strings.ReplaceAll("  "+strings.Join(lines, "\n  ")+"\n", "BASE", base)
 }
