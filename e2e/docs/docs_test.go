@@ -496,4 +496,3 @@ func tail(s string, n int) string {
 	}
 	return s
 }
-
