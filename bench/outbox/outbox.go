@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
@@ -38,7 +39,11 @@ type config struct {
 }
 
 // Run parses flags and runs the three phases.
-func Run(args []string) error {
+// Bench is `fencelab bench outbox`.
+var Bench = app.Bench{Name: "outbox", Summary: "append throughput with the outbox, backlog drain rate and steady-state lag", Run: Run}
+
+// Run runs the benchmark; it drives core/outbox directly (no modules).
+func Run(_ []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench outbox", flag.ContinueOnError)
 	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster with durable defaults, removed afterwards")

@@ -160,10 +160,10 @@ func runDev(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer p.close()
+	defer p.Close()
 	var skipped []string
 	_ = step("seeding demo data", func() (string, error) {
-		for _, m := range p.mods {
+		for _, m := range p.Mods {
 			if m.Seed == nil {
 				continue
 			}
@@ -365,15 +365,15 @@ func readEnvFile(path string) map[string]string {
 	return out
 }
 
-func printBanner(p *process, addr, envFile string) {
+func printBanner(p *app.Process, addr, envFile string) {
 	base := "http://" + addr
 	mint := func(sub string, role httpx.Role) string {
-		t, _ := p.deps.Auth.Mint(sub, role, 24*time.Hour)
+		t, _ := p.Deps.Auth.Mint(sub, role, 24*time.Hour)
 		return t
 	}
 	admin, user, svc := mint("admin-0001", httpx.RoleAdmin), mint("user-0042", httpx.RoleUser), mint("svc-0001", httpx.RoleService)
 	var mods []string
-	for _, m := range p.mods {
+	for _, m := range p.Mods {
 		mods = append(mods, m.Name)
 	}
 	fmt.Printf(`
@@ -394,7 +394,7 @@ Try (docs/chapters/ has one page per chapter; its examples run in order):
   go run ./cmd/fencelab psql           # psql on this database
 %[7]s
 (DATABASE_URL and the token secret are in %[8]s; `+"`fencelab dev --reset`"+` starts the data over.)
-`, base, strings.Join(mods, ", "), p.deps.Config.DatabaseURL, admin, user, svc, demoCurls(base), envFile)
+`, base, strings.Join(mods, ", "), p.Deps.Config.DatabaseURL, admin, user, svc, demoCurls(base), envFile)
 }
 
 // demoCurls lists one example request per module (BASE is the server URL);

@@ -46,9 +46,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
-	_ "github.com/fencelab/fencelab/services" // registers every module's invariants
+	"github.com/fencelab/fencelab/services"
 )
 
 // block is one fenced shell block.
@@ -285,7 +284,7 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	dbURL := readEnv(t, dataDir)["DATABASE_URL"]
 	pool, err := pg.Connect(context.Background(), dbURL, pg.PoolOptions{MaxConns: 2})
 	require.NoError(t, err)
-	invariant.Assert(t, pool)
+	services.Invariants().Assert(t, pool)
 	pool.Close()
 
 	// Ctrl-C, then dev again on the same data: it comes up, seeds nothing
