@@ -265,8 +265,9 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 		if last >= 0 && last < len(run) {
 			where = run[last].where()
 		}
-		t.Fatalf("the docs stop at %s (%v)\n--- block ---\n%s\n--- stdout ---\n%s\n--- stderr ---\n%s\n--- logs the block wrote ---\n%s--- dev log (tail) ---\n%s",
-			where, shErr, blockText(run, last), tail(outAt(outs, last), 3000), tail(outAt(errs, last), 3000), workLogs(work), tail(dev.log(), 3000))
+		t.Fatalf("the docs stop at %s (%v)\n--- block ---\n%s\n--- stdout ---\n%s\n--- stderr ---\n%s\n--- logs the block wrote ---\n%s--- dev database sessions ---\n%s\n--- dev log (tail) ---\n%s",
+			where, shErr, blockText(run, last), tail(outAt(outs, last), 3000), tail(outAt(errs, last), 3000), workLogs(work),
+			sessions(dataDir), tail(dev.log(), 3000))
 	}
 	require.Len(t, outs, len(run)+1, "a block's output was lost")
 	for i, b := range run {
@@ -465,6 +466,25 @@ func compare(want, got string) string {
 		}
 	}
 	return ""
+}
+
+// sessions lists what every connection to the dev database is doing (a
+// demo that hangs is usually waiting for a lock).
+func sessions(dataDir string) string {
+	b, err := os.ReadFile(filepath.Join(dataDir, "env"))
+	if err != nil {
+		return err.Error()
+	}
+	var url string
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "DATABASE_URL="); ok {
+			url = v
+		}
+	}
+	out, _ := exec.Command("psql", url, "-c", `SELECT pid, application_name, state, wait_event_type, wait_event,
+	       now() - xact_start AS in_xact, left(query, 100) AS query
+	  FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY xact_start NULLS LAST`).CombinedOutput()
+	return string(out)
 }
 
 // workLogs is the tail of each *.log a block wrote in the work directory
