@@ -74,6 +74,7 @@ type config struct {
 	clients    int
 	dbConns    int
 	fresh      bool
+	keepGraph  bool
 }
 
 // Run is the command's entry point.
@@ -85,7 +86,7 @@ func Run(mods []app.Module, args []string) error {
 	c := config{graph: feed.DefaultGraph}
 	var strategies string
 	fs := flag.NewFlagSet("bench feed", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL server (its other databases are left alone); empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.StringVar(&c.url, "database-url", "", "PostgreSQL server, used only when given (never DATABASE_URL); its other databases are left alone and the bench drops the ones it made; empty: a fresh local cluster with durable defaults, removed afterwards")
 	fs.StringVar(&strategies, "strategy", strings.Join(feed.Strategies, ","), "strategies to compare, comma-separated: push, pull, hybrid")
 	fs.IntVar(&c.graph.Users, "users", c.graph.Users, "users in the generated graph")
 	fs.Uint64Var(&c.graph.Seed, "seed", c.graph.Seed, "graph seed")
@@ -100,6 +101,7 @@ func Run(mods []app.Module, args []string) error {
 	fs.IntVar(&c.clients, "clients", 16, "concurrent HTTP clients (closed loop)")
 	fs.IntVar(&c.dbConns, "db-conns", app.Defaults().MaxConns, "the server's database pool (FENCELAB_DB_MAX_CONNS)")
 	fs.BoolVar(&c.fresh, "fresh-graph", false, "reload the graph template even if it exists")
+	fs.BoolVar(&c.keepGraph, "keep-graph", false, "keep the graph template database for the next run on the same --database-url (default: dropped, like every database the bench made)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: fencelab bench feed [--strategy push,pull,hybrid] [flags]\n\nFlags:")
 		fs.PrintDefaults()
@@ -171,6 +173,17 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.template(ctx, graphDB); err != nil {
 		return err
 	}
+	// Remove what the bench made (with a fresh cluster the whole cluster
+	// goes anyway; on a given server this leaves it as it was).
+	defer func() {
+		admin := b.srv.URL("postgres")
+		for _, name := range b.c.strategies {
+			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
+		}
+		if !b.c.keepGraph {
+			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
+		}
+	}()
 	var version, fsync string
 	if err := queryRow(ctx, b.srv.URL(graphDB), `SELECT current_setting('server_version'), current_setting('fsync')`, nil, &version, &fsync); err != nil {
 		return err

@@ -63,7 +63,7 @@ func Run(mods []app.Module, args []string) error {
 	limit := fs.Int("limit", reserve.DefaultConfig().Limit, "reservation operations in the database at once (FENCELAB_FLASHSALE_LIMIT)")
 	waitLine := fs.Int("wait-line", reserve.DefaultConfig().WaitLine, "bounded wait line (FENCELAB_FLASHSALE_WAIT_LINE)")
 	backoff := fs.Duration("backoff", 0, "a 503'd buyer waits this (±50%) before retrying; 0: as Retry-After says, plus up to 50%")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

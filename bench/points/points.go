@@ -67,7 +67,7 @@ var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrenc
 func Run(mods []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench points", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL; empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster with durable defaults, removed afterwards")
 	fs.IntVar(&c.clients, "clients", 32, "concurrent HTTP clients (closed loop, keep-alive)")
 	fs.IntVar(&c.accounts, "accounts", 1000, "user accounts the debits spread over (one owner each)")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "length of the measured spread phase")

@@ -58,7 +58,7 @@ func Run(mods []app.Module, args []string) error {
 	duration := fs.Duration("duration", 3*time.Second, "length of one measured run")
 	rounds := fs.Int("rounds", 5, "runs per route and phase (alternating); medians are reported")
 	conns := fs.Int("connections", 64, "keep-alive connections (and closed-loop workers) of the load generator")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

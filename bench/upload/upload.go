@@ -61,7 +61,7 @@ func Run(_ []app.Module, args []string) error {
 	rounds := fs.Int("rounds", 3, "rounds (each: dd, then the upload); medians are reported")
 	dir := fs.String("dir", filepath.Join(app.Env("FENCELAB_DATA_DIR", ".fencelab"), "bench-upload"),
 		"working directory: source file, dd's output and the server's blob store (one disk); removed afterwards")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
