@@ -66,7 +66,7 @@ for pidfile in "$dir"/pg/node*/data/postmaster.pid; do
   [ -f "$pidfile" ] || continue
   pid=$(head -1 "$pidfile")
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    if [ "$grace" = 0 ]; then kill -KILL "$pid" 2>/dev/null; pkill -KILL -P "$pid" 2>/dev/null; continue; fi
+    if [ "$grace" = 0 ]; then pkill -KILL -P "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; continue; fi
     kill -QUIT "$pid" 2>/dev/null # immediate shutdown
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null

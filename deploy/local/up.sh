@@ -2,7 +2,7 @@
 # Bring up, on loopback only, the production topology of docs/DEPLOY.md:
 #
 #   etcd (Patroni's consensus store)
-#   2 × PostgreSQL 15, each managed by a Patroni (node0 primary, node1 standby)
+#   2 × PostgreSQL 15, each managed by a Patroni (one primary, one standby)
 #   HAProxy: :DB → the current primary (Patroni REST GET /primary),
 #            :HTTP → 3 × `fencelab serve` (GET /healthz)
 #   3 × fencelab serve, 2 × fencelab worker, one shared blob directory
@@ -199,16 +199,23 @@ EOF
   chmod 0600 "$dir/pg/node$i.yml"
   if [ "$(id -u)" = 0 ]; then chown -R postgres:postgres "$dir/pg/node$i" "$dir/pg/node$i.yml"; fi
 done
-# node0 bootstraps and becomes the primary; node1 then clones it.
+# Both start at once: whichever takes the initialize key in etcd first runs
+# initdb and becomes the primary; the other clones it (pg_basebackup).
 start patroni0 "${asdb[@]}" patroni "$dir/pg/node0.yml"
-wait_for "node0 to become primary" 60 curl -sf "http://127.0.0.1:$p_api0/primary"
 start patroni1 "${asdb[@]}" patroni "$dir/pg/node1.yml"
-if [ "$mode" = sync ]; then
-  wait_for "node1 to become the synchronous standby" 60 curl -sf "http://127.0.0.1:$p_api1/sync"
+primary_up() { curl -sf "http://127.0.0.1:$p_api0/primary" || curl -sf "http://127.0.0.1:$p_api1/primary"; }
+wait_for "a primary" 90 primary_up
+if curl -sf "http://127.0.0.1:$p_api0/primary" >/dev/null 2>&1; then
+  primary=0 standby_api=$p_api1 primary_pg=$p_pg0
 else
-  wait_for "node1 to run as a replica" 60 curl -sf "http://127.0.0.1:$p_api1/replica"
+  primary=1 standby_api=$p_api0 primary_pg=$p_pg1
 fi
-wait_for "node1 to stream from node0" 60 bash -c "[ \"\$(PGPASSWORD='$secret' psql -h 127.0.0.1 -p $p_pg0 -U postgres -d postgres -Atc \"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'\")\" = 1 ]"
+if [ "$mode" = sync ]; then
+  wait_for "the synchronous standby" 90 curl -sf "http://127.0.0.1:$standby_api/sync"
+else
+  wait_for "the standby" 90 curl -sf "http://127.0.0.1:$standby_api/replica"
+fi
+wait_for "the standby to stream" 60 bash -c "[ \"\$(PGPASSWORD='$secret' psql -h 127.0.0.1 -p $primary_pg -U postgres -d postgres -Atc \"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'\")\" = 1 ]"
 
 # --- HAProxy -----------------------------------------------------------------
 cat >"$dir/haproxy.cfg" <<EOF
@@ -324,7 +331,7 @@ if [ "$app" = 1 ]; then
 fi
 
 cat <<EOF
-fencelab local cluster up ($mode replication; every process stops by itself after $lifetime)
+fencelab local cluster up ($mode replication, primary node$primary; every process stops by itself after $lifetime)
   app (HAProxy → 3 serve replicas)  http://127.0.0.1:$p_http
   serve replicas                    http://127.0.0.1:${p_serve[0]}  http://127.0.0.1:${p_serve[1]}  http://127.0.0.1:${p_serve[2]}
   database (HAProxy → primary)      postgres://fencelab:…@127.0.0.1:$p_db/fencelab
