@@ -26,12 +26,12 @@ import (
 // run it is joined against the tables; the database's invariants cannot
 // see a write that is simply gone, the client's log can.
 type clientLog struct {
-	mu      sync.Mutex
-	start   time.Time
-	acks    []ack                 // acknowledged debits
-	grants  []grantRec            // granted lease acquires
-	ops     []porcupine.Operation // lease history for the linearizability check
-	fails   []time.Time           // failed attempts (transport error, 5xx, 409 in flight)
+	mu         sync.Mutex
+	start      time.Time
+	acks       []ack                 // acknowledged debits
+	grants     []grantRec            // granted lease acquires
+	ops        []porcupine.Operation // lease history for the linearizability check
+	fails      []time.Time           // failed attempts (transport error, 5xx, 409 in flight)
 	causeCount map[string]int        // failed attempts by cause
 }
 
