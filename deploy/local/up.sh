@@ -101,6 +101,9 @@ start() {
   echo "$name $!" >>"$dir/pids"
 }
 
+# phase NAME: one progress line on stderr with the seconds since the start.
+phase() { echo "up: [${SECONDS}s] $*" >&2; }
+
 # wait_for WHAT SECONDS CMD...: poll CMD until it succeeds.
 wait_for() {
   local what=$1 secs=$2; shift 2
@@ -115,6 +118,7 @@ wait_for() {
   done
 }
 
+phase "starting etcd"
 # --- etcd: one member, loopback only ---------------------------------------
 start etcd etcd --name etcd0 --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$p_etcd" --advertise-client-urls "http://127.0.0.1:$p_etcd" \
@@ -164,6 +168,7 @@ bootstrap:
   initdb:
   - encoding: UTF8
   - data-checksums
+  - no-sync
   - auth-local: trust
   - auth-host: scram-sha-256
   pg_hba:
@@ -199,24 +204,19 @@ EOF
   chmod 0600 "$dir/pg/node$i.yml"
   if [ "$(id -u)" = 0 ]; then chown -R postgres:postgres "$dir/pg/node$i" "$dir/pg/node$i.yml"; fi
 done
+phase "starting Patroni on node0 and node1"
 # Both start at once: whichever takes the initialize key in etcd first runs
 # initdb and becomes the primary; the other clones it (pg_basebackup).
 start patroni0 "${asdb[@]}" patroni "$dir/pg/node0.yml"
 start patroni1 "${asdb[@]}" patroni "$dir/pg/node1.yml"
 primary_up() { curl -sf "http://127.0.0.1:$p_api0/primary" || curl -sf "http://127.0.0.1:$p_api1/primary"; }
 wait_for "a primary" 90 primary_up
+phase "primary up"
 if curl -sf "http://127.0.0.1:$p_api0/primary" >/dev/null 2>&1; then
   primary=0 standby_api=$p_api1 primary_pg=$p_pg0
 else
   primary=1 standby_api=$p_api0 primary_pg=$p_pg1
 fi
-if [ "$mode" = sync ]; then
-  wait_for "the synchronous standby" 90 curl -sf "http://127.0.0.1:$standby_api/sync"
-else
-  wait_for "the standby" 90 curl -sf "http://127.0.0.1:$standby_api/replica"
-fi
-wait_for "the standby to stream" 60 bash -c "[ \"\$(PGPASSWORD='$secret' psql -h 127.0.0.1 -p $primary_pg -U postgres -d postgres -Atc \"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'\")\" = 1 ]"
-
 # --- HAProxy -----------------------------------------------------------------
 cat >"$dir/haproxy.cfg" <<EOF
 # HAProxy for the local cluster. Settings explained in docs/DEPLOY.md.
@@ -275,6 +275,7 @@ start haproxy haproxy -db -f "$dir/haproxy.cfg"
 wait_for "HAProxy to route to the primary" 20 \
   env PGPASSWORD="$secret" PGCONNECT_TIMEOUT=2 psql -h 127.0.0.1 -p "$p_db" -U postgres -d postgres -Atc 'SELECT NOT pg_is_in_recovery()' -v ON_ERROR_STOP=1
 
+phase "HAProxy routing"
 # --- the application's role and database ------------------------------------
 apppass=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
 PGPASSWORD="$secret" psql -q -h 127.0.0.1 -p "$p_db" -U postgres -d postgres -v ON_ERROR_STOP=1 \
@@ -317,6 +318,7 @@ if [ "$app" = 1 ]; then
   appenv=(env DATABASE_URL="$dburl" FENCELAB_TOKEN_SECRET="$token_secret" FENCELAB_DATA_DIR="$dir/app"
     FENCELAB_LOG_LEVEL="${FENCELAB_LOG_LEVEL:-warn}" FENCELAB_ACCESS_LOG=false FENCELAB_DB_MAX_CONNS=8
     FENCELAB_SHUTDOWN_GRACE=3s)
+  phase "migrating"
   "${appenv[@]}" "$bin" migrate up >"$dir/log/migrate.log" 2>&1 || { cat "$dir/log/migrate.log" >&2; "$repo/deploy/local/down.sh" --dir "$dir"; exit 1; }
   for i in 0 1 2; do
     start "serve$i" "${appenv[@]}" "$bin" serve --addr "127.0.0.1:${p_serve[$i]}"
@@ -324,12 +326,25 @@ if [ "$app" = 1 ]; then
   for i in 0 1; do
     start "worker$i" "${appenv[@]}" "$bin" worker
   done
+  phase "starting 3 serve replicas and 2 workers"
   for i in 0 1 2; do
     wait_for "serve$i" 30 curl -sf "http://127.0.0.1:${p_serve[$i]}/readyz"
   done
   wait_for "HAProxy to route to the replicas" 20 curl -sf "http://127.0.0.1:$p_http/healthz"
 fi
+# The standby clones the primary while HAProxy, the schema and the app
+# come up; the cluster is "up" only once it streams (and, in sync mode, is
+# the synchronous standby), so no experiment starts unprotected.
+if [ "$mode" = sync ]; then
+  wait_for "the synchronous standby" 90 curl -sf "http://127.0.0.1:$standby_api/sync"
+else
+  wait_for "the standby" 90 curl -sf "http://127.0.0.1:$standby_api/replica"
+fi
+wait_for "the standby to stream" 60 bash -c "[ \"\$(PGPASSWORD='$secret' psql -h 127.0.0.1 -p $primary_pg -U postgres -d postgres -Atc \"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'\")\" = 1 ]"
 
+phase "standby streaming"
+
+phase "up"
 cat <<EOF
 fencelab local cluster up ($mode replication, primary node$primary; every process stops by itself after $lifetime)
   app (HAProxy → 3 serve replicas)  http://127.0.0.1:$p_http

@@ -34,9 +34,9 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	ld.waitAcks(t, 40, 30*time.Second)
 	log := ld.finish(t)
 
-	firstOK, lastFail, fails := log.windows(t0)
-	t.Logf("RESULT failover-sync promoted=node%s promotion=%s first_ok=%s last_fail=%s failed_attempts=%d acked=%d grants=%d (%s)",
-		newPrimary, promoted.Round(10*time.Millisecond), firstOK.Round(10*time.Millisecond), lastFail.Round(10*time.Millisecond),
+	unavailable, inFlight, fails := log.windows(t0)
+	t.Logf("RESULT failover-sync promoted=node%s promotion=%s unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d grants=%d (%s)",
+		newPrimary, promoted.Round(10*time.Millisecond), unavailable.Round(10*time.Millisecond), inFlight.Round(10*time.Millisecond),
 		fails, len(log.acks), len(log.grants), log.causes())
 	require.Positive(t, fails, "the failover must have been seen by the clients, or the experiment proves nothing")
 
@@ -92,11 +92,11 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	ld.waitAcks(t, 40, 30*time.Second)
 	log := ld.finish(t)
 
-	firstOK, lastFail, fails := log.windows(t0)
+	unavailable, inFlight, fails := log.windows(t0)
 	j := joinDebits(t, c, log)
 	before, again := log.reissued(t0)
-	t.Logf("RESULT failover-async promoted=node%s lag_bytes=%d promotion=%s first_ok=%s last_fail=%s failed_attempts=%d acked=%d lost=%d reissued_fences=%d (%s)",
-		newPrimary, lag, promoted.Round(10*time.Millisecond), firstOK.Round(10*time.Millisecond), lastFail.Round(10*time.Millisecond),
+	t.Logf("RESULT failover-async promoted=node%s lag_bytes=%d promotion=%s unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d lost=%d reissued_fences=%d (%s)",
+		newPrimary, lag, promoted.Round(10*time.Millisecond), unavailable.Round(10*time.Millisecond), inFlight.Round(10*time.Millisecond),
 		fails, len(log.acks), len(j.missing), len(again), log.causes())
 	for i, a := range j.missing {
 		if i == 5 {
@@ -131,9 +131,9 @@ func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	ld.waitAcks(t, 60, 30*time.Second)
 	log := ld.finish(t)
 
-	firstOK, lastFail, fails := log.windows(t0)
-	t.Logf("RESULT replica-loss first_ok=%s last_fail=%s failed_attempts=%d acked=%d (%s)",
-		firstOK.Round(10*time.Millisecond), lastFail.Round(10*time.Millisecond), fails, len(log.acks), log.causes())
+	unavailable, inFlight, fails := log.windows(t0)
+	t.Logf("RESULT replica-loss unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d (%s)",
+		unavailable.Round(10*time.Millisecond), inFlight.Round(10*time.Millisecond), fails, len(log.acks), log.causes())
 
 	j := joinDebits(t, c, log)
 	require.Empty(t, j.missing, "every acknowledged debit is in the ledger")

@@ -31,7 +31,7 @@ type clientLog struct {
 	acks       []ack                 // acknowledged debits
 	grants     []grantRec            // granted lease acquires
 	ops        []porcupine.Operation // lease history for the linearizability check
-	fails      []time.Time           // failed attempts (transport error, 5xx, 409 in flight)
+	fails      []failure             // failed attempts (transport error, 5xx, 409 in flight)
 	causeCount map[string]int        // failed attempts by cause
 }
 
@@ -39,6 +39,11 @@ type ack struct {
 	client, key string
 	txn         int64
 	at          time.Time
+}
+
+type failure struct {
+	at       time.Time
+	inFlight bool // 409: the key's first request is still locked (idem lock TTL)
 }
 
 type grantRec struct {
@@ -54,7 +59,7 @@ func (l *clientLog) clock() int64 { return time.Since(l.start).Nanoseconds() }
 func (l *clientLog) fail(cause string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.fails = append(l.fails, time.Now())
+	l.fails = append(l.fails, failure{at: time.Now(), inFlight: strings.HasPrefix(cause, "409")})
 	l.causeCount[cause]++
 }
 
@@ -288,28 +293,25 @@ func debitsMatchKeys(t *testing.T, c *cluster, log *clientLog) {
 	require.LessOrEqual(t, txns, len(log.acks), "no debit without an acknowledged key")
 }
 
-// windows reports, relative to the fault at t0, when the first request
-// succeeded again and when the last one failed.
-func (l *clientLog) windows(t0 time.Time) (firstOK, lastFail time.Duration, fails int) {
+// windows measures, from the fault at t0: until when requests failed
+// because the database (or a replica) was gone, and until when retries of
+// requests cut off by the fault were refused as still in flight (409 until
+// idem's lock TTL lets the key be taken over).
+func (l *clientLog) windows(t0 time.Time) (unavailable, inFlight time.Duration, fails int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, a := range l.acks {
-		if a.at.After(t0) && (firstOK == 0 || a.at.Sub(t0) < firstOK) {
-			firstOK = a.at.Sub(t0)
-		}
-	}
-	for _, g := range l.grants {
-		if g.at.After(t0) && (firstOK == 0 || g.at.Sub(t0) < firstOK) {
-			firstOK = g.at.Sub(t0)
-		}
-	}
 	for _, f := range l.fails {
-		if f.After(t0) {
-			fails++
-			lastFail = max(lastFail, f.Sub(t0))
+		if !f.at.After(t0) {
+			continue
+		}
+		fails++
+		if f.inFlight {
+			inFlight = max(inFlight, f.at.Sub(t0))
+		} else {
+			unavailable = max(unavailable, f.at.Sub(t0))
 		}
 	}
-	return firstOK, lastFail, fails
+	return unavailable, inFlight, fails
 }
 
 func (l *clientLog) causes() string {
