@@ -2,9 +2,7 @@ package flashsale_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -13,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -29,76 +25,7 @@ import (
 // nothing else is ever answered; FS-R1..R3 hold.
 func TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds(t *testing.T) {
 	t.Parallel()
-	a := start(t, nil)
-	const buyers = 500
-	tokens := make([]string, buyers)
-	for i := range buyers {
-		tokens[i] = userToken(t, a, user(i+1))
-	}
-	type outcome struct {
-		final    e2etest.Response
-		overload int // 503s before the final answer
-		err      error
-	}
-	out := make([]outcome, buyers)
-	gate := make(chan struct{})
-	var ready, done sync.WaitGroup
-	for i := range buyers {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			key := fmt.Sprintf("fs01-%04d", i+1)
-			ready.Done()
-			<-gate
-			for {
-				r, err := a.Send(context.Background(), reserveReq(tokens[i], sku, key))
-				if err != nil || r.Status != http.StatusServiceUnavailable {
-					out[i].final, out[i].err = r, err
-					return
-				}
-				if r.Code() != "overloaded" || r.Header.Get("Retry-After") == "" {
-					out[i].final = r // not a limiter 503: report it below
-					return
-				}
-				out[i].overload++
-				time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
-			}
-		}()
-	}
-	ready.Wait()
-	close(gate)
-	done.Wait()
-
-	held, soldOut, overloaded := map[int64]int{}, 0, 0
-	for i, o := range out {
-		require.NoError(t, o.err, "buyer %d", i+1)
-		overloaded += o.overload
-		switch o.final.Status {
-		case http.StatusCreated:
-			r := decode(t, o.final)
-			require.Equal(t, reserve.StateHeld, r.State)
-			require.Equal(t, user(i+1), r.UserID)
-			require.True(t, r.ExpiresAt.After(r.CreatedAt))
-			held[r.ID] = i
-		case http.StatusConflict:
-			require.Equal(t, "sold_out", o.final.Code(), "buyer %d: %s", i+1, o.final.Body)
-			soldOut++
-		default:
-			t.Fatalf("buyer %d: %d %s", i+1, o.final.Status, o.final.Body)
-		}
-	}
-	t.Logf("FS-01: %d held, %d sold_out, %d overloaded answers on the way (peak in database %d)",
-		len(held), soldOut, overloaded, peakInDB(t, a))
-	require.Len(t, held, 40)
-	require.Equal(t, buyers-40, soldOut)
-
-	s := stock(t, a, sku)
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 40, Available: 0, Held: 40}, s)
-	require.Equal(t, 40, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE state = 'HELD'`))
-	require.Equal(t, 40, count(t, a, `SELECT count(*) FROM flashsale_reservation`), "a refused request wrote nothing")
-	require.LessOrEqual(t, peakInDB(t, a), reserve.DefaultConfig().Limit)
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Experiment(t, reserve.FiveHundredBuyers)
 }
 
 // FS-02: a client disconnects in the middle of its hold and retries with
@@ -333,91 +260,5 @@ func TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce(t *testing
 // start at once: again 40 in total, each once (FS-R5).
 func TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce(t *testing.T) {
 	t.Parallel()
-	a := start(t, map[string]string{reserve.EnvReleaseBatch: "10"})
-	ctx := context.Background()
-	admin := a.Token(t, "admin-0001", httpx.RoleAdmin)
-	holdAll := func(round int) {
-		for i := range 40 {
-			tok := userToken(t, a, user(round*100+i+1))
-			r := a.Do(t, reserveReq(tok, sku, fmt.Sprintf("fs05-%d-%02d", round, i+1)))
-			require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		}
-		require.Equal(t, 0, stock(t, a, sku).Available)
-		// Expire them: the release sees what it would see TTL later.
-		_, err := a.Pool.Exec(ctx, `UPDATE flashsale_reservation SET expires_at = now() - interval '1 second' WHERE state = 'HELD'`)
-		require.NoError(t, err)
-	}
-	releaseByAdmin := func() int {
-		r := a.Do(t, e2etest.Req{Method: http.MethodPost, Path: "/flashsale/admin/release-expired", Token: admin})
-		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var body struct{ Released int }
-		r.JSON(t, &body)
-		return body.Released
-	}
-	releaseByJob := func(slot string) int {
-		_, _, err := a.Deps.Jobs.Enqueue(ctx, a.Pool, claim.NewJob{Kind: reserve.ReleaseKind, BusinessKey: slot})
-		require.NoError(t, err)
-		jobs, err := a.Deps.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{reserve.ReleaseKind}})
-		require.NoError(t, err)
-		require.Len(t, jobs, 1)
-		require.NoError(t, a.Deps.Jobs.Execute(ctx, jobs[0]))
-		j, _, err := a.Deps.Jobs.Get(ctx, jobs[0].ID, 0)
-		require.NoError(t, err)
-		require.Equal(t, claim.StateSucceeded, j.State)
-		var result struct{ Released int }
-		require.NoError(t, json.Unmarshal(j.Result, &result))
-		return result.Released
-	}
-
-	holdAll(0)
-	gate := a.Faults.Pause(reserve.PointReleaseBeforeCommit, sku)
-	byJob, byAdmin := make(chan int, 1), make(chan int, 1)
-	go func() { byJob <- releaseByJob("fs05-a") }()
-	<-gate.Reached() // the job has released its first 10 inside its transaction
-	go func() { byAdmin <- releaseByAdmin() }()
-	// The admin run has taken rows the job did not lock and now waits for
-	// the job's transaction on the SKU row.
-	require.Eventually(t, func() bool {
-		return count(t, a, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-		                     AND wait_event_type = 'Lock' AND query LIKE '%SKIP LOCKED%'`) == 1
-	}, 10*time.Second, time.Millisecond)
-	gate.Release()
-	jobReleased, adminReleased := <-byJob, <-byAdmin
-	again := releaseByAdmin()
-	t.Logf("FS-05 overlapping runs: job %d, admin %d, rerun %d", jobReleased, adminReleased, again)
-	require.GreaterOrEqual(t, jobReleased, 10, "the paused batch committed")
-	require.GreaterOrEqual(t, adminReleased, 10, "the admin run released rows the job had not locked")
-	require.Equal(t, 40, jobReleased+adminReleased)
-	require.Equal(t, 0, again)
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 40, Available: 40}, stock(t, a, sku))
-	invariant.Assert(t, a.Pool, "flashsale")
-
-	holdAll(1)
-	results := make(chan int, 3)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, run := range []func() int{releaseByAdmin, releaseByAdmin, func() int { return releaseByJob("fs05-b") }} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			n := run()
-			t.Logf("FS-05 free race: run %d released %d", i+1, n)
-			results <- n
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(results)
-	sum := 0
-	for n := range results {
-		sum += n
-	}
-	require.Equal(t, 40, sum, "three racing runs returned each unit once")
-	require.Equal(t, 0, releaseByAdmin())
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 40, Available: 40}, stock(t, a, sku))
-	require.Equal(t, 80, count(t, a, `SELECT count(*) FROM flashsale_stock_move WHERE reason = 'release'`))
-	require.Equal(t, 80, count(t, a, `SELECT count(DISTINCT reservation_id) FROM flashsale_stock_move WHERE reason = 'release'`))
-	require.Equal(t, 80, count(t, a, `SELECT count(*) FROM flashsale_reservation WHERE state = 'RELEASED'`))
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Experiment(t, reserve.ReleaseRacesItself)
 }
