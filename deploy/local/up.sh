@@ -49,7 +49,7 @@ fi
 pgbin=/usr/lib/postgresql/15/bin
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+command -v patroni >/dev/null 2>&1 || missing+=(patroni python3-etcd)
 command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
 [ -x "$pgbin/postgres" ] || missing+=(postgresql-15)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
