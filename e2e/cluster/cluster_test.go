@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
@@ -39,7 +40,7 @@ type cluster struct {
 	dir  string
 	env  map[string]string
 	auth *httpx.Auth
-	app  *e2etest.App // HTTP client aimed at HAProxy's app frontend
+	app  *lab.App // HTTP client aimed at HAProxy's app frontend
 	db   *pgxpool.Pool
 }
 
@@ -118,7 +119,7 @@ func startCluster(t *testing.T, mode string, basePort int) *cluster {
 	c := &cluster{dir: dir, env: readEnv(t, filepath.Join(dir, "env"))}
 	c.auth, err = httpx.NewAuth([]byte(c.env["FENCELAB_TOKEN_SECRET"]))
 	require.NoError(t, err)
-	c.app = &e2etest.App{URL: c.env["APP_URL"], Client: &http.Client{Timeout: 10 * time.Second,
+	c.app = &lab.App{URL: c.env["APP_URL"], Client: &http.Client{Timeout: 10 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	c.db = pool(t, c.env["DATABASE_URL_HAPROXY"])
 	return c

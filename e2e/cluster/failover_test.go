@@ -122,6 +122,9 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, "sync", 19400)
+	t.Run("chunks of one upload on three replicas make one blob", func(t *testing.T) {
+		chunksOnEveryReplicaMakeOneBlob(t, c)
+	})
 	ld := startLoad(t, c, 6, 0)
 	ld.waitAcks(t, 60, 20*time.Second)
 
@@ -140,7 +143,7 @@ func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	require.Empty(t, j.doubled, "and exactly once, whichever replica the retry reached")
 	require.Empty(t, j.moved)
 	debitsMatchKeys(t, c, log)
-	invariant.Assert(t, c.db, "points")
+	invariant.Assert(t, c.db, "points", "upload")
 }
 
 // waitPromotion waits for Patroni to promote the node that is not old.
