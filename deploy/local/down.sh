@@ -56,7 +56,7 @@ if [ -f "$dir/pids" ]; then
   tier serve0 serve1 serve2 worker0 worker1
   tier haproxy
   tier patroni0 patroni1
-  tier etcd
+  tier etcd reaper
   rm -f "$dir/pids"
 fi
 

@@ -42,6 +42,18 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$route" in haproxy|multihost) ;; *) echo "up: --db-route must be haproxy or multihost" >&2; exit 2 ;; esac
+# The lifetime in seconds: the app stops first, then HAProxy, then the
+# Patronis (each stops its PostgreSQL and, with etcd still up, gives up its
+# leader key cleanly), etcd last.
+if ! [[ "$lifetime" =~ ^([0-9]+)([smhd]?)$ ]]; then
+  echo "up: --lifetime must be a number with an optional unit s, m, h or d (e.g. 30m)" >&2; exit 2
+fi
+life=${BASH_REMATCH[1]}
+case "${BASH_REMATCH[2]}" in
+  m) life=$((life * 60)) ;;
+  h) life=$((life * 3600)) ;;
+  d) life=$((life * 86400)) ;;
+esac
 if ! [[ "$base" =~ ^[0-9]+$ ]] || [ "$base" -lt 1024 ] || [ "$base" -gt 65480 ]; then
   echo "up: --base-port must be in 1024..65480" >&2; exit 2
 fi
@@ -89,15 +101,24 @@ chmod 0755 "$dir/pg" "$dir/log"
 asdb=()
 if [ "$(id -u)" = 0 ]; then
   chown postgres:postgres "$dir/pg"
-  asdb=(runuser -u postgres --)
+  # setpriv execs Patroni as postgres in place; runuser would stay as its
+  # parent and SIGKILL it 2 s after a SIGTERM, mid-shutdown.
+  asdb=(setpriv --reuid=postgres --regid=postgres --init-groups env HOME=/var/lib/postgresql USER=postgres)
 fi
 : >"$dir/pids"
 
-# start NAME CMD...: one process group bounded by timeout(1), logged to
-# log/NAME.log, its group id recorded for down.sh.
+# start NAME CMD...: one process group bounded by timeout(1) (SIGTERM at
+# its lifetime, SIGKILL 10 s later), logged to log/NAME.log, its group id
+# recorded for down.sh.
 start() {
   local name=$1; shift
-  setsid timeout --kill-after=5s "$lifetime" "$@" >"$dir/log/$name.log" 2>&1 </dev/null &
+  local secs=$life
+  case "$name" in
+    haproxy) secs=$((life + 5)) ;;
+    patroni*) secs=$((life + 10)) ;;
+    etcd) secs=$((life + 25)) ;;
+  esac
+  setsid timeout --kill-after=10s "${secs}s" "$@" >"$dir/log/$name.log" 2>&1 </dev/null &
   echo "$name $!" >>"$dir/pids"
 }
 
@@ -204,6 +225,18 @@ EOF
   chmod 0600 "$dir/pg/node$i.yml"
   if [ "$(id -u)" = 0 ]; then chown -R postgres:postgres "$dir/pg/node$i" "$dir/pg/node$i.yml"; fi
 done
+# The reaper bounds PostgreSQL itself: Patroni stops its PostgreSQL when it
+# gets SIGTERM, but a Patroni that had to be killed (stuck mid-bootstrap,
+# say) leaves the postmaster running in its own session. After everything
+# else's lifetime the reaper shuts down any postmaster still running on
+# this cluster's data directories (SIGQUIT: immediate), then exits.
+reap='for f in "$0"/pg/node*/data/postmaster.pid; do
+  [ -f "$f" ] || continue; p=$(head -1 "$f"); kill -0 "$p" 2>/dev/null || continue
+  kill -QUIT "$p"; sleep 5; kill -KILL "$p" 2>/dev/null
+done'
+setsid timeout --kill-after=10s "$((life + 45))s" bash -c "sleep $((life + 30)); $reap" "$dir" >"$dir/log/reaper.log" 2>&1 </dev/null &
+echo "reaper $!" >>"$dir/pids"
+
 phase "starting Patroni on node0 and node1"
 # Both start at once: whichever takes the initialize key in etcd first runs
 # initdb and becomes the primary; the other clones it (pg_basebackup).
