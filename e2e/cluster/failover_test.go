@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ import (
 func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, "sync", 19200)
-	ld := startLoad(t, c, 4, 2)
+	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, holders: 2})
 	ld.waitAcks(t, 40, 20*time.Second)
 
 	old := c.primary()
@@ -38,20 +39,21 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	t.Logf("RESULT failover-sync promoted=node%s promotion=%s unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d grants=%d (%s)",
 		newPrimary, promoted.Round(10*time.Millisecond), unavailable.Round(10*time.Millisecond), inFlight.Round(10*time.Millisecond),
 		fails, len(log.acks), len(log.grants), log.causes())
+	t.Logf("  acknowledged: %s", byKind(log.acks))
 	require.Positive(t, fails, "the failover must have been seen by the clients, or the experiment proves nothing")
 
-	j := joinDebits(t, c, log)
-	require.Empty(t, j.missing, "every acknowledged debit is in the ledger")
+	j := join(t, c, log)
+	require.Empty(t, j.missing, "every acknowledged debit and hold is in its table")
 	require.Empty(t, j.doubled, "and exactly once")
 	require.Empty(t, j.moved, "as the transaction the client was told about")
-	debitsMatchKeys(t, c, log)
+	effectsMatchKeys(t, c, log)
 
 	before, again := log.reissued(t0)
 	require.Empty(t, again, "every fence granted after the failover exceeds %d, the largest granted before", before)
 	res, _ := porcupine.CheckOperationsVerbose(fenceModel, log.ops, time.Minute)
 	require.Equal(t, porcupine.Ok, res, "the lease history of %d operations is linearizable", len(log.ops))
 
-	invariant.Assert(t, c.db, "points", "lease")
+	invariant.Assert(t, c.db, "points", "flashsale", "lease")
 }
 
 // The naive version: asynchronous replication, with the standby held
@@ -65,7 +67,7 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, "async", 19300)
-	ld := startLoad(t, c, 4, 2)
+	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, holders: 2})
 	ld.waitAcks(t, 40, 20*time.Second)
 
 	old := c.primary()
@@ -93,26 +95,26 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	log := ld.finish(t)
 
 	unavailable, inFlight, fails := log.windows(t0)
-	j := joinDebits(t, c, log)
+	j := join(t, c, log)
 	before, again := log.reissued(t0)
-	t.Logf("RESULT failover-async promoted=node%s lag_bytes=%d promotion=%s unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d lost=%d reissued_fences=%d (%s)",
+	t.Logf("RESULT failover-async promoted=node%s lag_bytes=%d promotion=%s unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d lost=%d (%s) reissued_fences=%d (%s)",
 		newPrimary, lag, promoted.Round(10*time.Millisecond), unavailable.Round(10*time.Millisecond), inFlight.Round(10*time.Millisecond),
-		fails, len(log.acks), len(j.missing), len(again), log.causes())
+		fails, len(log.acks), len(j.missing), byKind(j.missing), len(again), log.causes())
 	for i, a := range j.missing {
 		if i == 5 {
 			t.Logf("  … %d more", len(j.missing)-5)
 			break
 		}
-		t.Logf("  lost: %s's debit %s, acknowledged as transaction %d at +%s", a.client, a.key, a.txn, a.at.Sub(log.start).Round(time.Millisecond))
+		t.Logf("  lost: %s's %s %s, acknowledged as %d at +%s", a.client, a.kind, a.key, a.id, a.at.Sub(log.start).Round(time.Millisecond))
 	}
-	require.NotEmpty(t, j.missing, "acknowledged debits the promoted standby never received are lost")
+	require.NotEmpty(t, j.missing, "acknowledged writes the promoted standby never received are lost")
 	require.Empty(t, j.doubled, "none is applied twice")
 	require.NotEmpty(t, again, "a fence at or below %d, the largest granted before the crash, is granted again", before)
 	t.Logf("  reissued fences (largest before the crash %d): %v", before, again)
 	res := porcupine.CheckOperations(fenceModel, log.ops)
 	require.False(t, res, "the lease history check rejects the reissued fence")
 
-	invariant.Assert(t, c.db, "points", "lease")
+	invariant.Assert(t, c.db, "points", "flashsale", "lease")
 }
 
 // A serve replica dies mid-load (SIGKILL to its process group). HAProxy
@@ -125,7 +127,7 @@ func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	t.Run("chunks of one upload on three replicas make one blob", func(t *testing.T) {
 		chunksOnEveryReplicaMakeOneBlob(t, c)
 	})
-	ld := startLoad(t, c, 6, 0)
+	ld := startLoad(t, c, spec{debitors: 4, buyers: 2})
 	ld.waitAcks(t, 60, 20*time.Second)
 
 	g := c.group(t, "serve1")
@@ -138,12 +140,21 @@ func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	t.Logf("RESULT replica-loss unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d (%s)",
 		unavailable.Round(10*time.Millisecond), inFlight.Round(10*time.Millisecond), fails, len(log.acks), log.causes())
 
-	j := joinDebits(t, c, log)
-	require.Empty(t, j.missing, "every acknowledged debit is in the ledger")
+	j := join(t, c, log)
+	require.Empty(t, j.missing, "every acknowledged debit and hold is in its table")
 	require.Empty(t, j.doubled, "and exactly once, whichever replica the retry reached")
 	require.Empty(t, j.moved)
-	debitsMatchKeys(t, c, log)
-	invariant.Assert(t, c.db, "points", "upload")
+	effectsMatchKeys(t, c, log)
+	invariant.Assert(t, c.db, "points", "flashsale", "upload")
+}
+
+// byKind counts acknowledgements per kind ("debit=3 hold=1").
+func byKind(acks []ack) string {
+	n := map[string]int{}
+	for _, a := range acks {
+		n[a.kind]++
+	}
+	return fmt.Sprintf("debit=%d hold=%d", n["debit"], n["hold"])
 }
 
 // waitPromotion waits for Patroni to promote the node that is not old.

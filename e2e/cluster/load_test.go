@@ -17,8 +17,9 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/lease"
-	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/points"
 )
 
@@ -35,10 +36,12 @@ type clientLog struct {
 	causeCount map[string]int        // failed attempts by cause
 }
 
+// ack is one acknowledged keyed request: kind is "debit" (points) or
+// "hold" (flash sale), id the transaction or reservation it answered with.
 type ack struct {
-	client, key string
-	txn         int64
-	at          time.Time
+	kind, client, key string
+	id                int64
+	at                time.Time
 }
 
 type failure struct {
@@ -64,9 +67,10 @@ func (l *clientLog) fail(cause string) {
 }
 
 // load runs the clients until stop is closed: debitors post 1-point debits
-// with fresh Idempotency-Keys through HAProxy to the serve replicas and
-// retry each key until it is acknowledged; lease holders take one lease in
-// turn through HAProxy to the primary and release it.
+// with fresh Idempotency-Keys, buyers place flash-sale holds with fresh
+// request keys, both through HAProxy to the serve replicas, each retrying
+// its key until it is acknowledged; lease holders take one lease in turn
+// through HAProxy to the primary and release it.
 type load struct {
 	c    *cluster
 	log  *clientLog
@@ -82,25 +86,64 @@ type load struct {
 // and its retries are answered 409 with Retry-After meanwhile.
 const giveUp = 25 * time.Second
 
-func startLoad(t *testing.T, c *cluster, debitors, holders int) *load {
+// spec sizes a load.
+type spec struct{ debitors, buyers, holders int }
+
+// sku is the flash-sale item the buyers hold; its stock outlasts any run.
+const sku = "sku-failover"
+
+func startLoad(t *testing.T, c *cluster, sp spec) *load {
 	t.Helper()
-	ld := &load{c: c, log: newLog(), stop: make(chan struct{}), errs: make(chan error, 100), holders: holders}
+	ld := &load{c: c, log: newLog(), stop: make(chan struct{}), errs: make(chan error, 100), holders: sp.holders}
 	admin := c.token(t, "admin-cluster", httpx.RoleAdmin)
-	for i := range debitors {
+	for i := range sp.debitors {
 		client := fmt.Sprintf("user-%03d", i)
 		acct := fmt.Sprintf("acct-%03d", i)
-		r := c.app.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts", Token: admin,
+		r := c.app.Do(t, lab.Req{Method: "POST", Path: "/points/accounts", Token: admin,
 			Body: points.CreateAccountRequest{ID: acct, Owner: client}})
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		r = c.app.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts/" + acct + "/grants", Token: admin,
+		r = c.app.Do(t, lab.Req{Method: "POST", Path: "/points/accounts/" + acct + "/grants", Token: admin,
 			Body: points.PostingRequest{Amount: points.MaxAmount, Reason: "opening"}, Headers: map[string]string{idem.Header: "open-" + acct}})
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 		tok := c.token(t, client, httpx.RoleUser)
 		ld.wg.Add(1)
-		go func() { defer ld.wg.Done(); ld.debitor(client, acct, tok) }()
+		go func() {
+			defer ld.wg.Done()
+			ld.keyed("debit", func(n int) (string, string, lab.Req) {
+				key := fmt.Sprintf("%s-%05d", client, n)
+				return client, key, lab.Req{Method: "POST", Path: "/points/accounts/" + acct + "/debits", Token: tok,
+					Body: points.PostingRequest{Amount: 1, Reason: "failover-lab"}, Headers: map[string]string{idem.Header: key}}
+			})
+		}()
+	}
+	if sp.buyers > 0 {
+		// The SKU is set up as the module's seed does (there is no HTTP
+		// route for it): one row, stock for far more holds than a run makes.
+		_, err := c.db.Exec(context.Background(), `INSERT INTO flashsale_sku (sku, total, available) VALUES ($1, 1000000, 1000000)`, sku)
+		require.NoError(t, err)
+	}
+	for i := range sp.buyers {
+		ld.wg.Add(1)
+		go func() {
+			defer ld.wg.Done()
+			var tok, user string
+			ld.keyed("hold", func(n int) (string, string, lab.Req) {
+				// One hold per user (FS-R3), so every hold is a new buyer.
+				if u := fmt.Sprintf("buyer-%02d-%05d", i, n); u != user {
+					var err error
+					if tok, err = c.auth.Mint(u, httpx.RoleUser, time.Hour); err != nil {
+						ld.report(err)
+					}
+					user = u
+				}
+				key := user + "-k"
+				return user, key, lab.Req{Method: "POST", Path: "/flashsale/reservations", Token: tok,
+					Body: reserve.ReserveRequest{SKU: sku, RequestKey: key}}
+			})
+		}()
 	}
 	leases := lease.New(c.db)
-	for i := range holders {
+	for i := range sp.holders {
 		ld.wg.Add(1)
 		go func() { defer ld.wg.Done(); ld.holder(leases, i) }()
 	}
@@ -123,42 +166,50 @@ func (ld *load) report(err error) {
 	}
 }
 
-func (ld *load) debitor(client, acct, tok string) {
+// keyed runs one client: request n is next(n) — its client id, key and
+// request — retried with the same key until it is acknowledged (201/200
+// with the id of what it made) or giveUp passes.
+func (ld *load) keyed(kind string, next func(n int) (client, key string, req lab.Req)) {
 	for n := 0; !ld.stopped(); n++ {
-		key := fmt.Sprintf("%s-%05d", client, n)
+		client, key, req := next(n)
 		deadline := time.Now().Add(giveUp)
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			r, err := ld.c.app.Send(ctx, e2etest.Req{Method: "POST", Path: "/points/accounts/" + acct + "/debits", Token: tok,
-				Body: points.PostingRequest{Amount: 1, Reason: "failover-lab"}, Headers: map[string]string{idem.Header: key}})
+			r, err := ld.c.app.Send(ctx, req)
 			cancel()
+			ok := err == nil && (r.Status == http.StatusCreated || r.Status == http.StatusOK)
 			switch {
-			case err == nil && (r.Status == http.StatusCreated || r.Status == http.StatusOK):
-				var txn points.Txn
-				if jerr := json.Unmarshal(r.Body, &txn); jerr != nil || txn.ID == 0 {
-					ld.report(fmt.Errorf("debit %s: acknowledged with an unreadable body %q", key, r.Body))
+			case ok:
+				var made struct {
+					ID int64 `json:"id"`
+				}
+				if jerr := json.Unmarshal(r.Body, &made); jerr != nil || made.ID == 0 {
+					ld.report(fmt.Errorf("%s %s: acknowledged with an unreadable body %q", kind, key, r.Body))
 					return
 				}
 				ld.log.mu.Lock()
-				ld.log.acks = append(ld.log.acks, ack{client: client, key: key, txn: txn.ID, at: time.Now()})
+				ld.log.acks = append(ld.log.acks, ack{kind: kind, client: client, key: key, id: made.ID, at: time.Now()})
 				ld.log.mu.Unlock()
 			case err != nil:
 				ld.log.fail("transport")
 			case r.Status == http.StatusServiceUnavailable || r.Status == http.StatusConflict || r.Status == http.StatusBadGateway:
-				cause := fmt.Sprintf("%d %s", r.Status, r.Code())
+				if r.Status == http.StatusConflict && r.Code() != "idempotency_key_in_flight" {
+					ld.report(fmt.Errorf("%s %s: unexpected 409 %s", kind, key, r.Body))
+					return
+				}
 				if r.Status == http.StatusServiceUnavailable && r.Code() == "database_unavailable" && r.Header.Get("Retry-After") == "" {
 					ld.report(fmt.Errorf("503 database_unavailable without Retry-After"))
 				}
-				ld.log.fail(cause)
+				ld.log.fail(fmt.Sprintf("%d %s", r.Status, r.Code()))
 			default:
-				ld.report(fmt.Errorf("debit %s: unexpected %d %s", key, r.Status, r.Body))
+				ld.report(fmt.Errorf("%s %s: unexpected %d %s", kind, key, r.Status, r.Body))
 				return
 			}
-			if err == nil && (r.Status == http.StatusCreated || r.Status == http.StatusOK) {
+			if ok {
 				break
 			}
 			if time.Now().After(deadline) {
-				ld.report(fmt.Errorf("debit %s: not acknowledged within %s", key, giveUp))
+				ld.report(fmt.Errorf("%s %s: not acknowledged within %s", kind, key, giveUp))
 				return
 			}
 			// Retry-After says 1 s; the lab retries every 100 ms so the
@@ -241,39 +292,72 @@ var fenceModel = porcupine.Model{
 	},
 }
 
-// joinResult is the client log joined against points_ledger_txn.
+// joinResult is the client log joined against the tables.
 type joinResult struct {
 	acked   int
-	missing []ack // acknowledged, no transaction for the key
-	doubled []ack // acknowledged, more than one transaction for the key
-	moved   []ack // the key's transaction is not the one acknowledged
+	missing []ack // acknowledged, nothing in the table for the key
+	doubled []ack // acknowledged, more than one row for the key
+	moved   []ack // the key's row is not the one acknowledged
 }
 
-func joinDebits(t *testing.T, c *cluster, log *clientLog) joinResult {
-	t.Helper()
-	clients, keys := make([]string, len(log.acks)), make([]string, len(log.acks))
-	for i, a := range log.acks {
-		clients[i], keys[i] = a.client, a.key
-	}
-	rows, err := c.db.Query(context.Background(), `
+func (j joinResult) add(o joinResult) joinResult {
+	return joinResult{acked: j.acked + o.acked, missing: append(j.missing, o.missing...),
+		doubled: append(j.doubled, o.doubled...), moved: append(j.moved, o.moved...)}
+}
+
+// joinSQL finds, for each acknowledged (client, key), the rows the key
+// made: points debits by the client's idempotency key, flash-sale holds by
+// the buyer's request key.
+var joinSQL = map[string]string{
+	"debit": `
 SELECT k.ord::int, count(t.id), coalesce(min(t.id), 0)
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(client, key, ord)
   LEFT JOIN points_ledger_txn t ON t.client_id = k.client AND t.idem_key = k.key
- GROUP BY k.ord`, clients, keys)
+ GROUP BY k.ord`,
+	"hold": `
+SELECT k.ord::int, count(r.id), coalesce(min(r.id), 0)
+  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(client, key, ord)
+  LEFT JOIN flashsale_reservation r ON r.user_id = k.client AND r.request_key = k.key
+ GROUP BY k.ord`,
+}
+
+// join joins the acknowledgements of every kind against their tables.
+func join(t *testing.T, c *cluster, log *clientLog) joinResult {
+	t.Helper()
+	var res joinResult
+	for kind, sql := range joinSQL {
+		var acks []ack
+		for _, a := range log.acks {
+			if a.kind == kind {
+				acks = append(acks, a)
+			}
+		}
+		res = res.add(joinKind(t, c, sql, acks))
+	}
+	return res
+}
+
+func joinKind(t *testing.T, c *cluster, sql string, acks []ack) joinResult {
+	t.Helper()
+	clients, keys := make([]string, len(acks)), make([]string, len(acks))
+	for i, a := range acks {
+		clients[i], keys[i] = a.client, a.key
+	}
+	rows, err := c.db.Query(context.Background(), sql, clients, keys)
 	require.NoError(t, err)
 	defer rows.Close()
-	res := joinResult{acked: len(log.acks)}
+	res := joinResult{acked: len(acks)}
 	for rows.Next() {
 		var ord, n int
 		var id int64
 		require.NoError(t, rows.Scan(&ord, &n, &id))
-		a := log.acks[ord-1]
+		a := acks[ord-1]
 		switch {
 		case n == 0:
 			res.missing = append(res.missing, a)
 		case n > 1:
 			res.doubled = append(res.doubled, a)
-		case id != a.txn:
+		case id != a.id:
 			res.moved = append(res.moved, a)
 		}
 	}
@@ -281,16 +365,24 @@ SELECT k.ord::int, count(t.id), coalesce(min(t.id), 0)
 	return res
 }
 
-// debitsMatchKeys checks the other direction: every debit transaction in
-// the ledger belongs to a key some client sent (no effect without a
-// request, none twice).
-func debitsMatchKeys(t *testing.T, c *cluster, log *clientLog) {
+// effectsMatchKeys checks the other direction: every debit transaction and
+// every hold belongs to a key some client sent and was told about (no
+// effect without an acknowledged request, none twice).
+func effectsMatchKeys(t *testing.T, c *cluster, log *clientLog) {
 	t.Helper()
-	var txns, keys int
-	require.NoError(t, c.db.QueryRow(context.Background(),
-		`SELECT count(*), count(DISTINCT (client_id, idem_key)) FROM points_ledger_txn WHERE kind = 'debit'`).Scan(&txns, &keys))
-	require.Equal(t, keys, txns, "one debit transaction per key")
-	require.LessOrEqual(t, txns, len(log.acks), "no debit without an acknowledged key")
+	acked := map[string]int{}
+	for _, a := range log.acks {
+		acked[a.kind]++
+	}
+	for kind, sql := range map[string]string{
+		"debit": `SELECT count(*), count(DISTINCT (client_id, idem_key)) FROM points_ledger_txn WHERE kind = 'debit'`,
+		"hold":  `SELECT count(*), count(DISTINCT (user_id, request_key)) FROM flashsale_reservation`,
+	} {
+		var rows, keys int
+		require.NoError(t, c.db.QueryRow(context.Background(), sql).Scan(&rows, &keys))
+		require.Equal(t, keys, rows, "one %s per key", kind)
+		require.LessOrEqual(t, rows, acked[kind], "no %s without an acknowledged key", kind)
+	}
 }
 
 // windows measures, from the fault at t0: until when requests failed
