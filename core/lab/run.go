@@ -308,3 +308,7 @@ func (r *runT) cleanup() {
 		fs[i]()
 	}
 }
+
+// NewX is an X for a plain test that drives the app with a chapter's kit
+// without being an experiment itself (its steps are logged all the same).
+func NewX(t *testing.T, env Env) *X { return newX(t, env, false) }

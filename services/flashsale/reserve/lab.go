@@ -13,11 +13,12 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 )
 
 // Experiments are the reservations chapter's runnable claims.
-var Experiments = []lab.Experiment{FiveHundredBuyers, ReleaseRacesItself}
+var Experiments = []lab.Experiment{FiveHundredBuyers, ClientLeavesMidHold, KeyBelongsToItsReservation, BoundedAdmission, ReleaseRacesItself}
 
 // labSKU is the sale the experiments open: the book's 40 units.
 const (
@@ -349,4 +350,266 @@ func naiveRelease(x *lab.X, a *lab.App) {
 	wg.Wait()
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: available %d of %d units",
 		a.Count(x, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU), labUnits)})
+}
+
+// labSale opens the experiments' sale on a fresh app with settings.
+func labSale(x *lab.X, settings map[string]string) *lab.App {
+	x.Helper()
+	a := x.Start(lab.Options{Settings: settings})
+	_, err := NewInventory(InventoryOptions{}).CreateSKU(context.Background(), a.Pool, labSKU, labUnits)
+	require.NoError(x, err)
+	return a
+}
+
+func holdReq(tok, sku, key string) lab.Req {
+	return lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations", Token: tok,
+		Body: ReserveRequest{SKU: sku, RequestKey: key}}
+}
+
+func available(x *lab.X, a *lab.App, sku string) int {
+	return a.Count(x, `SELECT available FROM flashsale_sku WHERE sku = $1`, sku)
+}
+
+func inUse(x *lab.X, a *lab.App) int {
+	return int(a.Gauge(x, "fencelab_admission_in_use", "limiter", LimiterName))
+}
+
+func waiting(x *lab.X, a *lab.App) int {
+	return int(a.Gauge(x, "fencelab_admission_waiting", "limiter", LimiterName))
+}
+
+// ClientLeavesMidHold is FS-02: a client hangs up in the middle of its
+// hold and retries with the same key. Before the commit the hold rolls
+// back, after it the hold stands and the retry returns it: either way the
+// key ends with exactly one reservation and no permit is left behind. A
+// client that leaves the wait line gives its place up too.
+var ClientLeavesMidHold = lab.Experiment{
+	ID:         "reservations/client-leaves-mid-hold",
+	Test:       "TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation",
+	Claim:      "a client that hangs up mid-hold and retries with its key gets exactly one reservation; no permit or place in line is left behind",
+	Invariants: []string{Module},
+	Run: func(x *lab.X) {
+		for _, tc := range []struct {
+			name     string
+			point    string
+			survives bool // the hold committed before the client left
+		}{
+			{"before the commit", PointHoldBeforeCommit, false},
+			{"after the commit", PointHoldAfterCommit, true},
+		} {
+			a := labSale(x, nil)
+			tok := a.Token(x, "user-0042", httpx.RoleUser)
+			key := "fs02-retry-0042"
+			gate := a.Faults.Pause(tc.point, key)
+			x.Cleanup(gate.Release)
+			ctx, cancel := context.WithCancel(context.Background())
+			sent := make(chan error, 1)
+			go func() {
+				_, err := a.Send(ctx, holdReq(tok, labSKU, key))
+				sent <- err
+			}()
+			<-gate.Reached()
+			x.Step(lab.Step{Actor: "client", Action: "hold, key " + key, Note: "server paused " + tc.name})
+			cancel() // the client hangs up while the server is inside the hold
+			require.ErrorIs(x, <-sent, context.Canceled)
+			x.Step(lab.Step{Actor: "client", Action: "hang up " + tc.name, Outcome: lab.Lost})
+			// The server notices the closed connection; the paused hold ends
+			// with its request and its permit comes back.
+			lab.WaitFor(x, 10*time.Second, "the permit to come back", func() bool { return inUse(x, a) == 0 })
+			holds := a.Count(x, `SELECT count(*) FROM flashsale_reservation WHERE request_key = $1`, key)
+			x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("%d reservation under the key, %d available", holds, available(x, a, labSKU))})
+			if tc.survives {
+				require.Equal(x, 1, holds, "committed before the client left")
+			} else {
+				require.Equal(x, 0, holds, "rolled back with the request")
+			}
+			first := a.Do(x, holdReq(tok, labSKU, key))
+			again := a.Do(x, holdReq(tok, labSKU, key))
+			for _, r := range []lab.Response{first, again} {
+				outcome := lab.Accepted
+				if r.Header.Get("Idempotent-Replayed") == "true" {
+					outcome = lab.Replayed
+				}
+				x.Step(lab.Step{Actor: "client", Action: "retry with key " + key, Outcome: outcome, Note: fmt.Sprint(r.Status)})
+			}
+			if tc.survives {
+				require.Equal(x, http.StatusOK, first.Status, string(first.Body))
+			} else {
+				require.Equal(x, http.StatusCreated, first.Status, string(first.Body))
+			}
+			require.Equal(x, http.StatusOK, again.Status, string(again.Body))
+			require.Equal(x, "true", again.Header.Get("Idempotent-Replayed"))
+			var r1, r2 Reservation
+			first.JSON(x, &r1)
+			again.JSON(x, &r2)
+			require.Equal(x, r1, r2, "the retry returns the same reservation")
+			require.Equal(x, StateHeld, r1.State)
+			require.Equal(x, 1, a.Count(x, `SELECT count(*) FROM flashsale_reservation`))
+			require.Equal(x, labUnits-1, available(x, a, labSKU))
+			invariant.Assert(x, a.Pool, Module) // each sale's own database
+		}
+
+		// Leaving the wait line.
+		a := labSale(x, map[string]string{EnvLimit: "1", EnvWaitLine: "4", EnvMaxWait: "0s"})
+		x.CheckOn(a.DBURL)
+		first, second := a.Token(x, "user-0001", httpx.RoleUser), a.Token(x, "user-0002", httpx.RoleUser)
+		gate := a.Faults.Pause(PointHoldBeforeCommit, "fs02-first")
+		defer gate.Release()
+		firstDone := make(chan lab.Response, 1)
+		go func() {
+			r, _ := a.Send(context.Background(), holdReq(first, labSKU, "fs02-first"))
+			firstDone <- r
+		}()
+		<-gate.Reached()
+		x.Step(lab.Step{Actor: "client-1", Action: "hold", Note: "holds the only permit (paused before commit)"})
+		ctx, cancel := context.WithCancel(context.Background())
+		sent := make(chan error, 1)
+		go func() {
+			_, err := a.Send(ctx, holdReq(second, labSKU, "fs02-second"))
+			sent <- err
+		}()
+		lab.WaitFor(x, 10*time.Second, "client-2 to wait in line", func() bool { return waiting(x, a) == 1 })
+		x.Step(lab.Step{Actor: "client-2", Action: "hold", Note: "waits in line"})
+		cancel()
+		require.ErrorIs(x, <-sent, context.Canceled)
+		lab.WaitFor(x, 10*time.Second, "the line to empty", func() bool { return waiting(x, a) == 0 })
+		x.Step(lab.Step{Actor: "client-2", Action: "hang up in line", Outcome: lab.Lost, Note: "its place is given up"})
+		require.Equal(x, 1, inUse(x, a), "leaving the line took no permit")
+		gate.Release()
+		require.Equal(x, http.StatusCreated, (<-firstDone).Status)
+		x.Step(lab.Step{Actor: "client-1", Action: "hold commits", Outcome: lab.Accepted})
+		require.Equal(x, 0, inUse(x, a))
+		r := a.Do(x, holdReq(second, labSKU, "fs02-second"))
+		require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
+		x.Step(lab.Step{Actor: "client-2", Action: "retry hold", Outcome: lab.Accepted})
+		require.Equal(x, 2, a.Count(x, `SELECT count(*) FROM flashsale_reservation`))
+		require.Equal(x, 1, int(a.Gauge(x, "fencelab_flashsale_reservation_ops_in_db_peak")))
+	},
+}
+
+// KeyBelongsToItsReservation is FS-03: a request key belongs to the
+// reservation it made. The same key from another user, or for another
+// SKU, is a 422 and writes nothing; the owner still gets its reservation.
+var KeyBelongsToItsReservation = lab.Experiment{
+	ID:         "reservations/key-belongs-to-its-reservation",
+	Test:       "TestFS03SameKeyFromAnotherUserOrSKUIs422",
+	Claim:      "a request key belongs to the reservation it made: from another user or for another SKU it is a 422 and writes nothing",
+	Invariants: []string{Module},
+	Run: func(x *lab.X) {
+		a := labSale(x, nil)
+		_, err := a.Pool.Exec(context.Background(), `INSERT INTO flashsale_sku (sku, total, available) VALUES ('sku-lab-02', 5, 5)`)
+		require.NoError(x, err)
+		owner, other := a.Token(x, "user-0042", httpx.RoleUser), a.Token(x, "user-0043", httpx.RoleUser)
+		const key = "fs03-shared-key"
+		r := a.Do(x, holdReq(owner, labSKU, key))
+		require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
+		var mine Reservation
+		r.JSON(x, &mine)
+		x.Step(lab.Step{Actor: "user-0042", Action: "hold with key " + key, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", mine.ID)})
+		for _, c := range []struct {
+			actor string
+			req   lab.Req
+		}{
+			{"user-0043", holdReq(other, labSKU, key)},
+			{"user-0043", holdReq(other, "sku-lab-02", key)},
+			{"user-0042", holdReq(owner, "sku-lab-02", key)},
+			{"user-0043", lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations", Token: other,
+				Body: `{"sku":"sku-lab-01"}`, Headers: map[string]string{"Idempotency-Key": key}}},
+		} {
+			r := a.Do(x, c.req)
+			x.Step(lab.Step{Actor: c.actor, Action: "hold with the same key", Outcome: lab.Refused, Note: fmt.Sprintf("%d %s", r.Status, r.Code())})
+			require.Equal(x, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+			require.Equal(x, "request_key_reused", r.Code())
+		}
+		for _, req := range []lab.Req{
+			holdReq(owner, labSKU, key),
+			{Method: http.MethodPost, Path: "/flashsale/reservations", Token: owner, Body: `{"sku":"sku-lab-01"}`, Headers: map[string]string{"Idempotency-Key": key}},
+			{Method: http.MethodPost, Path: "/flashsale/reservations", Token: owner, Body: `{"sku":"sku-lab-01"}`, Headers: map[string]string{"Idempotency-Key": `"` + key + `"`}},
+		} {
+			r := a.Do(x, req)
+			require.Equal(x, http.StatusOK, r.Status, string(r.Body))
+			var got Reservation
+			r.JSON(x, &got)
+			require.Equal(x, mine, got)
+			x.Step(lab.Step{Actor: "user-0042", Action: "hold again with its key", Outcome: lab.Replayed, Note: fmt.Sprintf("reservation %d", got.ID)})
+		}
+		require.Equal(x, 1, a.Count(x, `SELECT count(*) FROM flashsale_reservation`))
+		require.Equal(x, labUnits-1, available(x, a, labSKU))
+		require.Equal(x, 5, available(x, a, "sku-lab-02"))
+	},
+}
+
+// BoundedAdmission is FS-04: limit 8, wait line 16, 200 simultaneous
+// buyers. Every admitted hold is held inside the database (a fault point
+// before its commit) until the rest are seen: 8 in the database, 16
+// waiting, and the other 176 already answered 503 + Retry-After without
+// waiting for any database work. Then the holds go ahead: 24 HELD.
+var BoundedAdmission = lab.Experiment{
+	ID:         "reservations/bounded-admission",
+	Test:       "TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce",
+	Claim:      "limit 8, line 16, 200 buyers at once: 8 in the database, 16 waiting, 176 answered 503 at once; never more than 8 in the database",
+	Invariants: []string{Module},
+	Run: func(x *lab.X) {
+		const limit, line, buyers = 8, 16, 200
+		a := labSale(x, map[string]string{EnvLimit: fmt.Sprint(limit), EnvWaitLine: fmt.Sprint(line), EnvMaxWait: "0s"})
+		proceed := make(chan struct{})
+		a.Faults.ArmFunc(PointHoldBeforeCommit, func(ctx context.Context, _ string) error {
+			select { // every hold waits here, its unit taken, until the experiment says go
+			case <-proceed:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		type answer struct {
+			i   int
+			r   lab.Response
+			err error
+		}
+		answers := make(chan answer, buyers)
+		gate := make(chan struct{})
+		var ready sync.WaitGroup
+		for i := range buyers {
+			ready.Add(1)
+			tok := a.Token(x, fmt.Sprintf("user-%04d", i+1), httpx.RoleUser)
+			go func() {
+				ready.Done()
+				<-gate
+				r, err := a.Send(context.Background(), holdReq(tok, labSKU, fmt.Sprintf("fs04-%04d", i+1)))
+				answers <- answer{i, r, err}
+			}()
+		}
+		ready.Wait()
+		close(gate)
+		for range buyers - limit - line {
+			ans := <-answers
+			require.NoError(x, ans.err)
+			x.Step(lab.Step{Actor: fmt.Sprintf("buyer-%03d", ans.i+1), Action: "hold", Outcome: lab.Refused,
+				Note: fmt.Sprintf("%d %s, Retry-After %s", ans.r.Status, ans.r.Code(), ans.r.Header.Get("Retry-After"))})
+			require.Equal(x, http.StatusServiceUnavailable, ans.r.Status, string(ans.r.Body))
+			require.Equal(x, "overloaded", ans.r.Code())
+			require.Equal(x, "1", ans.r.Header.Get("Retry-After"))
+		}
+		lab.WaitFor(x, 10*time.Second, "8 in the database and 16 in line", func() bool { return inUse(x, a) == limit && waiting(x, a) == line })
+		x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("%d holds inside the database, %d waiting, %d answered 503", limit, line, buyers-limit-line)})
+		select {
+		case ans := <-answers:
+			x.Fatalf("an answer beyond the overflow arrived while every hold was held: %d %s", ans.r.Status, ans.r.Body)
+		default:
+		}
+		close(proceed)
+		for range limit + line {
+			ans := <-answers
+			require.NoError(x, ans.err)
+			x.Step(lab.Step{Actor: fmt.Sprintf("buyer-%03d", ans.i+1), Action: "hold", Outcome: lab.Accepted})
+			require.Equal(x, http.StatusCreated, ans.r.Status, string(ans.r.Body))
+		}
+		peak := int(a.Gauge(x, "fencelab_flashsale_reservation_ops_in_db_peak"))
+		x.Figure("held", limit+line)
+		x.Figure("refused_at_once", buyers-limit-line)
+		x.Figure("peak_in_db", peak)
+		require.Equal(x, limit, peak, "never more than the limit in the database")
+		require.Equal(x, 0, inUse(x, a))
+		require.Equal(x, labUnits-limit-line, available(x, a, labSKU))
+	},
 }
