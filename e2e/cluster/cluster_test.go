@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -29,7 +30,18 @@ import (
 	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
-func TestMain(m *testing.M) { e2etest.Main(m) }
+// TestMain lets the three experiments run at once even where -parallel
+// defaults to 2 (GOMAXPROCS on the 2-core machine): each spends most of its
+// time waiting on its own cluster's processes, not on this one's CPU.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if p := flag.Lookup("test.parallel"); p != nil && p.Value.String() != "" {
+		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < 3 {
+			_ = p.Value.Set("3")
+		}
+	}
+	e2etest.Main(m)
+}
 
 // lifetime bounds every process a test starts: even if the test binary is
 // killed before its cleanup runs, the cluster stops by itself.
