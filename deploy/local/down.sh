@@ -25,6 +25,12 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+# up.sh moves the default directory to /var/tmp when the postgres user
+# cannot reach the repository; it leaves a pointer behind.
+if [ "$dir" = "$repo/.fencelab/local-cluster" ] && [ ! -f "$dir/pids" ] && [ -f "$repo/.fencelab/local-cluster.dir" ]; then
+  dir=$(cat "$repo/.fencelab/local-cluster.dir")
+fi
+
 alive() { kill -0 -- "-$1" 2>/dev/null; }
 
 # stop_groups PGID...: TERM, wait up to $grace seconds, KILL.
@@ -73,5 +79,10 @@ for pidfile in "$dir"/pg/node*/data/postmaster.pid; do
   fi
 done
 
-if [ "$purge" = 1 ]; then rm -rf "$dir"; fi
+if [ "$purge" = 1 ]; then
+  rm -rf "$dir"
+  if [ -f "$repo/.fencelab/local-cluster.dir" ] && [ "$(cat "$repo/.fencelab/local-cluster.dir")" = "$dir" ]; then
+    rm -f "$repo/.fencelab/local-cluster.dir"
+  fi
+fi
 echo "fencelab local cluster in $dir stopped"

@@ -86,25 +86,43 @@ p_api0=$((base + 20)) p_api1=$((base + 21))
 p_db=$((base + 30)) p_http=$((base + 31)) p_stats=$((base + 32))
 p_serve=($((base + 40)) $((base + 41)) $((base + 42)))
 
-if [ -f "$dir/pids" ]; then
-  echo "up: $dir/pids exists: run deploy/local/down.sh --dir $dir first" >&2
-  exit 2
-fi
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
-# PostgreSQL refuses to run as root: Patroni (and so postgres) runs as the
-# postgres user, in data directories it owns under a 0755 parent that every
-# directory above must let it traverse.
-chmod 0755 "$dir"
-mkdir -p "$dir/etcd" "$dir/pg" "$dir/log" "$dir/app"
-chmod 0755 "$dir/pg" "$dir/log"
+default_dir="$repo/.fencelab/local-cluster"
 asdb=()
 if [ "$(id -u)" = 0 ]; then
-  chown postgres:postgres "$dir/pg"
   # setpriv execs Patroni as postgres in place; runuser would stay as its
   # parent and SIGKILL it 2 s after a SIGTERM, mid-shutdown.
   asdb=(setpriv --reuid=postgres --regid=postgres --init-groups env HOME=/var/lib/postgresql USER=postgres)
 fi
+# PostgreSQL refuses to run as root: Patroni (and so postgres) runs as the
+# postgres user, in data directories it owns under a 0755 parent that every
+# directory above must let it traverse. A clone under /root cannot be
+# traversed: the default directory then moves to /var/tmp (down.sh finds it
+# through .fencelab/local-cluster.dir).
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+if [ ${#asdb[@]} -gt 0 ] && ! "${asdb[@]}" test -x "$dir/.." 2>/dev/null; then
+  if [ "$dir" != "$default_dir" ]; then
+    echo "up: the postgres user cannot reach $dir (a parent directory is not world-traversable); choose another --dir" >&2
+    exit 2
+  fi
+  rmdir "$dir" 2>/dev/null || true
+  dir=/var/tmp/fencelab-local-$base
+  mkdir -p "$dir" "$repo/.fencelab"
+  echo "$dir" >"$repo/.fencelab/local-cluster.dir"
+  echo "up: $repo is not reachable by the postgres user; the cluster lives in $dir" >&2
+fi
+# Patroni's spawned postmaster chdirs back to the working directory it
+# inherited: start everything from inside the cluster's directory.
+if [ -n "$bin" ]; then bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin"); fi
+cd "$dir"
+if [ -f "$dir/pids" ]; then
+  echo "up: $dir/pids exists: run deploy/local/down.sh --dir $dir first" >&2
+  exit 2
+fi
+chmod 0755 "$dir"
+mkdir -p "$dir/etcd" "$dir/pg" "$dir/log" "$dir/app"
+chmod 0755 "$dir/pg" "$dir/log"
+if [ ${#asdb[@]} -gt 0 ]; then chown postgres:postgres "$dir/pg"; fi
 : >"$dir/pids"
 
 # start NAME CMD...: one process group bounded by timeout(1) (SIGTERM at
