@@ -111,6 +111,13 @@ if [ ${#asdb[@]} -gt 0 ] && ! "${asdb[@]}" test -x "$dir/.." 2>/dev/null; then
   echo "$dir" >"$repo/.fencelab/local-cluster.dir"
   echo "up: $repo is not reachable by the postgres user; the cluster lives in $dir" >&2
 fi
+# Build the app before anything starts, so a failed build leaves nothing
+# running.
+if [ "$app" = 1 ] && [ -z "$bin" ]; then
+  echo "up: building fencelab" >&2
+  bin="$dir/fencelab"
+  (cd "$repo" && go build -o "$bin" ./cmd/fencelab)
+fi
 # Patroni's spawned postmaster chdirs back to the working directory it
 # inherited: start everything from inside the cluster's directory.
 if [ -n "$bin" ]; then bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin"); fi
@@ -360,10 +367,6 @@ EOF
 chmod 0600 "$dir/env"
 
 if [ "$app" = 1 ]; then
-  if [ -z "$bin" ]; then
-    bin="$dir/fencelab"
-    (cd "$repo" && go build -o "$bin" ./cmd/fencelab)
-  fi
   # Every replica and worker shares one data directory, so the upload
   # module's blob store (<data-dir>/upload) is the same for all of them.
   appenv=(env DATABASE_URL="$dburl" FENCELAB_TOKEN_SECRET="$token_secret" FENCELAB_DATA_DIR="$dir/app"
