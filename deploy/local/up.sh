@@ -111,13 +111,6 @@ if [ ${#asdb[@]} -gt 0 ] && ! "${asdb[@]}" test -x "$dir/.." 2>/dev/null; then
   echo "$dir" >"$repo/.fencelab/local-cluster.dir"
   echo "up: $repo is not reachable by the postgres user; the cluster lives in $dir" >&2
 fi
-# Build the app before anything starts, so a failed build leaves nothing
-# running.
-if [ "$app" = 1 ] && [ -z "$bin" ]; then
-  echo "up: building fencelab" >&2
-  bin="$dir/fencelab"
-  (cd "$repo" && go build -o "$bin" ./cmd/fencelab)
-fi
 # Patroni's spawned postmaster chdirs back to the working directory it
 # inherited: start everything from inside the cluster's directory.
 if [ -n "$bin" ]; then bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin"); fi
@@ -125,6 +118,13 @@ cd "$dir"
 if [ -f "$dir/pids" ]; then
   echo "up: $dir/pids exists: run deploy/local/down.sh --dir $dir first" >&2
   exit 2
+fi
+# Build the app before anything starts, so a failed build leaves nothing
+# running.
+if [ "$app" = 1 ] && [ -z "$bin" ]; then
+  echo "up: building fencelab" >&2
+  bin="$dir/fencelab"
+  (cd "$repo" && go build -o "$bin" ./cmd/fencelab)
 fi
 chmod 0755 "$dir"
 mkdir -p "$dir/etcd" "$dir/pg" "$dir/log" "$dir/app"
