@@ -78,7 +78,7 @@ func requirePackages(t *testing.T) {
 // startCluster runs deploy/local/up.sh with its own ports and directory,
 // and registers deploy/local/down.sh --kill --purge before anything starts,
 // so every process goes away even when the test fails half-way.
-func startCluster(t *testing.T, mode string, basePort int) *cluster {
+func startCluster(t *testing.T, mode string, basePort int, env ...string) *cluster {
 	t.Helper()
 	requirePackages(t)
 	bin := e2etest.Binary(t)
@@ -90,7 +90,7 @@ func startCluster(t *testing.T, mode string, basePort int) *cluster {
 	script := func(name string, args ...string) *exec.Cmd {
 		cmd := exec.Command("bash", append([]string{filepath.Join(root, "deploy/local", name)}, args...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Env = childEnv()
+		cmd.Env = append(childEnv(), env...)
 		return cmd
 	}
 	t.Cleanup(func() {

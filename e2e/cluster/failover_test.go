@@ -22,8 +22,9 @@ import (
 // crash, nothing acknowledged is missing and no fence goes backwards.
 func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, "sync", 19200)
-	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, holders: 2})
+	tool, toolEnv := startTool(t, 19250)
+	c := startCluster(t, "sync", 19200, toolEnv)
+	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, starters: 1, holders: 2})
 	ld.waitAcks(t, 40, 20*time.Second)
 
 	old := c.primary()
@@ -50,10 +51,14 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 
 	before, again := log.reissued(t0)
 	require.Empty(t, again, "every fence granted after the failover exceeds %d, the largest granted before", before)
+	waitWorkflows(t, c)
+	jobs, orphans := workflowEffects(t, c, tool)
+	require.Positive(t, jobs)
+	require.Empty(t, orphans, "no tool effect without its workflow job")
 	res, _ := porcupine.CheckOperationsVerbose(fenceModel, log.ops, time.Minute)
 	require.Equal(t, porcupine.Ok, res, "the lease history of %d operations is linearizable", len(log.ops))
 
-	invariant.Assert(t, c.db, "points", "flashsale", "lease")
+	invariant.Assert(t, c.db, "points", "flashsale", "lease", "claim")
 }
 
 // The naive version: asynchronous replication, with the standby held
@@ -66,8 +71,9 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 // invariants still hold: a lost suffix is a consistent state.
 func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, "async", 19300)
-	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, holders: 2})
+	tool, toolEnv := startTool(t, 19350)
+	c := startCluster(t, "async", 19300, toolEnv)
+	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, starters: 1, holders: 2})
 	ld.waitAcks(t, 40, 20*time.Second)
 
 	old := c.primary()
@@ -110,11 +116,14 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	require.NotEmpty(t, j.missing, "acknowledged writes the promoted standby never received are lost")
 	require.Empty(t, j.doubled, "none is applied twice")
 	require.NotEmpty(t, again, "a fence at or below %d, the largest granted before the crash, is granted again", before)
+	waitWorkflows(t, c)
+	jobs, orphans := workflowEffects(t, c, tool)
+	t.Logf("  workflows: %d jobs, each one effect; %d tool effects whose job the promoted standby never had", jobs, len(orphans))
 	t.Logf("  reissued fences (largest before the crash %d): %v", before, again)
 	res := porcupine.CheckOperations(fenceModel, log.ops)
 	require.False(t, res, "the lease history check rejects the reissued fence")
 
-	invariant.Assert(t, c.db, "points", "flashsale", "lease")
+	invariant.Assert(t, c.db, "points", "flashsale", "lease", "claim")
 }
 
 // A serve replica dies mid-load (SIGKILL to its process group). HAProxy
@@ -154,7 +163,7 @@ func byKind(acks []ack) string {
 	for _, a := range acks {
 		n[a.kind]++
 	}
-	return fmt.Sprintf("debit=%d hold=%d", n["debit"], n["hold"])
+	return fmt.Sprintf("debit=%d hold=%d workflow=%d", n["debit"], n["hold"], n["workflow"])
 }
 
 // waitPromotion waits for Patroni to promote the node that is not old.

@@ -87,7 +87,7 @@ type load struct {
 const giveUp = 25 * time.Second
 
 // spec sizes a load.
-type spec struct{ debitors, buyers, holders int }
+type spec struct{ debitors, buyers, starters, holders int }
 
 // sku is the flash-sale item the buyers hold; its stock outlasts any run.
 const sku = "sku-failover"
@@ -142,6 +142,18 @@ func startLoad(t *testing.T, c *cluster, sp spec) *load {
 			})
 		}()
 	}
+	svc := c.token(t, "svc-cluster", httpx.RoleService)
+	for i := range sp.starters {
+		ld.wg.Add(1)
+		go func() {
+			defer ld.wg.Done()
+			ld.keyed("workflow", func(n int) (string, string, lab.Req) {
+				key := fmt.Sprintf("wf-%02d-%05d", i, n)
+				return "svc-cluster", key, lab.Req{Method: "POST", Path: "/workflows", Token: svc,
+					Body: map[string]any{"business_key": key, "input": map[string]int{"n": n}}}
+			})
+		}()
+	}
 	leases := lease.New(c.db)
 	for i := range sp.holders {
 		ld.wg.Add(1)
@@ -167,7 +179,7 @@ func (ld *load) report(err error) {
 }
 
 // keyed runs one client: request n is next(n) — its client id, key and
-// request — retried with the same key until it is acknowledged (201/200
+// request — retried with the same key until it is acknowledged (201/202/200
 // with the id of what it made) or giveUp passes.
 func (ld *load) keyed(kind string, next func(n int) (client, key string, req lab.Req)) {
 	for n := 0; !ld.stopped(); n++ {
@@ -177,13 +189,18 @@ func (ld *load) keyed(kind string, next func(n int) (client, key string, req lab
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			r, err := ld.c.app.Send(ctx, req)
 			cancel()
-			ok := err == nil && (r.Status == http.StatusCreated || r.Status == http.StatusOK)
+			ok := err == nil && (r.Status == http.StatusCreated || r.Status == http.StatusOK || r.Status == http.StatusAccepted)
 			switch {
 			case ok:
 				var made struct {
-					ID int64 `json:"id"`
+					ID    int64 `json:"id"`
+					JobID int64 `json:"job_id"` // POST /workflows
 				}
-				if jerr := json.Unmarshal(r.Body, &made); jerr != nil || made.ID == 0 {
+				jerr := json.Unmarshal(r.Body, &made)
+				if made.ID == 0 {
+					made.ID = made.JobID
+				}
+				if jerr != nil || made.ID == 0 {
 					ld.report(fmt.Errorf("%s %s: acknowledged with an unreadable body %q", kind, key, r.Body))
 					return
 				}
@@ -319,6 +336,11 @@ SELECT k.ord::int, count(r.id), coalesce(min(r.id), 0)
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(client, key, ord)
   LEFT JOIN flashsale_reservation r ON r.user_id = k.client AND r.request_key = k.key
  GROUP BY k.ord`,
+	"workflow": `
+SELECT k.ord::int, count(j.id), coalesce(min(j.id), 0)
+  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(client, key, ord)
+  LEFT JOIN job j ON j.kind = 'workflow' AND j.business_key = k.key
+ GROUP BY k.ord`,
 }
 
 // join joins the acknowledgements of every kind against their tables.
@@ -375,8 +397,9 @@ func effectsMatchKeys(t *testing.T, c *cluster, log *clientLog) {
 		acked[a.kind]++
 	}
 	for kind, sql := range map[string]string{
-		"debit": `SELECT count(*), count(DISTINCT (client_id, idem_key)) FROM points_ledger_txn WHERE kind = 'debit'`,
-		"hold":  `SELECT count(*), count(DISTINCT (user_id, request_key)) FROM flashsale_reservation`,
+		"debit":    `SELECT count(*), count(DISTINCT (client_id, idem_key)) FROM points_ledger_txn WHERE kind = 'debit'`,
+		"hold":     `SELECT count(*), count(DISTINCT (user_id, request_key)) FROM flashsale_reservation`,
+		"workflow": `SELECT count(*), count(DISTINCT business_key) FROM job WHERE kind = 'workflow'`,
 	} {
 		var rows, keys int
 		require.NoError(t, c.db.QueryRow(context.Background(), sql).Scan(&rows, &keys))
