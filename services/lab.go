@@ -3,12 +3,14 @@ package services
 import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services/points"
+	"github.com/fencelab/fencelab/services/report"
 )
 
 // Experiments lists every module's experiments in the book's chapter order.
 func Experiments() []lab.Experiment {
 	var all []lab.Experiment
 	for _, list := range [][]lab.Experiment{
+		report.Experiments,
 		points.Experiments,
 	} {
 		all = append(all, list...)

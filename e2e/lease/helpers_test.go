@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/report"
@@ -62,45 +61,4 @@ func grantsOf(t *testing.T, db pg.Querier, name string) []grant {
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[grant])
 	require.NoError(t, err)
 	return out
-}
-
-type write struct {
-	Holder string
-	Fence  int64
-}
-
-func writesOf(t *testing.T, db pg.Querier, d time.Time) []write {
-	t.Helper()
-	rows, err := db.Query(ctx, `SELECT holder, fence FROM report_write WHERE report_date = $1 ORDER BY id`, d)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[write])
-	require.NoError(t, err)
-	return out
-}
-
-// unfencedOutput is report_output without the resource-side check: the
-// same upsert and write log as report.FencedOutput, minus lease.Guard and
-// minus the row's own fence condition, so the last writer wins. It exists
-// only to show what the lease alone cannot prevent.
-type unfencedOutput struct{ db pg.Querier }
-
-func (o unfencedOutput) Write(ctx context.Context, l lease.Lease, r report.Report) (report.Report, error) {
-	err := o.db.QueryRow(ctx, `
-		WITH written AS (
-		    INSERT INTO report_output (report_date, content, written_fence, written_by, written_at)
-		    VALUES ($1, $2, $3, $4, now())
-		    ON CONFLICT (report_date) DO UPDATE SET
-		        content = excluded.content, written_fence = excluded.written_fence,
-		        written_by = excluded.written_by, written_at = excluded.written_at
-		    RETURNING report_date, written_fence, written_by, written_at
-		), logged AS (
-		    INSERT INTO report_write (report_date, fence, holder, written_at)
-		    SELECT report_date, written_fence, written_by, written_at FROM written
-		)
-		SELECT written_at FROM written`, r.Date, r.Content, l.Fence, l.Holder).Scan(&r.WrittenAt)
-	if err != nil {
-		return report.Report{}, err
-	}
-	r.Fence, r.WrittenBy = l.Fence, l.Holder
-	return r, nil
 }
