@@ -4,6 +4,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services/points"
 	"github.com/fencelab/fencelab/services/report"
+	"github.com/fencelab/fencelab/services/workflow"
 )
 
 // Experiments lists every module's experiments in the book's chapter order.
@@ -11,6 +12,7 @@ func Experiments() []lab.Experiment {
 	var all []lab.Experiment
 	for _, list := range [][]lab.Experiment{
 		report.Experiments,
+		workflow.Experiments,
 		points.Experiments,
 	} {
 		all = append(all, list...)
