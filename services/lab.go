@@ -3,6 +3,7 @@ package services
 import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
+	"github.com/fencelab/fencelab/services/ops"
 	"github.com/fencelab/fencelab/services/points"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/workflow"
@@ -14,6 +15,7 @@ func Experiments() []lab.Experiment {
 	for _, list := range [][]lab.Experiment{
 		report.Experiments,
 		workflow.Experiments,
+		ops.Experiments,
 		points.Experiments,
 		reserve.Experiments,
 	} {
