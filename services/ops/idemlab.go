@@ -28,7 +28,7 @@ import (
 )
 
 // Experiments are the idem and outbox chapters' runnable claims.
-var Experiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest}
+var Experiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest, OutboxRedelivery, OutboxTwoProcesses}
 
 // idemSchema is the demo's own effect: a debit that moves a balance and
 // writes one effect row. demo_effect has no unique key on purpose — if a
