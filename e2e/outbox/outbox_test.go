@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -73,5 +72,5 @@ func TestOutboxConsumersEndpointIsAdminOnly(t *testing.T) {
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "ok    OUTBOX-I2")
 	require.Regexp(t, `outbox\.demo\s+outbox\.demo\s+\(0,0\)\s+0\s+100\s`, string(out))
-	invariant.Assert(t, a.Pool, "outbox")
+	e2etest.Assert(t, a.Pool, "outbox")
 }
