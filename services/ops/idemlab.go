@@ -1,8 +1,8 @@
-// Package ops holds the experiments of the book's core chapters whose
-// library has no demo module of its own: idempotency keys (chapter 3) and
-// the transactional outbox (chapter 4). Each builds the smallest honest
-// demo on its scratch database — a debit behind idem.Require, a consumer
-// behind outbox.Runner — and runs the chapter's timeline against it.
+// The idempotency chapter's experiments (chapter 3): core/idem has no demo
+// module of its own, so each builds the smallest honest demo on its
+// scratch database — a debit behind idem.Require — and runs the chapter's
+// timeline against it.
+
 package ops
 
 import (
@@ -27,8 +27,8 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 )
 
-// Experiments are the idem and outbox chapters' runnable claims.
-var Experiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest, OutboxRedelivery, OutboxTwoProcesses}
+// IdemExperiments are the idempotency chapter's runnable claims.
+var IdemExperiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest}
 
 // idemSchema is the demo's own effect: a debit that moves a balance and
 // writes one effect row. demo_effect has no unique key on purpose — if a

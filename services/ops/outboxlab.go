@@ -19,6 +19,9 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 )
 
+// OutboxExperiments are the outbox chapter's runnable claims.
+var OutboxExperiments = []lab.Experiment{OutboxRedelivery, OutboxTwoProcesses}
+
 // OutboxRedelivery: ten events of the demo topic. The consumer's first
 // batch crashes before its commit (a fault point): its effects, its inbox
 // rows and its position roll back together, so the restarted consumer
