@@ -19,7 +19,7 @@ import (
 )
 
 // Experiments are the lease chapter's runnable claims (fencelab lab run …).
-var Experiments = []lab.Experiment{PausedHolder, TwoProcesses}
+var Experiments = []lab.Experiment{PausedHolder, TwoProcesses, WatchdogKeepsAlive, WatchdogCancelsOnLoss}
 
 // labDay is the day every lease experiment reports on: pinned, so no run
 // depends on the calendar.
@@ -290,4 +290,152 @@ func labPool(x *lab.X, db string) *pgxpool.Pool {
 	require.NoError(x, err)
 	x.Cleanup(pool.Close)
 	return pool
+}
+
+// WatchdogKeepsAlive: a task that runs for twice its lease's TTL, by the
+// database clock, keeps the lease throughout: the watchdog renews it every
+// TTL/3, a competitor is refused every time it asks, and the fence never
+// changes. The wait here is the claim itself (the task is long), not a
+// stand-in for a boundary; the margin is two renewal intervals.
+var WatchdogKeepsAlive = lab.Experiment{
+	ID:         "lease/watchdog-keeps-alive",
+	Test:       "TestWatchdogKeepsALongTaskAlive",
+	Claim:      "a task twice as long as its lease keeps it: the watchdog renews at TTL/3 under one fence, and a competitor is refused throughout",
+	Invariants: []string{"lease"},
+	Run:        runWatchdogKeepsAlive,
+}
+
+func runWatchdogKeepsAlive(x *lab.X) {
+	ctx := context.Background()
+	pool := labPool(x, x.Database())
+	leases := lease.New(pool)
+	const ttl = 1200 * time.Millisecond
+
+	l, err := leases.Acquire(ctx, "long-task", "worker-a", ttl)
+	require.NoError(x, err)
+	taskCtx, w, err := leases.Watch(ctx, l, 0)
+	require.NoError(x, err)
+	x.Step(lab.Step{Actor: "worker-a", Action: fmt.Sprintf("acquire long-task (TTL %v), start the watchdog (renews every TTL/3)", ttl), Outcome: lab.Accepted, Fence: l.Fence})
+
+	// The long task: work in small steps until the database clock is a
+	// full TTL past the lease's original expiry.
+	refused := 0
+	for {
+		require.NoError(x, taskCtx.Err(), "the task's context must stay open while the lease is renewed")
+		var done bool
+		require.NoError(x, pool.QueryRow(ctx, `SELECT now() > $1::timestamptz + $2 * interval '1 microsecond'`,
+			l.ExpiresAt, ttl.Microseconds()).Scan(&done))
+		if done {
+			break
+		}
+		_, err := leases.Acquire(ctx, "long-task", "worker-b", ttl)
+		require.ErrorIs(x, err, lease.ErrHeld, "a competitor must never get a lease the watchdog keeps")
+		if refused%10 == 0 {
+			x.Step(lab.Step{Actor: "worker-b", Action: "acquire long-task", Outcome: lab.Refused, Note: fmt.Sprintf("%d renewals so far", w.Renewals())})
+		}
+		refused++
+		time.Sleep(50 * time.Millisecond) // the task's own pace
+	}
+	require.NoError(x, taskCtx.Err())
+	last, err := w.Stop()
+	require.NoError(x, err, "nothing was lost")
+	require.ErrorIs(x, context.Cause(taskCtx), context.Canceled, "Stop ends the task's context, without a loss")
+	x.Step(lab.Step{Actor: "worker-a", Action: "task done, two TTLs after it began; stop the watchdog", Outcome: lab.Accepted, Fence: last.Fence,
+		Note: fmt.Sprintf("%d renewals; worker-b refused %d times", w.Renewals(), refused)})
+	require.GreaterOrEqual(x, w.Renewals(), 4, "renewed at TTL/3 over two TTLs")
+	require.Equal(x, l.Fence, last.Fence, "renewal keeps the fence")
+	require.True(x, last.ExpiresAt.After(l.ExpiresAt.Add(ttl)), "the lease now expires later than the task's original deadline")
+	require.Positive(x, refused)
+
+	st, err := leases.Get(ctx, "long-task")
+	require.NoError(x, err)
+	require.Equal(x, "worker-a", st.Holder)
+	require.Equal(x, l.Fence, st.Fence)
+	var grants int
+	require.NoError(x, pool.QueryRow(ctx, `SELECT count(*) FROM lease_grant WHERE name = 'long-task'`).Scan(&grants))
+	require.Equal(x, 1, grants, "one grant, renewed; never re-acquired")
+	x.Step(lab.Step{Actor: "db", Action: "re-read: long-task held by worker-a, one grant", Fence: st.Fence})
+	x.Figure("renewals", w.Renewals())
+	x.Figure("competitor_refused", refused)
+	x.Figure("grants", grants)
+}
+
+// WatchdogCancelsOnLoss: when the lease is lost — taken by another holder
+// after an expiry, merely expired, or re-taken by its own holder — the
+// next renewal fails and the task's context is cancelled with ErrLost. The
+// lease's TTL is an hour and the watchdog's interval 20 ms, so "promptly"
+// is measured in renewals, not in TTLs.
+var WatchdogCancelsOnLoss = lab.Experiment{
+	ID:         "lease/watchdog-cancels-on-loss",
+	Test:       "TestWatchdogCancelsOnLoss",
+	Claim:      "a watched task whose lease is lost (taken over, expired, re-taken) is cancelled with ErrLost at the next renewal",
+	Invariants: []string{"lease"},
+	Run:        runWatchdogCancelsOnLoss,
+}
+
+func runWatchdogCancelsOnLoss(x *lab.X) {
+	ctx := context.Background()
+	pool := labPool(x, x.Database())
+	leases := lease.New(pool)
+	expire := func(l lease.Lease) {
+		tag, err := pool.Exec(ctx, `UPDATE lease SET expires_at = now() WHERE name = $1 AND fence = $2`, l.Name, l.Fence)
+		require.NoError(x, err)
+		require.EqualValues(x, 1, tag.RowsAffected())
+	}
+	cases := []struct {
+		name    string
+		lose    func(l lease.Lease) string
+		holder  string // the lease row's holder afterwards
+		regrant bool   // whether a new grant moved the fence
+	}{
+		{"taken over", func(l lease.Lease) string {
+			expire(l)
+			_, err := leases.Acquire(ctx, l.Name, "worker-b", time.Hour)
+			require.NoError(x, err)
+			return "expire (SQL); worker-b acquires"
+		}, "worker-b", true},
+		{"expired", func(l lease.Lease) string {
+			expire(l)
+			return "expire (SQL)"
+		}, "worker-a", false},
+		{"re-taken by its own holder", func(l lease.Lease) string {
+			_, err := leases.Acquire(ctx, l.Name, l.Holder, time.Hour)
+			require.NoError(x, err)
+			return "worker-a acquires again (a new grant)"
+		}, "worker-a", true},
+	}
+	for _, c := range cases {
+		name := "watched:" + c.name
+		l, err := leases.Acquire(ctx, name, "worker-a", time.Hour)
+		require.NoError(x, err)
+		taskCtx, w, err := leases.Watch(ctx, l, 20*time.Millisecond)
+		require.NoError(x, err)
+		lab.WaitFor(x, 10*time.Second, "the first renewal", func() bool { return w.Renewals() >= 1 })
+		require.NoError(x, taskCtx.Err())
+		x.Step(lab.Step{Actor: "worker-a", Action: "acquire " + name + ", watchdog renewing every 20ms", Outcome: lab.Accepted, Fence: l.Fence})
+
+		how := c.lose(l)
+		x.Step(lab.Step{Actor: "db", Action: c.name + ": " + how})
+		select {
+		case <-taskCtx.Done():
+		case <-time.After(10 * time.Second):
+			x.Fatalf("the task's context was not cancelled after the lease was lost (%s)", c.name)
+		}
+		require.ErrorIs(x, context.Cause(taskCtx), lease.ErrLost)
+		_, err = w.Stop()
+		require.ErrorIs(x, err, lease.ErrLost)
+		x.Step(lab.Step{Actor: "worker-a", Action: "next renewal fails; the task's context is cancelled", Outcome: "cancelled", Fence: l.Fence, Note: context.Cause(taskCtx).Error()})
+
+		st, err := leases.Get(ctx, name)
+		require.NoError(x, err)
+		require.Equal(x, c.holder, st.Holder)
+		if c.regrant {
+			require.Greater(x, st.Fence, l.Fence)
+		} else {
+			require.Equal(x, l.Fence, st.Fence)
+			require.False(x, st.Live, "an expired lease is not renewed back to life")
+		}
+	}
+	x.Figure("losses", len(cases))
+	x.Figure("cancelled", len(cases))
 }
