@@ -11,17 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
-func post(t *testing.T, a *e2etest.App, path, token string) e2etest.Response {
+func post(t *testing.T, a *like.Lab, path, token string) e2etest.Response {
 	t.Helper()
 	return a.Do(t, e2etest.Req{Method: http.MethodPost, Path: path, Token: token})
 }
 
-func get(t *testing.T, a *e2etest.App, path, token string) e2etest.Response {
+func get(t *testing.T, a *like.Lab, path, token string) e2etest.Response {
 	t.Helper()
 	return a.Do(t, e2etest.Req{Method: http.MethodGet, Path: path, Token: token})
 }
@@ -34,7 +35,7 @@ func fact(t *testing.T, r e2etest.Response) like.Fact {
 	return f
 }
 
-func likes(t *testing.T, a *e2etest.App, item int64, token string) like.Likes {
+func likes(t *testing.T, a *like.Lab, item int64, token string) like.Likes {
 	t.Helper()
 	r := get(t, a, fmt.Sprintf("/social/items/%d/likes", item), token)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
@@ -48,8 +49,8 @@ func likes(t *testing.T, a *e2etest.App, item int64, token string) like.Likes {
 // events it reports until the counter runs, then is exact.
 func TestLikeAPIClicksAndTheCount(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
-	item := items(t, a, 1)[0]
+	a := like.StartLab(e2etest.X(t), lab.Options{})
+	item := a.Items(t, 1)[0]
 	u1, u2 := a.Token(t, "user-0001", httpx.RoleUser), a.Token(t, "user-0002", httpx.RoleUser)
 	path := func(op string) string { return fmt.Sprintf("/social/items/%d/%s", item, op) }
 
@@ -72,23 +73,23 @@ func TestLikeAPIClicksAndTheCount(t *testing.T) {
 	require.Equal(t, int64(3), l.ErrorBound)
 	require.True(t, l.Liked)
 	require.GreaterOrEqual(t, l.LagSeconds, 0.0)
-	e2etest.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, like.LabInvariants...)
 
-	catchUp(t, a)
+	a.CatchUp(t)
 	require.Equal(t, like.Likes{ItemID: item, Count: 1}, likes(t, a, item, u2))
 
 	// A recompute of one item finds it right.
 	admin := a.Token(t, "admin-1", httpx.RoleAdmin)
-	rc := recompute(t, a, admin, fmt.Sprintf("?item=%d", item))
+	rc := a.Recompute(t, admin, fmt.Sprintf("?item=%d", item))
 	require.Equal(t, like.Recount{Items: 1, Chunks: 1, Corrected: []like.Correction{}}, rc)
-	e2etest.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, like.LabInvariants...)
 }
 
 // TestLikeAPIRefusesBadInput: every client mistake is a 4xx problem.
 func TestLikeAPIRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
-	item := items(t, a, 1)[0]
+	a := like.StartLab(e2etest.X(t), lab.Options{})
+	item := a.Items(t, 1)[0]
 	user := a.Token(t, "user-0001", httpx.RoleUser)
 	admin := a.Token(t, "admin-1", httpx.RoleAdmin)
 	other, err := httpx.NewAuth([]byte("another-secret-0123456789"))
@@ -130,7 +131,7 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 	var facts int
 	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT count(*) FROM social_like`).Scan(&facts))
 	require.Zero(t, facts, "no refused request wrote a fact")
-	e2etest.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, like.LabInvariants...)
 }
 
 // TestLikeNeedsAccessCheck: liking, or reading the count of, a post you
@@ -138,30 +139,30 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 // withdrawing a like never is, so a block cannot trap one.
 func TestLikeNeedsAccessCheck(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := like.StartLab(e2etest.X(t), lab.Options{})
 	svc := rel.NewService(a.Pool, nil, nil)
 	ctx := context.Background()
-	self, err := svc.CreatePost(ctx, author, rel.PostRequest{Body: "mine only", Visibility: rel.Self})
+	self, err := svc.CreatePost(ctx, like.LabAuthor, rel.PostRequest{Body: "mine only", Visibility: rel.Self})
 	require.NoError(t, err)
-	public := items(t, a, 1)[0]
+	public := a.Items(t, 1)[0]
 	fan := a.Token(t, "user-0007", httpx.RoleUser)
 
 	r := post(t, a, fmt.Sprintf("/social/items/%d/like", self.PostID), fan)
 	require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
 	r = get(t, a, fmt.Sprintf("/social/items/%d/likes", self.PostID), fan)
 	require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
-	require.True(t, fact(t, post(t, a, fmt.Sprintf("/social/items/%d/like", self.PostID), a.Token(t, author, httpx.RoleUser))).Changed,
+	require.True(t, fact(t, post(t, a, fmt.Sprintf("/social/items/%d/like", self.PostID), a.Token(t, like.LabAuthor, httpx.RoleUser))).Changed,
 		"the author reads and likes a SELF post")
 
 	require.True(t, fact(t, post(t, a, fmt.Sprintf("/social/items/%d/like", public), fan)).Changed)
-	_, err = svc.Block(ctx, author, "user-0007")
+	_, err = svc.Block(ctx, like.LabAuthor, "user-0007")
 	require.NoError(t, err)
 	r = post(t, a, fmt.Sprintf("/social/items/%d/like", public), fan)
 	require.Equal(t, http.StatusForbidden, r.Status, "a block hides the post: %s", r.Body)
 	f := fact(t, post(t, a, fmt.Sprintf("/social/items/%d/unlike", public), fan))
 	require.True(t, f.Changed, "the like can still be withdrawn")
-	catchUp(t, a)
-	e2etest.Assert(t, a.Pool, likeInvariants...)
+	a.CatchUp(t)
+	e2etest.Assert(t, a.Pool, like.LabInvariants...)
 }
 
 // TestLIKEInvariantsCatchEachCorruption: each corruption, written behind
@@ -169,8 +170,8 @@ func TestLikeNeedsAccessCheck(t *testing.T) {
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
-	ids := items(t, a, 2)
+	a := like.StartLab(e2etest.X(t), lab.Options{})
+	ids := a.Items(t, 2)
 	svc := like.NewService(a.Pool, nil, nil, 0)
 	ctx := context.Background()
 	for _, u := range []string{"user-0001", "user-0002"} {
@@ -179,8 +180,8 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 	}
 	_, err := svc.Unlike(ctx, "user-0002", ids[0])
 	require.NoError(t, err)
-	catchUp(t, a)
-	e2etest.Assert(t, a.Pool, likeInvariants...)
+	a.CatchUp(t)
+	e2etest.Assert(t, a.Pool, like.LabInvariants...)
 	item := fmt.Sprint(ids[0])
 
 	for _, c := range []struct {
@@ -223,7 +224,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
 		}()
 	}
-	e2etest.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, like.LabInvariants...)
 }
 
 // TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip: the guard trigger
@@ -231,8 +232,8 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 // statements.
 func TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
-	item := items(t, a, 1)[0]
+	a := like.StartLab(e2etest.X(t), lab.Options{})
+	item := a.Items(t, 1)[0]
 	_, err := like.NewService(a.Pool, nil, nil, 0).Like(context.Background(), "user-0001", item)
 	require.NoError(t, err)
 	ctx := context.Background()
