@@ -21,90 +21,90 @@ import (
 // (401); nobody follows, approves or edits on another's behalf.
 func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	e := rel.StartLab(e2etest.X(t))
 	for _, u := range []string{"user-ownerp", "user-fan", "user-stranger", "user-c"} {
-		requireStatus(t, e.call(t, u, "PUT", "/social/me", map[string]any{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
+		rel.RequireStatus(t, e.Call(t, u, "PUT", "/social/me", map[string]any{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}
-	requireStatus(t, e.call(t, "user-fan", "POST", "/social/users/user-ownerp/follow", nil), http.StatusOK, "")
-	requireStatus(t, e.call(t, "user-ownerp", "POST", "/social/requests/user-fan/approve", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-fan", "POST", "/social/users/user-ownerp/follow", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-ownerp", "POST", "/social/requests/user-fan/approve", nil), http.StatusOK, "")
 	var followersOnly, public, self rel.Post
 	for v, dst := range map[rel.Visibility]*rel.Post{rel.Followers: &followersOnly, rel.Public: &public, rel.Self: &self} {
-		r := e.call(t, "user-ownerp", "POST", "/social/posts", rel.PostRequest{Body: "hello " + string(v), Visibility: v})
-		requireStatus(t, r, http.StatusCreated, "")
+		r := e.Call(t, "user-ownerp", "POST", "/social/posts", rel.PostRequest{Body: "hello " + string(v), Visibility: v})
+		rel.RequireStatus(t, r, http.StatusCreated, "")
 		r.JSON(t, dst)
 	}
 	path := func(p rel.Post) string { return fmt.Sprintf("/social/posts/%d", p.PostID) }
 
-	requireStatus(t, e.read(t, "user-fan", followersOnly.PostID), http.StatusOK, "")
-	requireStatus(t, e.read(t, "user-stranger", followersOnly.PostID), http.StatusForbidden, "forbidden")
-	requireStatus(t, e.read(t, "user-stranger", public.PostID), http.StatusOK, "")
-	requireStatus(t, e.read(t, "user-fan", self.PostID), http.StatusForbidden, "forbidden")
-	requireStatus(t, e.read(t, "user-ownerp", self.PostID), http.StatusOK, "")
-	requireStatus(t, e.read(t, "user-fan", 999999), http.StatusNotFound, "post_not_found")
-	requireStatus(t, e.call(t, "user-fan", "GET", "/social/posts/abc", nil), http.StatusBadRequest, "invalid_post_id")
+	rel.RequireStatus(t, e.Read(t, "user-fan", followersOnly.PostID), http.StatusOK, "")
+	rel.RequireStatus(t, e.Read(t, "user-stranger", followersOnly.PostID), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Read(t, "user-stranger", public.PostID), http.StatusOK, "")
+	rel.RequireStatus(t, e.Read(t, "user-fan", self.PostID), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Read(t, "user-ownerp", self.PostID), http.StatusOK, "")
+	rel.RequireStatus(t, e.Read(t, "user-fan", 999999), http.StatusNotFound, "post_not_found")
+	rel.RequireStatus(t, e.Call(t, "user-fan", "GET", "/social/posts/abc", nil), http.StatusBadRequest, "invalid_post_id")
 
 	// Tokens: forged (another secret), expired, missing, wrong role.
 	other, err := httpx.NewAuth([]byte("not-the-app-secret-0123456789"))
 	require.NoError(t, err)
 	forged, err := other.Mint("user-fan", httpx.RoleUser, time.Hour)
 	require.NoError(t, err)
-	requireStatus(t, e.a.Do(t, e2etest.Req{Method: "GET", Path: path(followersOnly), Token: forged}), http.StatusUnauthorized, "unauthorized")
-	requireStatus(t, e.a.Do(t, e2etest.Req{Method: "POST", Path: "/social/users/user-ownerp/follow", Token: forged}), http.StatusUnauthorized, "unauthorized")
-	requireStatus(t, e.a.Do(t, e2etest.Req{Method: "GET", Path: path(followersOnly)}), http.StatusUnauthorized, "unauthorized")
-	tampered := e.token(t, "user-stranger")
+	rel.RequireStatus(t, e.Do(t, e2etest.Req{Method: "GET", Path: path(followersOnly), Token: forged}), http.StatusUnauthorized, "unauthorized")
+	rel.RequireStatus(t, e.Do(t, e2etest.Req{Method: "POST", Path: "/social/users/user-ownerp/follow", Token: forged}), http.StatusUnauthorized, "unauthorized")
+	rel.RequireStatus(t, e.Do(t, e2etest.Req{Method: "GET", Path: path(followersOnly)}), http.StatusUnauthorized, "unauthorized")
+	tampered := e.UserToken(t, "user-stranger")
 	tampered = tampered[:len(tampered)-2] + map[bool]string{true: "AA", false: "BB"}[!strings.HasSuffix(tampered, "AA")]
-	requireStatus(t, e.a.Do(t, e2etest.Req{Method: "GET", Path: path(followersOnly), Token: tampered}), http.StatusUnauthorized, "unauthorized")
-	svc := e.a.Token(t, "svc-0001", httpx.RoleService)
-	requireStatus(t, e.a.Do(t, e2etest.Req{Method: "GET", Path: path(public), Token: svc}), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Do(t, e2etest.Req{Method: "GET", Path: path(followersOnly), Token: tampered}), http.StatusUnauthorized, "unauthorized")
+	svc := e.Token(t, "svc-0001", httpx.RoleService)
+	rel.RequireStatus(t, e.Do(t, e2etest.Req{Method: "GET", Path: path(public), Token: svc}), http.StatusForbidden, "forbidden")
 
 	// Acting for someone else: the follower is always the token's subject.
-	requireStatus(t, e.call(t, "user-stranger", "POST", "/social/users/user-ownerp/follow", map[string]string{"follower": "user-c"}),
+	rel.RequireStatus(t, e.Call(t, "user-stranger", "POST", "/social/users/user-ownerp/follow", map[string]string{"follower": "user-c"}),
 		http.StatusBadRequest, "unknown_field")
-	r := e.call(t, "user-stranger", "POST", "/social/users/user-ownerp/follow?follower=user-c", nil)
-	requireStatus(t, r, http.StatusOK, "")
+	r := e.Call(t, "user-stranger", "POST", "/social/users/user-ownerp/follow?follower=user-c", nil)
+	rel.RequireStatus(t, r, http.StatusOK, "")
 	var res rel.Result
 	r.JSON(t, &res)
 	require.Equal(t, "user-stranger", res.Follower)
 	require.Equal(t, rel.StatePending, res.State)
-	_, cRow, err := e.svc.Relations(t.Context(), "user-ownerp", "user-c")
+	_, cRow, err := e.Svc.Relations(t.Context(), "user-ownerp", "user-c")
 	require.NoError(t, err)
 	require.EqualValues(t, 0, cRow.Version, "user-c follows nobody")
 	// user-c cannot approve a request made to user-ownerp.
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/requests/user-stranger/approve", nil), http.StatusConflict, "not_pending")
-	requireStatus(t, e.read(t, "user-stranger", followersOnly.PostID), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/requests/user-stranger/approve", nil), http.StatusConflict, "not_pending")
+	rel.RequireStatus(t, e.Read(t, "user-stranger", followersOnly.PostID), http.StatusForbidden, "forbidden")
 	// Nor edit another's post.
-	requireStatus(t, e.call(t, "user-fan", "PATCH", path(followersOnly), rel.VisibilityRequest{Visibility: rel.Public}), http.StatusForbidden, "not_author")
-	requireStatus(t, e.call(t, "user-stranger", "PATCH", path(followersOnly), rel.VisibilityRequest{Visibility: rel.Public}), http.StatusForbidden, "forbidden")
-	requireStatus(t, e.read(t, "user-stranger", followersOnly.PostID), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Call(t, "user-fan", "PATCH", path(followersOnly), rel.VisibilityRequest{Visibility: rel.Public}), http.StatusForbidden, "not_author")
+	rel.RequireStatus(t, e.Call(t, "user-stranger", "PATCH", path(followersOnly), rel.VisibilityRequest{Visibility: rel.Public}), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Read(t, "user-stranger", followersOnly.PostID), http.StatusForbidden, "forbidden")
 	// A private account's lists are for its followers.
-	requireStatus(t, e.call(t, "user-stranger", "GET", "/social/users/user-ownerp/followers", nil), http.StatusForbidden, "forbidden")
-	requireStatus(t, e.call(t, "user-fan", "GET", "/social/users/user-ownerp/followers", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-stranger", "GET", "/social/users/user-ownerp/followers", nil), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Call(t, "user-fan", "GET", "/social/users/user-ownerp/followers", nil), http.StatusOK, "")
 
 	// A block: the blocked follower loses FOLLOWERS and PUBLIC, and so
 	// does the blocker towards the blocked.
-	requireStatus(t, e.call(t, "user-ownerp", "POST", "/social/users/user-fan/block", nil), http.StatusOK, "")
-	requireStatus(t, e.read(t, "user-fan", followersOnly.PostID), http.StatusForbidden, "forbidden")
-	requireStatus(t, e.read(t, "user-fan", public.PostID), http.StatusForbidden, "forbidden")
-	fanPost := e.post(t, "user-fan", rel.Public)
-	requireStatus(t, e.read(t, "user-ownerp", fanPost.PostID), http.StatusForbidden, "forbidden")
-	requireStatus(t, e.call(t, "user-fan", "POST", "/social/users/user-ownerp/follow", nil), http.StatusForbidden, "blocked")
-	requireStatus(t, e.call(t, "user-ownerp", "POST", "/social/users/user-fan/follow", nil), http.StatusConflict, "you_block")
-	requireStatus(t, e.call(t, "user-ownerp", "POST", "/social/users/user-fan/unblock", nil), http.StatusOK, "")
-	requireStatus(t, e.read(t, "user-fan", public.PostID), http.StatusOK, "")
-	requireStatus(t, e.read(t, "user-fan", followersOnly.PostID), http.StatusForbidden, "forbidden") // no follow comes back
+	rel.RequireStatus(t, e.Call(t, "user-ownerp", "POST", "/social/users/user-fan/block", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Read(t, "user-fan", followersOnly.PostID), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Read(t, "user-fan", public.PostID), http.StatusForbidden, "forbidden")
+	fanPost := e.Post(t, "user-fan", rel.Public)
+	rel.RequireStatus(t, e.Read(t, "user-ownerp", fanPost.PostID), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Call(t, "user-fan", "POST", "/social/users/user-ownerp/follow", nil), http.StatusForbidden, "blocked")
+	rel.RequireStatus(t, e.Call(t, "user-ownerp", "POST", "/social/users/user-fan/follow", nil), http.StatusConflict, "you_block")
+	rel.RequireStatus(t, e.Call(t, "user-ownerp", "POST", "/social/users/user-fan/unblock", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Read(t, "user-fan", public.PostID), http.StatusOK, "")
+	rel.RequireStatus(t, e.Read(t, "user-fan", followersOnly.PostID), http.StatusForbidden, "forbidden") // no follow comes back
 
 	// Bounds: a client's mistake is a 4xx.
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/users/user-c/follow", nil), http.StatusUnprocessableEntity, "self_relation")
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/users/user-nobody/follow", nil), http.StatusNotFound, "user_not_found")
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/users/bad%20id/follow", nil), http.StatusBadRequest, "invalid_user")
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: "x", Visibility: "FRIENDS"}), http.StatusUnprocessableEntity, "invalid_visibility")
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: strings.Repeat("x", rel.MaxBody+1), Visibility: rel.Public}), http.StatusUnprocessableEntity, "invalid_body")
-	requireStatus(t, e.call(t, "user-c", "GET", "/social/users/user-c/followers?limit=100000", nil), http.StatusBadRequest, "invalid_limit")
-	requireStatus(t, e.call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=!!", nil), http.StatusBadRequest, "invalid_cursor")
-	requireStatus(t, e.call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=bm90LWEtY3Vyc29y", nil), http.StatusBadRequest, "invalid_cursor")
-	requireStatus(t, e.call(t, "user-c", "GET", "/social/views", nil), http.StatusForbidden, "forbidden")
-	e.catchUp(t)
-	e2etest.Assert(t, e.a.Pool, "social")
+	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/users/user-c/follow", nil), http.StatusUnprocessableEntity, "self_relation")
+	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/users/user-nobody/follow", nil), http.StatusNotFound, "user_not_found")
+	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/users/bad%20id/follow", nil), http.StatusBadRequest, "invalid_user")
+	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: "x", Visibility: "FRIENDS"}), http.StatusUnprocessableEntity, "invalid_visibility")
+	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: strings.Repeat("x", rel.MaxBody+1), Visibility: rel.Public}), http.StatusUnprocessableEntity, "invalid_body")
+	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/users/user-c/followers?limit=100000", nil), http.StatusBadRequest, "invalid_limit")
+	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=!!", nil), http.StatusBadRequest, "invalid_cursor")
+	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=bm90LWEtY3Vyc29y", nil), http.StatusBadRequest, "invalid_cursor")
+	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/views", nil), http.StatusForbidden, "forbidden")
+	e.CatchUp(t)
+	e2etest.Assert(t, e.Pool, "social")
 }
 
 // TestRELAPIListsCountsTimelineAndLag walks the HTTP API: follows,
@@ -113,37 +113,37 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 // visibility changes, the admin view-lag endpoint and the metrics.
 func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	e := rel.StartLab(e2etest.X(t))
 	for _, u := range []string{"user-a", "user-b", "user-cp"} {
-		requireStatus(t, e.call(t, u, "PUT", "/social/me", map[string]bool{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
+		rel.RequireStatus(t, e.Call(t, u, "PUT", "/social/me", map[string]bool{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}
-	requireStatus(t, e.call(t, "user-a", "PUT", "/social/me", map[string]any{}), http.StatusUnprocessableEntity, "missing_field")
-	requireStatus(t, e.call(t, "user-a", "POST", "/social/users/user-b/follow", nil), http.StatusOK, "")
-	requireStatus(t, e.call(t, "user-a", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")
-	requireStatus(t, e.call(t, "user-b", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-a", "PUT", "/social/me", map[string]any{}), http.StatusUnprocessableEntity, "missing_field")
+	rel.RequireStatus(t, e.Call(t, "user-a", "POST", "/social/users/user-b/follow", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-a", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-b", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")
 
 	var reqs rel.Page
-	r := e.call(t, "user-cp", "GET", "/social/requests?limit=1", nil)
-	requireStatus(t, r, http.StatusOK, "")
+	r := e.Call(t, "user-cp", "GET", "/social/requests?limit=1", nil)
+	rel.RequireStatus(t, r, http.StatusOK, "")
 	r.JSON(t, &reqs)
 	require.Equal(t, []string{"user-a"}, reqs.Users)
 	require.Equal(t, "user-a", reqs.Next)
-	r = e.call(t, "user-cp", "GET", "/social/requests?after="+reqs.Next, nil)
+	r = e.Call(t, "user-cp", "GET", "/social/requests?after="+reqs.Next, nil)
 	r.JSON(t, &reqs)
 	require.Equal(t, []string{"user-b"}, reqs.Users)
-	requireStatus(t, e.call(t, "user-cp", "POST", "/social/requests/user-a/approve", nil), http.StatusOK, "")
-	requireStatus(t, e.call(t, "user-cp", "POST", "/social/requests/user-b/reject", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-cp", "POST", "/social/requests/user-a/approve", nil), http.StatusOK, "")
+	rel.RequireStatus(t, e.Call(t, "user-cp", "POST", "/social/requests/user-b/reject", nil), http.StatusOK, "")
 
 	// Before the consumers run, the counts say what they have not applied.
 	var counts rel.Counts
-	r = e.call(t, "user-a", "GET", "/social/users/user-cp/counts", nil)
-	requireStatus(t, r, http.StatusOK, "")
+	r = e.Call(t, "user-a", "GET", "/social/users/user-cp/counts", nil)
+	rel.RequireStatus(t, r, http.StatusOK, "")
 	r.JSON(t, &counts)
 	require.EqualValues(t, 0, counts.Followers)
 	require.EqualValues(t, 4, counts.Pending["followers"], "request a, request b, approve a, reject b")
 	var views struct{ Views []rel.Lag }
-	r = e.a.Do(t, e2etest.Req{Method: "GET", Path: "/social/views", Token: e.a.Token(t, "admin-0001", httpx.RoleAdmin)})
-	requireStatus(t, r, http.StatusOK, "")
+	r = e.Do(t, e2etest.Req{Method: "GET", Path: "/social/views", Token: e.Token(t, "admin-0001", httpx.RoleAdmin)})
+	rel.RequireStatus(t, r, http.StatusOK, "")
 	r.JSON(t, &views)
 	var relViews int // rel's two; feed and like declare theirs too
 	for _, v := range views.Views {
@@ -157,44 +157,44 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	}
 	require.Equal(t, 2, relViews)
 
-	e.catchUp(t)
-	r = e.call(t, "user-a", "GET", "/social/users/user-cp/counts", nil)
+	e.CatchUp(t)
+	r = e.Call(t, "user-a", "GET", "/social/users/user-cp/counts", nil)
 	r.JSON(t, &counts)
 	require.Equal(t, rel.Counts{UserID: "user-cp", Followers: 1, Following: 0, Pending: map[string]int64{"followers": 0, "following": 0}}, counts)
 	var page rel.Page
-	r = e.call(t, "user-b", "GET", "/social/users/user-a/following", nil)
-	requireStatus(t, r, http.StatusOK, "")
+	r = e.Call(t, "user-b", "GET", "/social/users/user-a/following", nil)
+	rel.RequireStatus(t, r, http.StatusOK, "")
 	r.JSON(t, &page)
-	require.Equal(t, []string{"user-b", "user-cp"}, sorted(page.Users))
+	require.Equal(t, []string{"user-b", "user-cp"}, rel.Sorted(page.Users))
 	require.NotNil(t, page.Lag)
 	require.Zero(t, page.Lag.Events)
 	var me struct {
 		User   rel.User
 		Counts rel.Counts
 	}
-	r = e.call(t, "user-a", "GET", "/social/me", nil)
-	requireStatus(t, r, http.StatusOK, "")
+	r = e.Call(t, "user-a", "GET", "/social/me", nil)
+	rel.RequireStatus(t, r, http.StatusOK, "")
 	r.JSON(t, &me)
 	require.EqualValues(t, 2, me.Counts.Following)
 
 	// An idempotent post: the retry returns the first one.
 	hdr := map[string]string{"Idempotency-Key": "post-0001"}
-	r1 := e.a.Do(t, e2etest.Req{Method: "POST", Path: "/social/posts", Token: e.token(t, "user-cp"), Headers: hdr,
+	r1 := e.Do(t, e2etest.Req{Method: "POST", Path: "/social/posts", Token: e.UserToken(t, "user-cp"), Headers: hdr,
 		Body: rel.PostRequest{Body: "once", Visibility: rel.Followers}})
-	r2 := e.a.Do(t, e2etest.Req{Method: "POST", Path: "/social/posts", Token: e.token(t, "user-cp"), Headers: hdr,
+	r2 := e.Do(t, e2etest.Req{Method: "POST", Path: "/social/posts", Token: e.UserToken(t, "user-cp"), Headers: hdr,
 		Body: rel.PostRequest{Body: "once", Visibility: rel.Followers}})
-	requireStatus(t, r1, http.StatusCreated, "")
+	rel.RequireStatus(t, r1, http.StatusCreated, "")
 	require.Equal(t, string(r1.Body), string(r2.Body))
 	require.Equal(t, "true", r2.Header.Get("Idempotent-Replayed"))
 
 	// The timeline, paged three at a time while new posts arrive: every
 	// post that existed when paging began is seen exactly once, in order.
 	for i := range 10 {
-		e.post(t, "user-cp", []rel.Visibility{rel.Public, rel.Followers, rel.Self}[i%3])
+		e.Post(t, "user-cp", []rel.Visibility{rel.Public, rel.Followers, rel.Self}[i%3])
 	}
 	var before []int64
 	var all rel.PostPage
-	r = e.call(t, "user-a", "GET", "/social/users/user-cp/posts?limit=200", nil)
+	r = e.Call(t, "user-a", "GET", "/social/users/user-cp/posts?limit=200", nil)
 	r.JSON(t, &all)
 	for _, p := range all.Posts {
 		before = append(before, p.PostID)
@@ -204,13 +204,13 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	cursor := ""
 	for {
 		var pp rel.PostPage
-		r := e.call(t, "user-a", "GET", "/social/users/user-cp/posts?limit=3&cursor="+cursor, nil)
-		requireStatus(t, r, http.StatusOK, "")
+		r := e.Call(t, "user-a", "GET", "/social/users/user-cp/posts?limit=3&cursor="+cursor, nil)
+		rel.RequireStatus(t, r, http.StatusOK, "")
 		r.JSON(t, &pp)
 		for _, p := range pp.Posts {
 			seen = append(seen, p.PostID)
 		}
-		e.post(t, "user-cp", rel.Public) // newer than the first page: never on a later one
+		e.Post(t, "user-cp", rel.Public) // newer than the first page: never on a later one
 		if pp.Next == "" {
 			break
 		}
@@ -218,7 +218,7 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	}
 	require.Equal(t, before, seen)
 	// user-b's request was rejected: PUBLIC only.
-	r = e.call(t, "user-b", "GET", "/social/users/user-cp/posts?limit=200", nil)
+	r = e.Call(t, "user-b", "GET", "/social/users/user-cp/posts?limit=200", nil)
 	r.JSON(t, &all)
 	for _, p := range all.Posts {
 		require.Equal(t, rel.Public, p.Visibility)
@@ -227,17 +227,17 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	// A visibility change takes effect on the next read.
 	var p rel.Post
 	r1.JSON(t, &p)
-	requireStatus(t, e.read(t, "user-a", p.PostID), http.StatusOK, "")
-	r = e.call(t, "user-cp", "PATCH", fmt.Sprintf("/social/posts/%d", p.PostID), rel.VisibilityRequest{Visibility: rel.Self})
-	requireStatus(t, r, http.StatusOK, "")
+	rel.RequireStatus(t, e.Read(t, "user-a", p.PostID), http.StatusOK, "")
+	r = e.Call(t, "user-cp", "PATCH", fmt.Sprintf("/social/posts/%d", p.PostID), rel.VisibilityRequest{Visibility: rel.Self})
+	rel.RequireStatus(t, r, http.StatusOK, "")
 	r.JSON(t, &p)
 	require.EqualValues(t, 2, p.Version)
-	requireStatus(t, e.read(t, "user-a", p.PostID), http.StatusForbidden, "forbidden")
+	rel.RequireStatus(t, e.Read(t, "user-a", p.PostID), http.StatusForbidden, "forbidden")
 	var postEvents int
-	require.NoError(t, e.a.Pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE topic = 'social.post' AND (payload->>'post_id')::bigint = $1`, p.PostID).Scan(&postEvents))
+	require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE topic = 'social.post' AND (payload->>'post_id')::bigint = $1`, p.PostID).Scan(&postEvents))
 	require.Equal(t, 2, postEvents, "created, then changed")
 
-	resp, err := e.a.Client.Get(e.a.URL + "/metrics")
+	resp, err := e.Client.Get(e.URL + "/metrics")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
@@ -245,6 +245,6 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 		`fencelab_social_relation_changes_total{op="approve"}`, `fencelab_social_access_checks_total{result="denied"}`} {
 		require.Contains(t, string(body), m)
 	}
-	e.catchUp(t)
-	e2etest.Assert(t, e.a.Pool, "social")
+	e.CatchUp(t)
+	e2etest.Assert(t, e.Pool, "social")
 }

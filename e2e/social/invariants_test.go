@@ -18,12 +18,12 @@ import (
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	e.users(t, "user-a", "user-b", "user-c")
-	e.do(t, rel.OpFollow, "user-a", "user-b")
-	e.do(t, rel.OpFollow, "user-c", "user-b")
-	e.catchUp(t)
-	e2etest.Assert(t, e.a.Pool, "social")
+	e := rel.StartLab(e2etest.X(t))
+	e.Users(t, "user-a", "user-b", "user-c")
+	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
+	e.DoOp(t, rel.OpFollow, "user-c", "user-b")
+	e.CatchUp(t)
+	e2etest.Assert(t, e.Pool, "social")
 
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -52,7 +52,7 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 			  '{"follower":"user-b","followee":"user-c","state":"none","version":1,"op":"unfollow"}', now() - interval '2 minutes')`}},
 	} {
 		func() {
-			tx, err := e.a.Pool.Begin(ctx)
+			tx, err := e.Pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }() // a failed require must not strand the connection
 			for _, sql := range c.sql {
@@ -65,7 +65,7 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
 		}()
 	}
-	e2etest.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.Pool, "social")
 }
 
 // TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow: the guard trigger
@@ -73,9 +73,9 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 // version and every view would ignore the pair's new events).
 func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	e.users(t, "user-a", "user-b")
-	e.do(t, rel.OpFollow, "user-a", "user-b")
+	e := rel.StartLab(e2etest.X(t))
+	e.Users(t, "user-a", "user-b")
+	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	ctx := context.Background()
 	for _, sql := range []string{
 		`DELETE FROM social_relation WHERE follower = 'user-a'`,
@@ -83,11 +83,11 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 		`UPDATE social_relation SET state = 'none', version = version + 2 WHERE follower = 'user-a'`,
 		`UPDATE social_relation SET version = version - 1 WHERE follower = 'user-a'`,
 	} {
-		_, err := e.a.Pool.Exec(ctx, sql)
+		_, err := e.Pool.Exec(ctx, sql)
 		require.Error(t, err, sql)
 	}
-	require.EqualValues(t, 1, truth(t, e.a.Pool)[pair{"user-a", "user-b"}].Version)
-	e2etest.Assert(t, e.a.Pool, "social")
+	require.EqualValues(t, 1, rel.Truth(t, e.Pool)[rel.Pair{Follower: "user-a", Followee: "user-b"}].Version)
+	e2etest.Assert(t, e.Pool, "social")
 }
 
 // TestRELReadablePostsIsInlined: social_readable_posts is a SQL function
@@ -95,10 +95,10 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 // so a feed that re-checks a page with it gets index scans and joins.
 func TestRELReadablePostsIsInlined(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	e.users(t, "user-a", "user-b")
-	p := e.post(t, "user-b", rel.Public)
-	rows, err := e.a.Pool.Query(context.Background(),
+	e := rel.StartLab(e2etest.X(t))
+	e.Users(t, "user-a", "user-b")
+	p := e.Post(t, "user-b", rel.Public)
+	rows, err := e.Pool.Query(context.Background(),
 		`EXPLAIN SELECT p.post_id FROM social_readable_posts($1) p WHERE p.post_id = ANY ($2)`, "user-a", []int64{p.PostID})
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -106,7 +106,7 @@ func TestRELReadablePostsIsInlined(t *testing.T) {
 	plan := strings.Join(lines, "\n")
 	require.NotContains(t, plan, "Function Scan", plan)
 	require.Contains(t, plan, "social_post", plan)
-	ok, err := rel.AccessCheck(context.Background(), e.a.Pool, "user-a", p.PostID)
+	ok, err := rel.AccessCheck(context.Background(), e.Pool, "user-a", p.PostID)
 	require.NoError(t, err)
 	require.True(t, ok)
 }

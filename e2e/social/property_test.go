@@ -23,12 +23,12 @@ import (
 // written as plainly as possible.
 type model struct {
 	private map[string]bool
-	state   map[pair]rel.State
+	state   map[rel.Pair]rel.State
 	posts   map[int64]rel.Post
 }
 
 func (m *model) st(a, b string) rel.State {
-	if s, ok := m.state[pair{a, b}]; ok {
+	if s, ok := m.state[rel.Pair{Follower: a, Followee: b}]; ok {
 		return s
 	}
 	return rel.StateNone
@@ -38,7 +38,7 @@ func (m *model) set(a, b string, s rel.State) bool {
 	if m.st(a, b) == s {
 		return false
 	}
-	m.state[pair{a, b}] = s
+	m.state[rel.Pair{Follower: a, Followee: b}] = s
 	return true
 }
 
@@ -136,20 +136,20 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 			t.Logf("reproduce with FENCELAB_SOCIAL_SEED=%d", seed)
 		}
 	}()
-	e := setup(t)
+	e := rel.StartLab(e2etest.X(t))
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 40))
-	m := &model{private: map[string]bool{}, state: map[pair]rel.State{}, posts: map[int64]rel.Post{}}
+	m := &model{private: map[string]bool{}, state: map[rel.Pair]rel.State{}, posts: map[int64]rel.Post{}}
 	users := make([]string, 20)
 	for i := range users {
 		users[i] = fmt.Sprintf("user-%04d", i)
 		m.private[users[i]] = i%4 == 0
-		_, err := e.svc.SetProfile(ctx, users[i], m.private[users[i]])
+		_, err := e.Svc.SetProfile(ctx, users[i], m.private[users[i]])
 		require.NoError(t, err)
 	}
 	for _, u := range users {
 		for range 2 {
-			p := e.post(t, u, visibilities[rng.IntN(3)])
+			p := e.Post(t, u, visibilities[rng.IntN(3)])
 			m.posts[p.PostID] = p
 		}
 	}
@@ -166,7 +166,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 	// deliverSome sends a random sample of every event seen so far —
 	// old ones again included — shuffled, in random batches, to both views.
 	deliverSome := func(all bool) {
-		seen = append(seen, relEvents(t, e.a.Pool, lastID)...)
+		seen = append(seen, rel.RelEvents(t, e.Pool, lastID)...)
 		if len(seen) > 0 {
 			lastID = seen[len(seen)-1].ID
 		}
@@ -180,7 +180,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 			}
 		}
 		for _, v := range rel.Views {
-			deliver(t, e.a.Pool, v, shuffledWithDuplicates(rng, sample), func() int { return 1 + rng.IntN(30) })
+			rel.Deliver(t, e.Pool, v, rel.ShuffledWithDuplicates(rng, sample), func() int { return 1 + rng.IntN(30) })
 		}
 	}
 
@@ -193,7 +193,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 				actor = users[rng.IntN(len(users))]
 			}
 			v := visibilities[rng.IntN(3)]
-			p, err := e.svc.SetVisibility(ctx, actor, id, v)
+			p, err := e.Svc.SetVisibility(ctx, actor, id, v)
 			if actor != m.posts[id].Author {
 				require.Error(t, err, "seed %d step %d: %s changed %s's post", seed, step, actor, m.posts[id].Author)
 				continue
@@ -208,7 +208,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 		op := rel.Ops[rng.IntN(len(rel.Ops))]
 		actor, other := users[rng.IntN(len(users))], users[rng.IntN(len(users))]
 		wantChanged, wantErr := m.apply(op, actor, other)
-		res, err := e.svc.Do(ctx, op, actor, other)
+		res, err := e.Svc.Do(ctx, op, actor, other)
 		if wantErr != nil {
 			require.ErrorIs(t, err, wantErr, "seed %d step %d: %s %s %s", seed, step, op, actor, other)
 		} else {
@@ -219,27 +219,27 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 		if step%25 == 24 {
 			deliverSome(false)
 			// Mid-stream: never ahead of the truth, never a block with a follow.
-			e2etest.Assert(t, e.a.Pool, "REL-I1", "REL-I2", "REL-I3")
+			e2etest.Assert(t, e.Pool, "REL-I1", "REL-I2", "REL-I3")
 		}
 	}
 	deliverSome(true)
 
-	tr := truth(t, e.a.Pool)
+	tr := rel.Truth(t, e.Pool)
 	for _, v := range rel.Views {
-		require.Equal(t, expectedView(tr, v), readView(t, e.a.Pool, v), "seed %d: view %s", seed, v.Name)
+		require.Equal(t, rel.ExpectedView(tr, v), rel.ReadView(t, e.Pool, v), "seed %d: view %s", seed, v.Name)
 	}
 	for p, s := range m.state {
-		require.Equal(t, s, tr[p].State, "seed %d: %s > %s", seed, p.follower, p.followee)
+		require.Equal(t, s, tr[p].State, "seed %d: %s > %s", seed, p.Follower, p.Followee)
 	}
 	for p, r := range tr {
-		require.Equal(t, m.st(p.follower, p.followee), r.State, "seed %d: %s > %s", seed, p.follower, p.followee)
+		require.Equal(t, m.st(p.Follower, p.Followee), r.State, "seed %d: %s > %s", seed, p.Follower, p.Followee)
 	}
 
 	viewers := append([]string{"user-outsider"}, users...)
 	for _, viewer := range viewers {
 		want := map[int64]bool{}
 		for _, id := range postIDs {
-			ok, err := rel.AccessCheck(ctx, e.a.Pool, viewer, id)
+			ok, err := rel.AccessCheck(ctx, e.Pool, viewer, id)
 			require.NoError(t, err)
 			require.Equal(t, m.canRead(viewer, m.posts[id]), ok, "seed %d: %s reads post %d of %s (%s)",
 				seed, viewer, id, m.posts[id].Author, m.posts[id].Visibility)
@@ -247,7 +247,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 				want[id] = true
 			}
 		}
-		rows, err := e.a.Pool.Query(ctx, `SELECT post_id FROM social_readable_posts($1)`, viewer)
+		rows, err := e.Pool.Query(ctx, `SELECT post_id FROM social_readable_posts($1)`, viewer)
 		require.NoError(t, err)
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		require.NoError(t, err)
@@ -260,15 +260,15 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 
 	// The real consumers now replay the whole stream in order onto the
 	// converged views: nothing changes, and every invariant holds.
-	e.catchUp(t)
+	e.CatchUp(t)
 	for _, v := range rel.Views {
-		require.Equal(t, expectedView(tr, v), readView(t, e.a.Pool, v), "seed %d: view %s after replay", seed, v.Name)
+		require.Equal(t, rel.ExpectedView(tr, v), rel.ReadView(t, e.Pool, v), "seed %d: view %s after replay", seed, v.Name)
 	}
-	e2etest.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.Pool, "social")
 	if t.Failed() {
 		return
 	}
 	var n int
-	require.NoError(t, e.a.Pool.QueryRow(ctx, `SELECT count(*) FROM social_relation WHERE version > 0`).Scan(&n))
+	require.NoError(t, e.Pool.QueryRow(ctx, `SELECT count(*) FROM social_relation WHERE version > 0`).Scan(&n))
 	require.Greater(t, n, 20, "seed %d: the sequence should touch many pairs", seed)
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,7 +18,9 @@ import (
 )
 
 // Experiments are the relations chapter's runnable claims.
-var Experiments = []lab.Experiment{ReplayDoesNotResurrect}
+var Experiments = []lab.Experiment{
+	ReplayDoesNotResurrect, DoubleFollowRaces, ShuffledDuplicatedDelivery, BlockRevokesOnCommit, ResetOffsetReplay,
+}
 
 // ReplayDoesNotResurrect is REL-04 as a lab run: user-a follows and
 // unfollows user-b three times; the followers view's consumer then loses
@@ -124,4 +130,345 @@ func naiveReplay(x *lab.X, pool *pgxpool.Pool, v *View) {
 	                          WHERE c.name = $1`, v.ConsumerName)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "consumer", Action: "record its position at the end of the stream", Note: "the view says user-a follows user-b"})
+}
+
+// DoubleFollowRaces is REL-01: two racing follows (and unfollows, and
+// both mixed) of the same pair, first forced with a pause holding the
+// pair's lock, then 60 unforced races.
+var DoubleFollowRaces = lab.Experiment{
+	ID:         "relations/double-follow-races",
+	Test:       "TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState",
+	Claim:      "racing follows and unfollows of one pair leave one row per direction, in the state of the operation that serialised last, with one event per change",
+	Invariants: []string{"social"},
+	Run:        runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState,
+}
+
+// ShuffledDuplicatedDelivery is REL-02: the follower list built in order
+// equals the one built from the same stream shuffled and duplicated.
+var ShuffledDuplicatedDelivery = lab.Experiment{
+	ID:         "relations/shuffled-duplicated-delivery",
+	Test:       "TestREL02ShuffledDuplicatedDeliveryGivesTheInOrderView",
+	Claim:      "a view fed the stream shuffled and duplicated, without its inbox, converges to the in-order view: the versions alone decide",
+	Invariants: []string{"social"},
+	Run:        runREL02ShuffledDuplicatedDeliveryGivesTheInOrderView,
+}
+
+// BlockRevokesOnCommit is REL-03: a block revokes reads from its commit
+// on, whatever the views still say, and no approval racing it grants.
+var BlockRevokesOnCommit = lab.Experiment{
+	ID:         "relations/block-revokes-on-commit",
+	Test:       "TestREL03BlockRevokesReadsTheMomentItCommits",
+	Claim:      "a block refuses the blocked reader from the moment it commits, while the follower views still say \"follows\", and an approval racing it grants nothing",
+	Invariants: []string{"social"},
+	Run:        runREL03BlockRevokesReadsTheMomentItCommits,
+}
+
+// ResetOffsetReplay is REL-04: every view's consumer replays from zero
+// with its inbox, without it, and after the view was rebuilt; no ended
+// follow comes back, checked after every replayed event.
+var ResetOffsetReplay = lab.Experiment{
+	ID:         "relations/reset-offset-replay",
+	Test:       "TestREL04ResetOffsetAndReplayDoesNotResurrect",
+	Claim:      "follows that ended stay ended when every view replays the stream from zero — with its inbox, without it, and after a rebuild from the truth table",
+	Invariants: []string{"social"},
+	Run:        runREL04ResetOffsetAndReplayDoesNotResurrect,
+}
+
+// RandomOps runs n random operations among users, ignoring refusals
+// (blocked, not pending): a stream with every kind of transition.
+func RandomOps(t lab.T, e *Lab, rng *rand.Rand, users []string, n int) {
+	t.Helper()
+	for range n {
+		a, b := users[rng.IntN(len(users))], users[rng.IntN(len(users))]
+		if a == b {
+			continue
+		}
+		_, _ = e.Svc.Do(context.Background(), Ops[rng.IntN(len(Ops))], a, b)
+	}
+}
+
+// ShuffledWithDuplicates returns evs in random order with about half of
+// them delivered two or three times.
+func ShuffledWithDuplicates(rng *rand.Rand, evs []outbox.Event) []outbox.Event {
+	out := append([]outbox.Event(nil), evs...)
+	for _, ev := range evs {
+		for range rng.IntN(3) {
+			out = append(out, ev)
+		}
+	}
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// REL-01 (TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState): two
+// goroutines follow (and unfollow, and mix both) the same pair at once.
+// First a forced timeline — the first follow holds the pair's lock at a
+// pause point while the second queues behind it — then 60 unforced races
+// of every combination. Each time: one row per direction, the final state
+// is that of the operation that serialised last (the highest version in
+// the answers), one event per change, and the views agree once caught up.
+func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
+	t := x
+	e := StartLab(x)
+	e.Users(t, "user-a", "user-b")
+
+	// Forced: follow #1 pauses holding both rows' locks.
+	gate := e.Faults.Pause(PointLocked, "user-a>user-b")
+	first := make(chan OpResponse, 1)
+	go func() { first <- e.HTTPOp(t, "user-a", OpFollow, "user-b") }()
+	<-gate.Reached()
+	second := make(chan OpResponse, 1)
+	go func() { second <- e.HTTPOp(t, "user-a", OpFollow, "user-b") }()
+	lab.WaitForLockWaiters(t, e.Pool, "", 1) // the second operation is queued behind the first
+	select {
+	case r := <-second:
+		t.Fatalf("second follow finished while the first held the pair's lock: %+v", r)
+	default:
+	}
+	gate.Release()
+	r1, r2 := <-first, <-second
+	require.Equal(t, http.StatusOK, r1.Status)
+	require.Equal(t, http.StatusOK, r2.Status)
+	require.True(t, r1.Res.Changed, "the first follow changes the row")
+	require.False(t, r2.Res.Changed, "the second finds it active and changes nothing")
+	require.Equal(t, StateActive, r2.Res.State)
+	require.EqualValues(t, 1, r2.Res.Version)
+
+	rng := rand.New(rand.NewPCG(1, 1))
+	ops := [][2]Op{{OpFollow, OpFollow}, {OpUnfollow, OpUnfollow}, {OpFollow, OpUnfollow}, {OpUnfollow, OpFollow}}
+	changes := int64(1)
+	for round := range 60 {
+		pairOps := ops[round%len(ops)]
+		if rng.IntN(2) == 0 {
+			pairOps = ops[rng.IntN(len(ops))]
+		}
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			resps [2]OpResponse
+		)
+		for i, op := range pairOps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				resps[i] = e.HTTPOp(t, "user-a", op, "user-b")
+			}()
+		}
+		close(start)
+		wg.Wait()
+		last := resps[0].Res
+		for _, r := range resps {
+			require.Equal(t, http.StatusOK, r.Status, "round %d", round)
+			if r.Res.Changed {
+				changes++
+			}
+			if r.Res.Version > last.Version {
+				last = r.Res
+			}
+		}
+		tr := Truth(t, e.Pool)
+		require.Len(t, tr, 2, "round %d: one row per direction", round)
+		got := tr[Pair{Follower: "user-a", Followee: "user-b"}]
+		require.Equal(t, last.State, got.State, "round %d %v: the last serialised operation decides", round, pairOps)
+		require.Equal(t, last.Version, got.Version, "round %d", round)
+		require.Equal(t, changes, got.Version, "round %d: one version per change", round)
+	}
+
+	var events int64
+	require.NoError(t, e.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM outbox_event WHERE topic = 'social.rel' AND key = 'user-b'`).Scan(&events))
+	require.Equal(t, changes, events, "one event per change (REL-I1)")
+	e.CatchUp(t)
+	for _, v := range Views {
+		require.Equal(t, ExpectedView(Truth(t, e.Pool), v), ReadView(t, e.Pool, v), v.Name)
+	}
+}
+
+// REL-02 (TestREL02ShuffledDuplicatedDeliveryGivesTheInOrderView): the follower
+// list built by its consumer in order equals the one built by delivering
+// the same stream shuffled and duplicated, in random batches, straight to
+// the view's handler (no inbox to hide duplicates): versions alone make
+// the view converge (REL-I3).
+func runREL02ShuffledDuplicatedDeliveryGivesTheInOrderView(x *lab.X) {
+	t := x
+	e := StartLab(x)
+	users := []string{"user-a", "user-b", "user-cp", "user-d", "user-ep", "user-f"}
+	e.Users(t, users...)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	RandomOps(t, e, rng, users, 400)
+	// Whatever the random stream did, end with one live follow, so the
+	// comparisons below are never between two empty views.
+	_, _ = e.Svc.Do(context.Background(), OpUnblock, "user-a", "user-f")
+	_, _ = e.Svc.Do(context.Background(), OpUnblock, "user-f", "user-a")
+	require.Equal(t, StateActive, e.DoOp(t, OpFollow, "user-a", "user-f").State)
+
+	e.CatchUp(t)
+	inOrder := ReadView(t, e.Pool, FollowersView)
+	require.Equal(t, ExpectedView(Truth(t, e.Pool), FollowersView), inOrder, "seed %d", seed)
+	require.NotEmpty(t, inOrder.Counts, "seed %d: the stream should leave someone followed", seed)
+
+	evs := RelEvents(t, e.Pool, 0)
+	for round := range 5 {
+		ResetView(t, e.Pool, FollowersView)
+		Deliver(t, e.Pool, FollowersView, ShuffledWithDuplicates(rng, evs), func() int { return 1 + rng.IntN(40) })
+		require.Equal(t, inOrder, ReadView(t, e.Pool, FollowersView), "seed %d, round %d", seed, round)
+	}
+}
+
+// REL-03 (TestREL03BlockRevokesReadsTheMomentItCommits): (1) a block while a
+// follow request is pending — and racing the owner's approval of it —
+// leaves no grant, whichever wins; (2) a block while the follower views
+// still say "follows" (their events not yet applied): reads of
+// FOLLOWERS (and PUBLIC) content are refused from the commit on, while
+// the paused, uncommitted block changes nothing for readers.
+func runREL03BlockRevokesReadsTheMomentItCommits(x *lab.X) {
+	t := x
+	e := StartLab(x)
+	e.Users(t, "user-ownerp", "user-a")
+	ctx := context.Background()
+
+	// (1) pending request; the owner's approval races the owner's block.
+	for round := range 20 {
+		requester := fmt.Sprintf("user-r%02d", round)
+		e.Users(t, requester)
+		require.Equal(t, StatePending, e.DoOp(t, OpFollow, requester, "user-ownerp").State)
+		p := e.Post(t, "user-ownerp", Followers)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var approve, block OpResponse
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; approve = e.HTTPOp(t, "user-ownerp", OpApprove, requester) }()
+		go func() { defer wg.Done(); <-start; block = e.HTTPOp(t, "user-ownerp", OpBlock, requester) }()
+		close(start)
+		wg.Wait()
+		require.Equal(t, http.StatusOK, block.Status)
+		require.Contains(t, []int{http.StatusOK, http.StatusConflict}, approve.Status, "approve wins or finds no request")
+		RequireStatus(t, e.Read(t, requester, p.PostID), http.StatusForbidden, "forbidden")
+		RequireStatus(t, e.Call(t, requester, "POST", "/social/users/user-ownerp/follow", nil), http.StatusForbidden, "blocked")
+		RequireStatus(t, e.Call(t, "user-ownerp", "POST", "/social/requests/"+requester+"/approve", nil), http.StatusConflict, "not_pending")
+		ab, ba, err := e.Svc.Relations(ctx, requester, "user-ownerp")
+		require.NoError(t, err)
+		require.Equal(t, StateNone, ab.State)
+		require.Equal(t, StateBlocked, ba.State)
+	}
+
+	// (2) an approved follower, views caught up: they say user-a follows.
+	e.DoOp(t, OpFollow, "user-a", "user-ownerp")
+	e.DoOp(t, OpApprove, "user-ownerp", "user-a")
+	followersOnly, public := e.Post(t, "user-ownerp", Followers), e.Post(t, "user-ownerp", Public)
+	e.CatchUp(t)
+	require.True(t, ReadView(t, e.Pool, FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active)
+	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusOK, "")
+
+	// The block pauses before its commit: readers still see the grant.
+	gate := e.Faults.Pause(PointBeforeCommit, "user-ownerp>user-a")
+	blocked := make(chan OpResponse, 1)
+	go func() { blocked <- e.HTTPOp(t, "user-ownerp", OpBlock, "user-a") }()
+	<-gate.Reached()
+	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusOK, "")
+	gate.Release()
+	require.Equal(t, http.StatusOK, (<-blocked).Status)
+
+	// Committed: refused at once, while both views still hold the old
+	// "follows" — the read path never consults them.
+	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusForbidden, "forbidden")
+	RequireStatus(t, e.Read(t, "user-a", public.PostID), http.StatusForbidden, "forbidden")
+	var page PostPage
+	r := e.Call(t, "user-a", "GET", "/social/users/user-ownerp/posts", nil)
+	RequireStatus(t, r, http.StatusOK, "")
+	r.JSON(t, &page)
+	require.Empty(t, page.Posts)
+	require.True(t, ReadView(t, e.Pool, FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active, "the view is stale")
+	require.True(t, ReadView(t, e.Pool, FollowingView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active, "the view is stale")
+	// REL-I4 holds meanwhile: the disagreement is covered by a pending event.
+	x.Assert(e.Pool, "social")
+
+	e.CatchUp(t)
+	require.False(t, ReadView(t, e.Pool, FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active)
+	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusForbidden, "forbidden")
+}
+
+// REL-04 (TestREL04ResetOffsetAndReplayDoesNotResurrect): follows that ended
+// (unfollow, rejection, block) stay ended when a view's consumer loses
+// its position and replays the stream from zero — with its inbox (the
+// replay is skipped), without it (every event applied again, the versions
+// refuse the old ones), and after the view itself was lost and rebuilt
+// from the truth table — checked after every replayed event, since a
+// resurrection by replay is a moment between an old "active" and its
+// "none".
+func runREL04ResetOffsetAndReplayDoesNotResurrect(x *lab.X) {
+	t := x
+	e := StartLab(x)
+	e.Users(t, "user-a", "user-b", "user-cp", "user-d")
+	for range 3 {
+		e.DoOp(t, OpFollow, "user-a", "user-b")
+		e.DoOp(t, OpUnfollow, "user-a", "user-b")
+	}
+	e.DoOp(t, OpFollow, "user-d", "user-cp")
+	e.DoOp(t, OpApprove, "user-cp", "user-d")
+	e.DoOp(t, OpBlock, "user-cp", "user-d")
+	e.DoOp(t, OpFollow, "user-b", "user-cp")
+	e.DoOp(t, OpReject, "user-cp", "user-b")
+	e.DoOp(t, OpFollow, "user-b", "user-a") // one follow that stays
+	e.CatchUp(t)
+	want := map[string]Snapshot{}
+	for _, v := range Views {
+		want[v.Name] = ReadView(t, e.Pool, v)
+		require.Equal(t, ExpectedView(Truth(t, e.Pool), v), want[v.Name])
+	}
+	require.False(t, want["followers"].Rows[Pair{Follower: "user-a", Followee: "user-b"}].Active)
+	require.Equal(t, map[string]int64{"user-a": 1}, want["followers"].Counts)
+
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		_, err := e.Pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	for _, step := range []struct {
+		name  string
+		reset func(v *View)
+	}{
+		{"position to zero, inbox kept", func(*View) {}},
+		{"position to zero, inbox lost", func(v *View) {
+			exec(`DELETE FROM outbox_inbox WHERE consumer = $1`, v.ConsumerName)
+		}},
+		{"view lost, rebuilt from the truth table", func(v *View) {
+			exec(`DELETE FROM outbox_inbox WHERE consumer = $1`, v.ConsumerName)
+			ResetView(t, e.Pool, v)
+			require.NoError(t, v.Rebuild(ctx, e.Pool))
+			require.Equal(t, want[v.Name], ReadView(t, e.Pool, v), "rebuilt %s", v.Name)
+		}},
+	} {
+		for _, v := range Views {
+			step.reset(v)
+			// The consumer "restarts": its lease ends, its position is zero.
+			exec(`UPDATE outbox_consumer SET position_tx = '0', position_id = 0, lease_until = now() WHERE name = $1`, v.ConsumerName)
+			// It replays one event per batch, and after every batch the
+			// view holds no ended follow: an old "active" never shows,
+			// not even for the moment before its "none" is replayed.
+			c := v.Consumer()
+			c.BatchSize = 1
+			r, err := outbox.NewRunner(e.Pool, c, outbox.Options{})
+			require.NoError(t, err)
+			for i := 0; ; i++ {
+				n, err := r.RunOnce(ctx)
+				require.NoError(t, err)
+				require.Equal(t, want[v.Name], ReadView(t, e.Pool, v), "%s: %s: replay step %d", step.name, v.Name, i)
+				if n == 0 && i > 0 {
+					break
+				}
+			}
+			_, err = r.CatchUp(ctx)
+			require.NoError(t, err)
+			e.Runners[v.Name] = r
+		}
+		for _, v := range Views {
+			require.Equal(t, want[v.Name], ReadView(t, e.Pool, v), "%s: %s", step.name, v.Name)
+		}
+		x.Assert(e.Pool, "social")
+	}
+	RequireStatus(t, e.Read(t, "user-d", e.Post(t, "user-cp", Public).PostID), http.StatusForbidden, "forbidden")
 }
