@@ -14,16 +14,17 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/labenv"
 )
 
 // process is what serve, worker and dev share: config, pool, deps, modules.
 type process struct {
-	deps app.Deps
-	mods []app.Module
+	deps      app.Deps
+	mods      []app.Module
+	closeMods func()
 }
 
-func (p *process) close() { p.deps.Pool.Close() }
+func (p *process) close() { p.closeMods(); p.deps.Pool.Close() }
 
 // openProcess connects, optionally migrates, and builds every module.
 func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool, fs *faults.Set) (*process, error) {
@@ -49,12 +50,12 @@ func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool,
 	}
 	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
 	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
+	mods, closeMods, err := labenv.Modules(d)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	return &process{deps: d, mods: mods}, nil
+	return &process{deps: d, mods: mods, closeMods: closeMods}, nil
 }
 
 // loadLocalEnv fills unset variables from .fencelab/env (written by dev),

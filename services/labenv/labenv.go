@@ -32,6 +32,7 @@ import (
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/console"
 )
 
 // Secret is the token secret of every lab app and of its child processes.
@@ -74,10 +75,11 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	fs := faults.New()
 	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
 	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
+	mods, closeMods, err := Modules(d)
 	if err != nil {
 		t.Fatalf("labenv: build modules: %v", err)
 	}
+	t.Cleanup(closeMods)
 	srv := httptest.NewServer(app.NewHTTP(d, mods))
 	runCtx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -102,6 +104,38 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	}
 	return &Process{App: a, Deps: d, Mods: mods}
 }
+
+// Modules is the deployable: every module of services.All and the web
+// console, which runs the lab's experiments on a Cluster of its own (made
+// on first use, removed by the returned close). The console is added here
+// rather than in services.All because its experiments start the whole
+// deployable: the package that can build the deployable wires it.
+func Modules(d app.Deps) ([]app.Module, func(), error) {
+	mods, err := services.All(d)
+	if err != nil {
+		return nil, nil, err
+	}
+	lookup := func(k string) string { v, _ := d.Config.Lookup(k); return v }
+	c, err := console.New(d, console.Options{
+		Experiments: services.Experiments(),
+		NewLab: func(ctx context.Context) (lab.Env, func() error, error) {
+			cl, err := NewCluster(ctx, lookup(EnvLabDatabaseURL))
+			if err != nil {
+				return nil, nil, err
+			}
+			return cl, cl.Close, nil
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(mods, c.Module()), c.Close, nil
+}
+
+// EnvLabDatabaseURL names a PostgreSQL server the console's experiments
+// make their scratch databases on (its role must be able to create
+// databases); unset, they run on a throwaway local cluster.
+const EnvLabDatabaseURL = "FENCELAB_LAB_DATABASE_URL"
 
 // ChildEnv is the environment of a fencelab child process on dbURL, with
 // its data directory (blob store included) under root: shared by the
