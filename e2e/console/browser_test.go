@@ -173,7 +173,7 @@ func (b *tab) waitFor(js string, timeout time.Duration) {
 	var last error
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("(function(){try{return !!("+js+")}catch(e){return false}})()"))
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("(function(){try{return document.readyState === 'complete' && !!("+js+")}catch(e){return false}})()"))
 		cancel()
 		if err == nil && ok {
 			return
@@ -187,7 +187,7 @@ func (b *tab) waitFor(js string, timeout time.Duration) {
 func (b *tab) text(sel string) string {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{innerText:""}).innerText`, sel)))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{textContent:""}).textContent`, sel)))
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}

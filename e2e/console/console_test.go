@@ -128,6 +128,7 @@ func TestConsoleShowsACorruptedBalanceRed(t *testing.T) {
 
 	b.click("#check-now")
 	b.waitFor(`location.pathname === "/console/chapters/points" && document.querySelector("#PTS-I4").dataset.status === "red"`, time.Minute)
+	b.waitFor(`document.querySelector("#PTS-I4 table.rows") && document.querySelector("#PTS-I4 table.rows").textContent.includes("`+account+`")`, 10*time.Second)
 	rows := b.text("#PTS-I4 table.rows")
 	require.Contains(t, rows, account, "PTS-I4 shows the offending account's row")
 	require.Contains(t, rows, "107")

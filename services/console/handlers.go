@@ -138,7 +138,7 @@ func (c *Console) chapter(ec echo.Context) error {
 		runs[e.ID] = c.runs.Recent(e.ID, 5)
 	}
 	return c.render(ec, http.StatusOK, "chapter.html", map[string]any{
-		"C": cv, "Check": res, "Runs": runs, "LabEnabled": c.runs.Enabled(),
+		"C": cv, "Check": res, "Runs": runs, "LabEnabled": c.runs.Enabled(), "Red": cv.Red,
 	})
 }
 
