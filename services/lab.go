@@ -2,6 +2,8 @@ package services
 
 import (
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/services/flashsale/order"
+	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/points"
 )
 
@@ -10,6 +12,8 @@ func Experiments() []lab.Experiment {
 	var all []lab.Experiment
 	for _, list := range [][]lab.Experiment{
 		points.Experiments,
+		reserve.Experiments,
+		order.Experiments,
 	} {
 		all = append(all, list...)
 	}

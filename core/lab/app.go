@@ -128,3 +128,46 @@ func (a *App) Send(ctx context.Context, r Req) (Response, error) {
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
+
+// Gauge reads a gauge (or counter) from the app's registry, the values
+// /metrics serves; labels are name/value pairs the sample must carry.
+func (a *App) Gauge(t T, name string, labels ...string) float64 {
+	t.Helper()
+	fams, err := a.Metrics.Gather()
+	if err != nil {
+		t.Fatalf("lab: gather metrics: %v", err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue samples
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("lab: no metric %s%v", name, labels)
+	return 0
+}
+
+// Count runs a counting query on the app's database.
+func (a *App) Count(t T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := a.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("lab: count: %v\n%s", err, sql)
+	}
+	return n
+}

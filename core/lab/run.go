@@ -24,7 +24,7 @@ type Result struct {
 	Claim      string          `json:"claim"`
 	Naive      bool            `json:"naive"`
 	NaiveHow   string          `json:"naive_how,omitempty"`
-	Started    time.Time       `json:"started"` // database clock
+	Started    time.Time       `json:"started"` // the first step, database clock
 	Timeline   []Step          `json:"timeline"`
 	Figure     map[string]any  `json:"figure,omitempty"`
 	Invariants []InvariantView `json:"invariants"`
@@ -125,7 +125,7 @@ func Run(ctx context.Context, e Experiment, env Env, naive bool) Result {
 	}()
 	<-done
 	rt.cleanup()
-	res.Started = x.start.Add(x.dbOffset)
+	res.Started = x.t0
 	res.Timeline = x.Steps()
 	res.Figure = x.figure
 	res.Failures, res.Log = rt.failures, rt.logs
@@ -308,3 +308,7 @@ func (r *runT) cleanup() {
 		fs[i]()
 	}
 }
+
+// NewX is an X for a plain test that drives the app with a chapter's kit
+// without being an experiment itself (its steps are logged all the same).
+func NewX(t *testing.T, env Env) *X { return newX(t, env, false) }

@@ -61,7 +61,8 @@ type X struct {
 	db       string        // the database the invariants are checked on
 	dbOffset time.Duration // database clock − local clock
 	start    time.Time
-	echo     bool // log each step through T (go test -v tells the story)
+	t0       time.Time // the first step's time: the timeline's zero
+	echo     bool      // log each step through T (go test -v tells the story)
 }
 
 // Step is one line of the timeline: who did what, when by the database's
@@ -91,10 +92,14 @@ func (x *X) Step(s Step) {
 		s.At = time.Now().Add(x.dbOffset)
 	}
 	x.mu.Lock()
+	if len(x.steps) == 0 {
+		x.t0 = s.At
+	}
 	x.steps = append(x.steps, s)
+	t0 := x.t0
 	x.mu.Unlock()
 	if x.echo {
-		x.Logf("%s", FormatStep(s, x.start.Add(x.dbOffset)))
+		x.Logf("%s", FormatStep(s, t0))
 	}
 }
 
@@ -190,4 +195,18 @@ func FormatStep(s Step, t0 time.Time) string {
 		fmt.Fprintf(&b, "  — %s", s.Note)
 	}
 	return b.String()
+}
+
+// WaitFor polls cond until it holds, failing t after limit: the one way an
+// experiment waits for a state another actor reaches (a backend waiting on
+// a lock, a gauge dropping), never a sleep standing in for it.
+func WaitFor(t T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("lab: gave up after %v waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

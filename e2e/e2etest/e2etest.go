@@ -145,3 +145,6 @@ func Experiment(t *testing.T, e lab.Experiment) {
 	t.Helper()
 	lab.Test(t, e, Env)
 }
+
+// X is a guarded lab run for a plain test: the chapters' kits take one.
+func X(t *testing.T) *lab.X { return lab.NewX(t, Env) }
