@@ -77,6 +77,7 @@ type Console struct {
 	checks  *checker
 	runs    *runner
 	samples *sampler
+	gauges  gaugeCache
 	// reconcileAfter is the orders' reconciliation delay: an order in
 	// PAYING or REFUNDING past it is shown as waiting for a person.
 	reconcileAfter time.Duration

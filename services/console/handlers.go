@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -554,13 +555,23 @@ type gauge struct {
 }
 
 // admission reads the limiters' gauges from this process's metrics: the
-// limiters are in-process, so these are this replica's.
+// limiters are in-process, so these are this replica's. Gathering the
+// registry also runs every collector (some query the database), so the
+// page reads a snapshot at most gaugeTTL old.
 func (c *Console) admission(ec echo.Context) error {
+	list, err := c.gauges.get(c.gatherGauges)
+	if err != nil {
+		return err
+	}
+	return c.render(ec, http.StatusOK, "admission.html", map[string]any{"Gauges": list})
+}
+
+func (c *Console) gatherGauges() ([]*gauge, error) {
 	gs := map[string]*gauge{}
 	if c.d.Metrics != nil {
 		mfs, err := c.d.Metrics.Gather()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, mf := range mfs {
 			for _, m := range mf.GetMetric() {
@@ -596,5 +607,28 @@ func (c *Console) admission(ec echo.Context) error {
 		list = append(list, g)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Limiter < list[j].Limiter })
-	return c.render(ec, http.StatusOK, "admission.html", map[string]any{"Gauges": list})
+	return list, nil
+}
+
+// gaugeTTL bounds how old the admission page's snapshot may be.
+const gaugeTTL = 2 * time.Second
+
+type gaugeCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	list []*gauge
+}
+
+func (g *gaugeCache) get(gather func() ([]*gauge, error)) ([]*gauge, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if time.Since(g.at) < gaugeTTL {
+		return g.list, nil
+	}
+	list, err := gather()
+	if err != nil {
+		return nil, err
+	}
+	g.at, g.list = time.Now(), list
+	return list, nil
 }
