@@ -5,6 +5,7 @@ import (
 	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/points"
+	"github.com/fencelab/fencelab/services/shortlink"
 )
 
 // Experiments lists every module's experiments in the book's chapter order.
@@ -14,6 +15,7 @@ func Experiments() []lab.Experiment {
 		points.Experiments,
 		reserve.Experiments,
 		order.Experiments,
+		shortlink.Experiments,
 	} {
 		all = append(all, list...)
 	}
