@@ -36,7 +36,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services/labenv"
 )
 
 type config struct {
@@ -46,8 +45,11 @@ type config struct {
 	requests int
 }
 
-// Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench console`.
+var Bench = app.Bench{Name: "console", Summary: "every console page's server time, empty and with 1,000,000 finished jobs of history", Run: Run}
+
+// Run runs the benchmark on the deployable mods (the console among them).
+func Run(mods []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench console", flag.ContinueOnError)
 	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL server to make a scratch database on (its role must create databases); empty: a fresh local cluster")
@@ -79,7 +81,7 @@ func Run(args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: dbURL}).Up(); err != nil {
 		return err
 	}
-	return run(ctx, c, dbURL)
+	return run(ctx, c, dbURL, mods)
 }
 
 func exec(ctx context.Context, url, sql string) error {
@@ -96,29 +98,19 @@ type page struct {
 	name, path string
 }
 
-func run(ctx context.Context, c config, dbURL string) error {
+func run(ctx context.Context, c config, dbURL string, mods []app.Module) error {
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.AccessLog = false
 	cfg.TokenSecret = crand.Text()
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench-console"})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		return err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, nil)
-	mods, closeMods, err := labenv.Modules(d)
+	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-console", Log: log})
 	if err != nil {
 		return err
 	}
-	defer closeMods()
-	e := app.NewHTTP(d, mods)
+	defer p.Close()
+	pool, auth := p.Deps.Pool, p.Deps.Auth
+	e := p.HTTP()
 	tok, err := auth.Mint("admin-0001", httpx.RoleAdmin, time.Hour)
 	if err != nil {
 		return err

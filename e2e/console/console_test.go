@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/console"
 )
@@ -90,7 +89,7 @@ func TestConsoleShowsEveryInvariantGreenOnAFreshDatabase(t *testing.T) {
 	b.waitFor(`location.pathname === "/" && document.querySelector("#checked") && document.querySelector("#checked").innerText.startsWith("Checked")`, time.Minute)
 
 	statuses := eval[map[string]string](b, `Object.fromEntries([...document.querySelectorAll("a.inv[data-invariant]")].map(e => [e.dataset.invariant, e.dataset.status]))`)
-	registered := invariant.All()
+	registered := e2etest.Invariants().All()
 	require.NotEmpty(t, registered)
 	require.Len(t, statuses, len(registered), "the index lists every registered invariant once")
 	for _, inv := range registered {
@@ -217,7 +216,7 @@ SELECT id, e.event, 1, e.owner, e.state, e.detail FROM j,
 	require.Equal(t, "failed", state)
 	require.Equal(t, "review:"+admin, owner)
 	require.Contains(t, detail, "checked the tool's log: the call never arrived")
-	invariant.Assert(t, a.Pool, "claim")
+	e2etest.Assert(t, a.Pool, "claim")
 
 	// The job page shows the history with its fences.
 	b.open(fmt.Sprintf("/console/jobs/%d", started.JobID))

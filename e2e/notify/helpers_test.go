@@ -5,6 +5,7 @@ package notify_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -77,11 +78,22 @@ func event(user, key string) notify.EventRequest {
 // submit posts an event as the service and returns the notification.
 func (l lab) submit(t *testing.T, ev notify.EventRequest) notify.Notification {
 	t.Helper()
-	r := l.Do(t, e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.svc, Body: ev})
-	require.Contains(t, []int{200, 201}, r.Status, string(r.Body))
-	var n notify.Notification
-	r.JSON(t, &n)
+	n, err := l.submitErr(ev)
+	require.NoError(t, err)
 	return n
+}
+
+// submitErr is submit for goroutines: it reports instead of failing.
+func (l lab) submitErr(ev notify.EventRequest) (notify.Notification, error) {
+	var n notify.Notification
+	r, err := l.Send(context.Background(), e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.svc, Body: ev})
+	if err != nil {
+		return n, err
+	}
+	if r.Status != 200 && r.Status != 201 {
+		return n, fmt.Errorf("submit %s: %d %s", ev.EventKey, r.Status, r.Body)
+	}
+	return n, json.Unmarshal(r.Body, &n)
 }
 
 // get reads a notification with its tasks and attempts (as admin).

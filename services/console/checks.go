@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -23,8 +22,8 @@ const checkTimeout = 30 * time.Second
 // most one check runs at a time, however many people look.
 type checker struct {
 	pool  *pgxpool.Pool
+	invs  *invariant.Registry
 	every time.Duration
-	log   *slog.Logger
 
 	mu      sync.Mutex
 	last    *checkResult
@@ -37,8 +36,8 @@ type checkResult struct {
 	Results []invariant.Result
 }
 
-func newChecker(pool *pgxpool.Pool, every time.Duration, log *slog.Logger) *checker {
-	return &checker{pool: pool, every: every, log: log}
+func newChecker(pool *pgxpool.Pool, invs *invariant.Registry, every time.Duration) *checker {
+	return &checker{pool: pool, invs: invs, every: every}
 }
 
 // Current returns the last result; with none yet it waits up to wait for
@@ -101,7 +100,7 @@ func (k *checker) start() chan struct{} {
 		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 		defer cancel()
 		t0 := time.Now()
-		res := invariant.Run(ctx, k.pool)
+		res := k.invs.Run(ctx, k.pool)
 		r := &checkResult{At: time.Now(), Took: time.Since(t0), Results: res}
 		k.mu.Lock()
 		k.last, k.running = r, nil

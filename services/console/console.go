@@ -33,6 +33,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services/flashsale/order"
 )
@@ -43,20 +44,18 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Options are what the console cannot build itself: the lab's experiments
-// and the environment they run on live above the module list (they start
-// the whole deployable), so whoever assembles the process passes them in.
+// Options are what the console cannot build itself: the module list's
+// invariants and experiments, and the runner of experiments, whose
+// environment starts the whole deployable — so whoever assembles the
+// program (labenv.Modules) passes them in.
 type Options struct {
 	// Experiments are the lab's experiments (services.Experiments()).
 	Experiments []lab.Experiment
-	// NewLab provisions the throwaway environment experiments run on
-	// (labenv.NewCluster): never the live database. Nil: experiments are
-	// listed but cannot be run from this process.
-	NewLab func(ctx context.Context) (lab.Env, func() error, error)
-	// MaxRuns bounds experiment runs at once (default 1; each starts a
-	// whole deployable on a scratch database); MaxQueued bounds the runs
-	// waiting for a slot (default 4). Beyond that a run is refused.
-	MaxRuns, MaxQueued int
+	// Invariants is the deployable's registry (services.Invariants()).
+	Invariants *invariant.Registry
+	// Runner runs experiments on scratch databases (nil: experiments are
+	// listed but cannot be run from this process). The caller owns it.
+	Runner *Runner
 	// CheckEvery is how old the invariants' live status may get before a
 	// page view starts a fresh check in the background (default 1 min).
 	CheckEvery time.Duration
@@ -75,7 +74,7 @@ type Console struct {
 	csrfKey []byte
 	api     *echo.Echo // the deployable's own routes, for actions through the API
 	checks  *checker
-	runs    *runner
+	runs    *Runner
 	samples *sampler
 	gauges  gaugeCache
 	// reconcileAfter is the orders' reconciliation delay: an order in
@@ -83,13 +82,24 @@ type Console struct {
 	reconcileAfter time.Duration
 }
 
+// Module is the console as the deployable lists it.
+func Module(o Options) app.Module {
+	return app.Module{
+		Name: "console",
+		Build: func(d app.Deps) (app.Runtime, error) {
+			c, err := New(d, o)
+			if err != nil {
+				return app.Runtime{}, err
+			}
+			return c.Runtime(), nil
+		},
+	}
+}
+
 // New builds the console from the shared dependencies.
 func New(d app.Deps, o Options) (*Console, error) {
-	if o.MaxRuns <= 0 {
-		o.MaxRuns = 1
-	}
-	if o.MaxQueued <= 0 {
-		o.MaxQueued = 4
+	if o.Invariants == nil {
+		o.Invariants = invariant.MustRegistry()
 	}
 	if o.CheckEvery <= 0 {
 		o.CheckEvery = time.Minute
@@ -118,25 +128,28 @@ func New(d app.Deps, o Options) (*Console, error) {
 	mac.Write([]byte("fencelab console csrf v1"))
 	c := &Console{
 		d: d, o: o, log: log, pages: pages, csrfKey: mac.Sum(nil),
-		checks:         newChecker(d.Pool, o.CheckEvery, log),
-		runs:           newRunner(o, log),
+		checks:         newChecker(d.Pool, o.Invariants, o.CheckEvery),
+		runs:           o.Runner,
 		samples:        newSampler(o.Samples),
 		reconcileAfter: ocfg.ReconcileAfter,
 	}
 	return c, nil
 }
 
-// Module is the console as the deployable mounts it.
-func (c *Console) Module() app.Module {
-	return app.Module{
-		Name:   "console",
-		Routes: c.routes,
-		Tasks:  []app.Task{{Name: "console-sampler", Run: c.sample}},
+// Runtime is the console's part of one process: its routes, the charts'
+// sampler and, when it has a runner, the task that removes the lab's
+// scratch cluster when the process stops.
+func (c *Console) Runtime() app.Runtime {
+	r := app.Runtime{Routes: c.routes, Tasks: []app.Task{{Name: "console-sampler", Run: c.sample}}}
+	if c.runs != nil {
+		r.Tasks = append(r.Tasks, app.Task{Name: "console-lab", Run: func(ctx context.Context) error {
+			<-ctx.Done()
+			c.runs.Close()
+			return nil
+		}})
 	}
+	return r
 }
-
-// Close stops runs in flight and removes the lab's scratch environment.
-func (c *Console) Close() { c.runs.close() }
 
 func static() fs.FS {
 	sub, err := fs.Sub(staticFS, "static")

@@ -68,7 +68,7 @@ func (c *Console) chapters(res *checkResult) []chapterView {
 	out := make([]chapterView, 0, len(all))
 	for _, ch := range all {
 		cv := chapterView{Chapter: ch}
-		for _, inv := range invariant.All() {
+		for _, inv := range c.o.Invariants.All() {
 			if chapterOf(inv) != ch.Slug {
 				continue
 			}
@@ -159,7 +159,7 @@ func (c *Console) startRun(ec echo.Context) error {
 	ru, err := c.runs.Start(e, sessionOf(ec).Principal.Subject)
 	if errors.Is(err, errBusy) {
 		return c.fail(ec, http.StatusServiceUnavailable, "The lab is busy",
-			fmt.Sprintf("%d run(s) are running or waiting, the most this console allows. Try again when one ends.", c.o.MaxRuns+c.o.MaxQueued))
+			fmt.Sprintf("%d run(s) are running or waiting, the most this console allows. Try again when one ends.", c.runs.Capacity()))
 	}
 	if err != nil {
 		return c.fail(ec, http.StatusServiceUnavailable, "The lab is not available here", err.Error())

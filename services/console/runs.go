@@ -41,12 +41,13 @@ func (r *run) snapshot() (state string, guarded, naive *lab.Result, err string) 
 	return r.state, r.guarded, r.naive, r.err
 }
 
-// runner runs experiments in the background on a scratch environment made
-// on first use (Options.NewLab), at most MaxRuns at once and MaxQueued
-// waiting: a console must not be able to start unbounded deployables.
-type runner struct {
-	o   Options
-	log *slog.Logger
+// Runner runs experiments in the background on a scratch environment made
+// on first use (newLab), at most maxRuns at once and maxQueued waiting: a
+// console must not be able to start unbounded deployables.
+type Runner struct {
+	newLab             func(ctx context.Context) (lab.Env, func() error, error)
+	maxRuns, maxQueued int
+	log                *slog.Logger
 
 	slots  chan struct{}
 	ctx    context.Context
@@ -57,27 +58,50 @@ type runner struct {
 	seq     int64
 	waiting int
 	runs    []*run // newest last, at most keptRuns
+	closed  bool
 	env     lab.Env
 	closeFn func() error
 	envErr  error
 	envOnce sync.Once
 }
 
-func newRunner(o Options, log *slog.Logger) *runner {
+// NewRunner returns a runner whose experiments run on the environment
+// newLab provisions on first use (labenv.NewCluster: a throwaway cluster,
+// never the live database), at most maxRuns at once (default 1: each
+// starts a whole deployable) with maxQueued waiting (default 4); beyond
+// that a run is refused. Close removes the environment.
+func NewRunner(newLab func(ctx context.Context) (lab.Env, func() error, error), maxRuns, maxQueued int, log *slog.Logger) *Runner {
+	if maxRuns <= 0 {
+		maxRuns = 1
+	}
+	if maxQueued <= 0 {
+		maxQueued = 4
+	}
+	if log == nil {
+		log = slog.Default()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &runner{o: o, log: log, slots: make(chan struct{}, o.MaxRuns), ctx: ctx, cancel: cancel}
+	return &Runner{newLab: newLab, maxRuns: maxRuns, maxQueued: maxQueued, log: log,
+		slots: make(chan struct{}, maxRuns), ctx: ctx, cancel: cancel}
 }
 
 // Enabled reports whether this process can run experiments.
-func (r *runner) Enabled() bool { return r.o.NewLab != nil }
+func (r *Runner) Enabled() bool { return r != nil && r.newLab != nil }
+
+// Capacity is the most runs running and waiting at once.
+func (r *Runner) Capacity() int { return r.maxRuns + r.maxQueued }
 
 // Start queues a run of e and returns it at once.
-func (r *runner) Start(e lab.Experiment, by string) (*run, error) {
-	if r.o.NewLab == nil {
+func (r *Runner) Start(e lab.Experiment, by string) (*run, error) {
+	if !r.Enabled() {
 		return nil, errors.New("console: this process has no lab environment")
 	}
 	r.mu.Lock()
-	if r.waiting >= r.o.MaxRuns+r.o.MaxQueued {
+	if r.closed {
+		r.mu.Unlock()
+		return nil, errors.New("console: the process is stopping")
+	}
+	if r.waiting >= r.maxRuns+r.maxQueued {
 		r.mu.Unlock()
 		return nil, errBusy
 	}
@@ -94,7 +118,7 @@ func (r *runner) Start(e lab.Experiment, by string) (*run, error) {
 	return ru, nil
 }
 
-func (r *runner) do(ru *run) {
+func (r *Runner) do(ru *run) {
 	defer r.wg.Done()
 	defer func() { r.mu.Lock(); r.waiting--; r.mu.Unlock() }()
 	select {
@@ -138,11 +162,11 @@ func (r *runner) do(ru *run) {
 }
 
 // environment provisions the scratch cluster once.
-func (r *runner) environment() (lab.Env, error) {
+func (r *Runner) environment() (lab.Env, error) {
 	r.envOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, 2*time.Minute)
 		defer cancel()
-		env, closeFn, err := r.o.NewLab(ctx)
+		env, closeFn, err := r.newLab(ctx)
 		r.mu.Lock()
 		r.env, r.closeFn, r.envErr = env, closeFn, err
 		r.mu.Unlock()
@@ -153,7 +177,10 @@ func (r *runner) environment() (lab.Env, error) {
 }
 
 // Get returns the run numbered n, if still kept.
-func (r *runner) Get(n int64) *run {
+func (r *Runner) Get(n int64) *run {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ru := range r.runs {
@@ -166,7 +193,10 @@ func (r *runner) Get(n int64) *run {
 
 // Recent returns the kept runs of experiment id, newest first (all when id
 // is "").
-func (r *runner) Recent(id string, limit int) []*run {
+func (r *Runner) Recent(id string, limit int) []*run {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*run
@@ -178,8 +208,15 @@ func (r *runner) Recent(id string, limit int) []*run {
 	return out
 }
 
-// close stops the runs and removes the scratch environment.
-func (r *runner) close() {
+// Close stops the runs and removes the scratch environment; it may be
+// called more than once.
+func (r *Runner) Close() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.cancel()
 	r.wg.Wait()
 	r.mu.Lock()

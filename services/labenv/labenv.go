@@ -23,10 +23,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	consolebench "github.com/fencelab/fencelab/bench/console"
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
@@ -42,11 +42,13 @@ const Secret = "lab-secret-0123456789abcdef"
 type Process struct {
 	*lab.App
 	Deps app.Deps
-	Mods []app.Module
+	Mods []app.Running
+	Proc *app.Process
 }
 
-// Serve builds every module on dbURL and serves them on a loopback
-// listener until t ends. log receives the app's warnings.
+// Serve builds every module on dbURL exactly as `serve` does (app.Build
+// over services.Modules) and serves them on a loopback listener until t
+// ends. log receives the app's warnings.
 func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	t.Helper()
 	cfg := app.Defaults()
@@ -61,40 +63,27 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-lab"})
-	if err != nil {
-		t.Fatalf("labenv: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		t.Fatalf("labenv: %v", err)
-	}
 	fs := faults.New()
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, closeMods, err := Modules(d)
+	runner := NewRunner(log)
+	t.Cleanup(runner.Close)
+	p, err := app.Build(context.Background(), cfg, Modules(runner), app.BuildOptions{Faults: fs, Log: log, Role: "lab"})
 	if err != nil {
-		t.Fatalf("labenv: build modules: %v", err)
+		t.Fatalf("labenv: build the process: %v", err)
 	}
-	t.Cleanup(closeMods)
-	srv := httptest.NewServer(app.NewHTTP(d, mods))
+	srv := httptest.NewServer(p.HTTP())
 	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	wait := func() {}
 	if o.Tasks {
-		wg.Add(2)
-		go func() { defer wg.Done(); app.RunTasks(runCtx, log, mods) }()
-		go func() { defer wg.Done(); _ = app.RunJobs(runCtx, d, claim.PoolOptions{}) }()
+		wait = p.Background(runCtx)
 	}
-	t.Cleanup(func() { stop(); wg.Wait(); srv.Close() })
+	t.Cleanup(func() { stop(); wait(); srv.Close(); p.Close() })
+	d := p.Deps
 	a := &lab.App{
-		URL: srv.URL, DBURL: dbURL, DataDir: cfg.DataDir, Pool: pool, Faults: fs,
-		Jobs: d.Jobs, Auth: auth, Metrics: d.Metrics,
+		URL: srv.URL, DBURL: dbURL, DataDir: cfg.DataDir, Pool: d.Pool, Faults: fs,
+		Jobs: d.Jobs, Auth: d.Auth, Metrics: d.Metrics,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1000}},
 		Seed: func(ctx context.Context, name string) error {
-			for _, m := range mods {
+			for _, m := range p.Mods {
 				if m.Name == name && m.Seed != nil {
 					return m.Seed(ctx)
 				}
@@ -102,40 +91,41 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 			return fmt.Errorf("labenv: no module %q with a seed", name)
 		},
 	}
-	return &Process{App: a, Deps: d, Mods: mods}
+	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p}
 }
 
-// Modules is the deployable: every module of services.All and the web
-// console, which runs the lab's experiments on a Cluster of its own (made
-// on first use, removed by the returned close). The console is added here
-// rather than in services.All because its experiments start the whole
-// deployable: the package that can build the deployable wires it.
-func Modules(d app.Deps) ([]app.Module, func(), error) {
-	mods, err := services.All(d)
-	if err != nil {
-		return nil, nil, err
-	}
-	lookup := func(k string) string { v, _ := d.Config.Lookup(k); return v }
-	c, err := console.New(d, console.Options{
+// Modules is the program: every module of services.Modules and the web
+// console, whose experiments run through runner (nil: the console lists
+// them but cannot run them). The console is listed here rather than in
+// services.Modules because running an experiment starts the whole
+// deployable: only the package that can build it can give the console a
+// lab, as benches receive the module list instead of importing it.
+func Modules(runner *console.Runner) []app.Module {
+	m := console.Module(console.Options{
 		Experiments: services.Experiments(),
-		NewLab: func(ctx context.Context) (lab.Env, func() error, error) {
-			cl, err := NewCluster(ctx, lookup(EnvLabDatabaseURL))
-			if err != nil {
-				return nil, nil, err
-			}
-			return cl, cl.Close, nil
-		},
+		Invariants:  services.Invariants(),
+		Runner:      runner,
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return append(mods, c.Module()), c.Close, nil
+	m.Benches = append(m.Benches, consolebench.Bench)
+	return append(services.Modules(), m)
 }
 
 // EnvLabDatabaseURL names a PostgreSQL server the console's experiments
 // make their scratch databases on (its role must be able to create
 // databases); unset, they run on a throwaway local cluster.
 const EnvLabDatabaseURL = "FENCELAB_LAB_DATABASE_URL"
+
+// NewRunner is the console's runner of experiments on a Cluster of its own,
+// provisioned on the first run and removed by Close.
+func NewRunner(log *slog.Logger) *console.Runner {
+	return console.NewRunner(func(ctx context.Context) (lab.Env, func() error, error) {
+		cl, err := NewCluster(ctx, app.Env(EnvLabDatabaseURL, ""))
+		if err != nil {
+			return nil, nil, err
+		}
+		return cl, cl.Close, nil
+	}, 1, 4, log)
+}
 
 // ChildEnv is the environment of a fencelab child process on dbURL, with
 // its data directory (blob store included) under root: shared by the
@@ -186,6 +176,9 @@ func NewCluster(ctx context.Context, givenURL string) (*Cluster, error) {
 	return &Cluster{srv: srv, own: givenURL == "", root: root, binary: bin,
 		template: fmt.Sprintf("fencelab_lab_tmpl_%d", os.Getpid())}, nil
 }
+
+// Invariants is the deployable's registry.
+func (c *Cluster) Invariants() *invariant.Registry { return services.Invariants() }
 
 // Close removes the template and, when the cluster is the lab's own, stops it.
 func (c *Cluster) Close() error {

@@ -1,5 +1,0 @@
-package main
-
-import consolebench "github.com/fencelab/fencelab/bench/console"
-
-func init() { benches["console"] = consolebench.Run }
