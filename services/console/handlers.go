@@ -237,7 +237,7 @@ type depthRow struct {
 	OldestReady time.Duration
 }
 
-var queueStates = []claim.State{claim.StateReady, claim.StateRunning, claim.StateUnknown, claim.StateNeedsReview, claim.StateFailed}
+var queueStates = []claim.State{claim.StateReady, claim.StateRunning, claim.StateUnknown, claim.StateNeedsReview}
 
 func (c *Console) queue(ec echo.Context) error {
 	ctx := ec.Request().Context()
