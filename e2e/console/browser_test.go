@@ -208,6 +208,15 @@ func (b *tab) click(sel string) {
 	}
 }
 
+// submit clicks sel, which navigates, and waits for js on the next page
+// (the old document is marked, so its state cannot satisfy js).
+func (b *tab) submit(sel, js string, timeout time.Duration) {
+	b.t.Helper()
+	_ = eval[bool](b, `(window.__fencelabOld = true)`)
+	b.click(sel)
+	b.waitFor(`!window.__fencelabOld && (`+js+`)`, timeout)
+}
+
 func (b *tab) path() string { return eval[string](b, "location.pathname") }
 
 // cookies returns the browser's cookies for the app.
@@ -229,8 +238,7 @@ func (b *tab) signIn(token string) {
 	b.t.Helper()
 	b.open("/console/signin")
 	b.fill("#token", token)
-	b.click("#signin")
-	b.waitFor(`document.querySelector("#who") && location.pathname === "/"`, 30*time.Second)
+	b.submit("#signin", `document.querySelector("#who") && location.pathname === "/"`, 30*time.Second)
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

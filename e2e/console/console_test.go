@@ -49,8 +49,7 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	require.False(t, ck.Secure, "plain HTTP: Secure is set only when the console is served over TLS")
 	require.False(t, eval[bool](b, `document.cookie.includes("fencelab_console=")`), "no script reads the token")
 
-	b.click("#signout")
-	b.waitFor(`location.pathname === "/console/signin" && document.querySelector("#msg")`, 10*time.Second)
+	b.submit("#signout", `location.pathname === "/console/signin" && document.querySelector("#msg")`, 10*time.Second)
 	require.Contains(t, b.text("#msg"), "Signed out")
 	require.Nil(t, b.cookies()["fencelab_console"], "signing out removes the cookie")
 	b.open("/console/chapters/points")
@@ -71,8 +70,7 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	for name, tok := range map[string]string{"forged": forged, "expired": expired, "garbage": "not-a-token"} {
 		b.open("/console/signin")
 		b.fill("#token", tok)
-		b.click("#signin")
-		b.waitFor(`document.querySelector("#error")`, 10*time.Second)
+		b.submit("#signin", `document.querySelector("#error")`, 10*time.Second)
 		require.Contains(t, b.text("#error"), "refused", name)
 		if name == "expired" {
 			require.Contains(t, b.text("#error"), "expired")
@@ -85,8 +83,7 @@ func TestConsoleShowsEveryInvariantGreenOnAFreshDatabase(t *testing.T) {
 	t.Parallel()
 	a, b := start(t)
 	b.signIn(a.Token(t, user, httpx.RoleUser))
-	b.click("#check-now")
-	b.waitFor(`location.pathname === "/" && document.querySelector("#checked") && document.querySelector("#checked").innerText.startsWith("Checked")`, time.Minute)
+	b.submit("#check-now", `location.pathname === "/" && document.querySelector("#checked") && document.querySelector("#checked").textContent.startsWith("Checked")`, time.Minute)
 
 	statuses := eval[map[string]string](b, `Object.fromEntries([...document.querySelectorAll("a.inv[data-invariant]")].map(e => [e.dataset.invariant, e.dataset.status]))`)
 	registered := e2etest.Invariants().All()
@@ -118,15 +115,13 @@ func TestConsoleShowsACorruptedBalanceRed(t *testing.T) {
 
 	b.signIn(a.Token(t, user, httpx.RoleUser))
 	b.open("/console/chapters/points")
-	b.click("#check-now")
-	b.waitFor(`document.querySelector("#PTS-I4") && document.querySelector("#PTS-I4").dataset.status === "green"`, time.Minute)
+	b.submit("#check-now", `document.querySelector("#PTS-I4") && document.querySelector("#PTS-I4").dataset.status === "green"`, time.Minute)
 
 	// The corruption: the stored balance no longer equals its entries.
 	_, err := a.Pool.Exec(context.Background(), `UPDATE points_account SET balance = balance + 7 WHERE id = $1`, account)
 	require.NoError(t, err)
 
-	b.click("#check-now")
-	b.waitFor(`location.pathname === "/console/chapters/points" && document.querySelector("#PTS-I4").dataset.status === "red"`, time.Minute)
+	b.submit("#check-now", `location.pathname === "/console/chapters/points" && document.querySelector("#PTS-I4").dataset.status === "red"`, time.Minute)
 	b.waitFor(`document.querySelector("#PTS-I4 table.rows") && document.querySelector("#PTS-I4 table.rows").textContent.includes("`+account+`")`, 10*time.Second)
 	rows := b.text("#PTS-I4 table.rows")
 	require.Contains(t, rows, account, "PTS-I4 shows the offending account's row")
@@ -142,8 +137,7 @@ func TestConsoleRunsAnExperimentAndDrawsItsTimeline(t *testing.T) {
 	a, b := start(t)
 	b.signIn(a.Token(t, admin, httpx.RoleAdmin))
 	b.open("/console/chapters/points")
-	b.click(`button.run[data-experiment="points/concurrent-debits"]`)
-	b.waitFor(`location.pathname.startsWith("/console/runs/")`, 10*time.Second)
+	b.submit(`button.run[data-experiment="points/concurrent-debits"]`, `location.pathname.startsWith("/console/runs/")`, 30*time.Second)
 	// The page refreshes itself until both versions have run (a scratch
 	// PostgreSQL is provisioned on the first run).
 	b.waitFor(`document.querySelector("#run-state") && document.querySelector("#run-state").dataset.state === "done"`, 4*time.Minute)
@@ -204,8 +198,7 @@ SELECT id, e.event, 1, e.owner, e.state, e.detail FROM j,
 	b.open("/console/inbox")
 	_ = eval[bool](b, fmt.Sprintf(`(document.querySelector(%q).value = "failed", true)`, sel+` select[name="decision"]`))
 	b.fill(sel+` input[name="reason"]`, "checked the tool's log: the call never arrived")
-	b.click(sel + " button.decide")
-	b.waitFor(`document.querySelector("#done")`, 10*time.Second)
+	b.submit(sel+" button.decide", `document.querySelector("#done")`, 30*time.Second)
 	require.Contains(t, b.text("#done"), fmt.Sprintf("Job %d decided failed by %s", started.JobID, admin))
 	require.False(t, eval[bool](b, fmt.Sprintf(`!!document.querySelector(%q)`, sel)), "the job left the inbox")
 
