@@ -11,8 +11,14 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 )
 
-// checkTimeout bounds one run of every invariant.
-const checkTimeout = 30 * time.Second
+// checkTimeout bounds one run of every invariant (a large history takes
+// tens of seconds: `fencelab bench console` reports it); nowWait bounds how
+// long "Check now" holds the person's request before showing the page
+// with the check still running.
+const (
+	checkTimeout = 5 * time.Minute
+	nowWait      = 20 * time.Second
+)
 
 // checker keeps the invariants' live status. An invariant is a query over
 // a whole module's history (PTS-I4 sums every ledger entry): running them
@@ -28,6 +34,14 @@ type checker struct {
 	mu      sync.Mutex
 	last    *checkResult
 	running chan struct{} // closed when the check in flight ends
+	since   time.Time     // when the check in flight started
+}
+
+// Running reports whether a check is in flight and since when.
+func (k *checker) Running() (bool, time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.running != nil, k.since
 }
 
 type checkResult struct {
@@ -94,7 +108,7 @@ func (k *checker) start() chan struct{} {
 		return k.running
 	}
 	done := make(chan struct{})
-	k.running = done
+	k.running, k.since = done, time.Now()
 	go func() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)

@@ -144,7 +144,7 @@ func (c *Console) chapter(ec echo.Context) error {
 }
 
 func (c *Console) checkNow(ec echo.Context) error {
-	ctx, cancel := context.WithTimeout(ec.Request().Context(), checkTimeout+5*time.Second)
+	ctx, cancel := context.WithTimeout(ec.Request().Context(), nowWait)
 	defer cancel()
 	c.checks.Now(ctx)
 	return ec.Redirect(http.StatusSeeOther, safeNext(ec.FormValue("back")))

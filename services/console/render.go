@@ -90,6 +90,9 @@ func (c *Console) render(ec echo.Context, status int, page string, data map[stri
 		data = map[string]any{}
 	}
 	data["S"] = sessionOf(ec)
+	if running, since := c.checks.Running(); running {
+		data["Checking"] = since
+	}
 	data["Path"] = ec.Request().URL.Path
 	var b bytes.Buffer
 	if err := p.t.Execute(&b, data); err != nil {
