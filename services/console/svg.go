@@ -87,7 +87,9 @@ func swimlane(res *lab.Result) template.HTML {
 	xOf := func(t time.Time) float64 { return laneLeft + float64(t.Sub(t0))/float64(span)*plotW }
 	h := laneTop + len(actors)*laneH + laneBottom
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="swimlane" role="img" viewBox="0 0 %d %d" width="%d" height="%d" xmlns="http://www.w3.org/2000/svg">`, laneW, h, laneW, h)
+	// The drawing scales to its column (two versions sit side by side);
+	// the viewBox keeps its proportions.
+	fmt.Fprintf(&b, `<svg class="swimlane" role="img" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg">`, laneW, h)
 	fmt.Fprintf(&b, `<title>%s</title>`, esc(fmt.Sprintf("timeline of %s%s: %d steps by %d actors", res.ID, naiveSuffix(res), len(steps), len(actors))))
 	// Time axis: five ticks in seconds from the first step.
 	for i := 0; i <= 4; i++ {
