@@ -187,6 +187,11 @@ SELECT id, e.event, 1, e.owner, e.state, e.detail FROM j,
 	require.NoError(t, err)
 
 	b.signIn(tok)
+	// The queue shows it waiting for a person, in its kind's row.
+	b.open("/console/queue")
+	require.Equal(t, 1, eval[int](b, `(() => { const r = [...document.querySelectorAll("#depth tbody tr")].find(r => r.dataset.kind === "workflow"); return r ? +r.children[4].textContent : -1 })()`))
+	require.Contains(t, b.text("main"), fmt.Sprint(started.JobID))
+
 	b.open("/console/inbox")
 	sel := fmt.Sprintf("#job-%d", started.JobID)
 	b.waitFor(fmt.Sprintf(`document.querySelector(%q)`, sel), 10*time.Second)
