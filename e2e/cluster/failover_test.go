@@ -10,7 +10,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
 // Each experiment owns its cluster on its own ports (19200, 19300, 19400 +
@@ -58,7 +58,7 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	res, _ := porcupine.CheckOperationsVerbose(fenceModel, log.ops, time.Minute)
 	require.Equal(t, porcupine.Ok, res, "the lease history of %d operations is linearizable", len(log.ops))
 
-	invariant.Assert(t, c.db, "points", "flashsale", "lease", "claim")
+	e2etest.Assert(t, c.db, "points", "flashsale", "lease", "claim")
 }
 
 // The naive version: asynchronous replication, with the standby held
@@ -123,7 +123,7 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	res := porcupine.CheckOperations(fenceModel, log.ops)
 	require.False(t, res, "the lease history check rejects the reissued fence")
 
-	invariant.Assert(t, c.db, "points", "flashsale", "lease", "claim")
+	e2etest.Assert(t, c.db, "points", "flashsale", "lease", "claim")
 }
 
 // A serve replica dies mid-load (SIGKILL to its process group). HAProxy
@@ -154,7 +154,7 @@ func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	require.Empty(t, j.doubled, "and exactly once, whichever replica the retry reached")
 	require.Empty(t, j.moved)
 	effectsMatchKeys(t, c, log)
-	invariant.Assert(t, c.db, "points", "flashsale", "upload")
+	e2etest.Assert(t, c.db, "points", "flashsale", "upload")
 }
 
 // byKind counts acknowledgements per kind ("debit=3 hold=1").
