@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -211,7 +212,22 @@ func (b *bench) run(ctx context.Context) error {
 			ms(r.readP50), ms(r.readP99), r.scannedMean, r.scannedP99, r.buffersMean, r.inbox,
 			float64(r.inboxBytes)/(1<<20), r.build.Round(100*time.Millisecond), r.invariants)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// One RESULT line: each strategy's read p99 and rows per post, side by side.
+	kv := []any{"users", b.g.Config.Users, "clients", b.c.clients}
+	verdict := "ok"
+	for _, r := range rows {
+		kv = append(kv, r.strategy+"_read_p99_ms", r.readP99, r.strategy+"_publish_p99_ms", r.publishP99,
+			r.strategy+"_inbox_rows_per_post", r.rowsMean)
+		if r.invariants != "ok" {
+			verdict = "violated"
+		}
+	}
+	fmt.Println()
+	load.Result("feed", append(kv, "invariants", verdict)...)
+	return nil
 }
 
 // template loads the graph once into its own database (truth, pull-built
@@ -400,7 +416,7 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 		return nil, err
 	}
 	pool := p.Deps.Pool
-	fcfg, err := feed.ConfigFrom(cfg)
+	fcfg, err := feed.LoadConfig(cfg)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -630,14 +646,8 @@ func exec(ctx context.Context, url, sql string) error {
 	return err
 }
 
-func quantile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
+// quantile is the q-quantile of d, from the harness's histogram.
+func quantile(d []time.Duration, q float64) time.Duration { return load.Of(d).Quantile(q) }
 
 func quantileF(v []float64, q float64) float64 {
 	if len(v) == 0 {
