@@ -24,8 +24,8 @@ func runMigrate(args []string) error {
 	loadLocalEnv("")
 	fs := newFlags("migrate", "migrate up | down [N] | version")
 	url := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *url == "" {
 		return errors.New("DATABASE_URL is not set")
@@ -78,8 +78,8 @@ func runCheck(args []string) error {
 	url := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	list := fs.Bool("list", false, "print every registered invariant (ID, module, chapter, statement) and exit")
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *list {
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -138,9 +138,11 @@ func runToken(args []string) error {
 	sub := fs.String("sub", "", "subject (user id), e.g. user-0042")
 	role := fs.String("role", "user", "user, admin or service")
 	ttl := fs.Duration("ttl", 24*time.Hour, "validity")
-	secret := fs.String("token-secret", app.Env("FENCELAB_TOKEN_SECRET", ""), "HMAC secret (FENCELAB_TOKEN_SECRET)")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	secret := new(string)
+	*secret = app.Env("FENCELAB_TOKEN_SECRET", "")
+	fs.Var(app.SecretFlag(secret), "token-secret", "HMAC secret (FENCELAB_TOKEN_SECRET; never printed)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *sub == "" {
 		fs.Usage()

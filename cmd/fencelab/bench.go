@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -23,12 +25,19 @@ func runBench(args []string) error {
 		for _, n := range names {
 			fmt.Fprintln(os.Stderr, "  "+n)
 		}
-		return errUsage
+		if len(args) == 0 {
+			return errUsage
+		}
+		return errHelp
 	}
 	b, ok := benches[args[0]]
 	if !ok {
 		return fmt.Errorf("unknown benchmark %q (fencelab bench --help lists them)", args[0])
 	}
 	loadLocalEnv("")
-	return b(args[1:])
+	if err := b(args[1:]); errors.Is(err, flag.ErrHelp) {
+		return errHelp
+	} else {
+		return err
+	}
 }

@@ -29,8 +29,8 @@ func runDev(args []string) error {
 	cfg := app.Defaults()
 	fs := newFlags("dev", "dev [flags]")
 	cfg.Bind(fs)
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

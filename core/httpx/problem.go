@@ -94,6 +94,7 @@ var (
 		{pg.ErrSerialization, http.StatusServiceUnavailable, "retry"},
 		{pg.ErrDeadlock, http.StatusServiceUnavailable, "retry"},
 		{pg.ErrUnavailable, http.StatusServiceUnavailable, "database_unavailable"},
+		{ErrBodyTimeout, http.StatusRequestTimeout, "body_timeout"},
 	}
 )
 
@@ -149,6 +150,7 @@ func fromHTTPError(he *echo.HTTPError) *Problem {
 		http.StatusBadRequest:            "bad_request",
 		http.StatusTooManyRequests:       "too_many_requests",
 		http.StatusServiceUnavailable:    "overloaded",
+		http.StatusRequestTimeout:        "body_timeout",
 	}[he.Code]
 	if code == "" {
 		code = "http_" + strconv.Itoa(he.Code)
@@ -176,7 +178,7 @@ func ErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			p = NewProblem(499, "client_closed_request", "client closed the request")
 		}
 		if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
-			log.Error("request failed", "err", err, "method", c.Request().Method,
+			log.Error("request failed", "err", err, "method", MethodLabel(c.Request().Method),
 				"path", c.Request().URL.Path, "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 		}
 		if p.RetryAfter > 0 {
