@@ -57,7 +57,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		"not a boolean":     {prefs, user42, `{"channels":{"email":"yes"}}`, 400, "invalid_field"},
 		"another user":      {"/notify/users/user-0043/preferences", user42, `{"channels":{"email":true}}`, 403, "forbidden"},
 		"service token":     {prefs, l.svc, `{"channels":{"email":true}}`, 403, "forbidden"},
-		"admin, invalid id": {"/notify/users/user%20x/preferences", l.admin, `{"channels":{"email":true}}`, 422, "invalid_user_id"},
+		"admin, invalid id": {"/notify/users/user%20x/preferences", l.admin, `{"channels":{"email":true}}`, 400, "invalid_id"},
 	} {
 		r := l.Do(t, e2etest.Req{Method: "PUT", Path: tc.path, Token: tc.token, Body: tc.body})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)

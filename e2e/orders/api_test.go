@@ -127,7 +127,7 @@ func TestOrderBadInputIs4xxAndChangesNothing(t *testing.T) {
 		{"pay: someone else's order", payReq(other, o.ID), 403, "forbidden"},
 		{"pay: admin", payReq(admin, o.ID), 403, "forbidden"},
 		{"pay: unknown order", payReq(owner, 999999), 404, "order_not_found"},
-		{"pay: not an id", e2etest.Req{Method: http.MethodPost, Path: "/flashsale/orders/abc/pay", Token: owner}, 404, "order_not_found"},
+		{"pay: not an id", e2etest.Req{Method: http.MethodPost, Path: "/flashsale/orders/abc/pay", Token: owner}, 400, "invalid_id"},
 		{"pay: a paid order", payReq(other, po.ID), 409, "order_not_payable"},
 		{"get: someone else's order", e2etest.Req{Method: http.MethodGet, Path: "/flashsale/orders/" + itoa(po.ID), Token: owner}, 403, "forbidden"},
 		{"callback: unknown order", cbReq(cbUnknown, sigUnknown), 404, "callback_order_not_found"},

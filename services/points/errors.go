@@ -43,7 +43,7 @@ func init() {
 	httpx.MapError(ErrDuplicateTxn, http.StatusConflict, "duplicate_transaction")
 	httpx.MapError(ErrInvalidAmount, http.StatusUnprocessableEntity, "invalid_amount")
 	httpx.MapError(ErrInvalidReason, http.StatusUnprocessableEntity, "invalid_reason")
-	httpx.MapError(ErrInvalidAccountID, http.StatusBadRequest, "invalid_account_id")
+	httpx.MapError(ErrInvalidAccountID, http.StatusBadRequest, "invalid_id") // the one rule for malformed ids
 	httpx.MapError(ErrInvalidOwner, http.StatusUnprocessableEntity, "invalid_owner")
 	httpx.MapError(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor")
 	httpx.MapError(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit")

@@ -48,7 +48,7 @@ func init() {
 	httpx.MapError(ErrNotAuthor, http.StatusForbidden, "not_author")
 	httpx.MapError(ErrInvalidVisibility, http.StatusUnprocessableEntity, "invalid_visibility")
 	httpx.MapError(ErrInvalidBody, http.StatusUnprocessableEntity, "invalid_body")
-	httpx.MapError(ErrInvalidUser, http.StatusBadRequest, "invalid_user")
+	httpx.MapError(ErrInvalidUser, http.StatusBadRequest, "invalid_id") // the one rule for malformed ids
 	httpx.MapError(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor")
 	httpx.MapError(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit")
 	httpx.MapError(ErrInvalidPostID, http.StatusBadRequest, "invalid_post_id")
