@@ -415,9 +415,16 @@ func finish(ctx context.Context, tx pgx.Tx, r *request, fence int64, resp respon
 func (k *Keys) release(ctx context.Context, r *request, fence int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
 	defer cancel()
-	// Best effort: if it fails (the database itself is unreachable), the
-	// lock expires and a retry takes over.
-	_, _ = k.pool.Exec(ctx, sqlRelease, r.scope, r.subject, r.key, fence)
+	// A connection lost under the request usually means the pool still
+	// holds more dead ones: each failed attempt discards its connection,
+	// so a few attempts reach a fresh one. If the database itself is
+	// unreachable, the lock expires and a retry takes over.
+	for range 3 {
+		_, err := k.pool.Exec(ctx, sqlRelease, r.scope, r.subject, r.key, fence)
+		if err == nil || !errors.Is(pg.MapError(err), pg.ErrUnavailable) || ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 // plain runs fn without a key (Optional routes).

@@ -29,9 +29,9 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"unicode"
 	"sync"
 	"sync/atomic"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
