@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/invariant"
 )
 
 // goroutinesIn counts live goroutines whose stack mentions fn.
@@ -73,5 +72,5 @@ func TestOverrunningHandlersDoNotOutliveOneGrace(t *testing.T) {
 	var state string
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT state FROM job`).Scan(&state))
 	require.Equal(t, "running", state, "not completed by an abandoned pool: its lease lapses")
-	invariant.Assert(t, b.pool, "claim")
+	invariants.Assert(t, b.pool, "claim")
 }

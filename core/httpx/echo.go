@@ -51,6 +51,8 @@ type Options struct {
 	// DELETE) running at once in this process, with a bounded line behind
 	// them; the rest get 503 overloaded with Retry-After.
 	Admission *Limiter
+	// Errors answers the modules' sentinel errors (nil: database sentinels only).
+	Errors *Errors
 }
 
 // New builds the echo instance shared by `serve` and the e2e tests.
@@ -69,7 +71,13 @@ func New(o Options) *echo.Echo {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = ErrorHandler(o.Log)
+	if o.Errors == nil {
+		o.Errors = base
+	}
+	e.HTTPErrorHandler = ErrorHandler(o.Log, o.Errors)
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error { c.Set(errorsKey, o.Errors); return next(c) }
+	})
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			o.Log.Error("panic", "err", err, "path", c.Request().URL.Path, "stack", string(stack))
@@ -78,7 +86,7 @@ func New(o Options) *echo.Echo {
 	}))
 	e.Use(requestID)
 	if o.Metrics != nil {
-		e.Use(metricsMiddleware(o.Metrics))
+		e.Use(metricsMiddleware(o.Metrics, o.Errors))
 	}
 	if o.AccessLog {
 		e.Use(accessLog(o.Log))
@@ -165,7 +173,7 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 // metricsMiddleware observes every request. Every label is bounded: the
 // method is folded by MethodLabel, the route is the template (or
 // "unmatched"), the status is a three-digit code the server chose.
-func metricsMiddleware(reg prometheus.Registerer) echo.MiddlewareFunc {
+func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc {
 	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fencelab_http_request_duration_seconds",
 		Help:    "HTTP request latency by method, route template and status.",
@@ -178,7 +186,7 @@ func metricsMiddleware(reg prometheus.Registerer) echo.MiddlewareFunc {
 			err := next(c)
 			status := c.Response().Status
 			if err != nil {
-				status = ToProblem(err).Status
+				status = t.Problem(err).Status
 			}
 			route := c.Path() // the template, so cardinality stays bounded
 			if route == "" {

@@ -9,8 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -54,7 +52,7 @@ func TestFEEDBadInputIsA4xx(t *testing.T) {
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
 	// Another deployment (another token secret) on the same data.
-	other := e2etest.Start(t, e2etest.Options{DBURL: e.a.DBURL, Config: func(c *app.Config) { c.TokenSecret = "another-deployment-secret-0123" }})
+	other := e2etest.Start(t, e2etest.Options{DBURL: e.a.DBURL, TokenSecret: "another-deployment-secret-0123"})
 	foreign := other.Do(t, e2etest.Req{Method: "GET", Path: "/social/feed?limit=1&strategy=pull", Token: other.Token(t, "user-s", "user")})
 	require.Equal(t, http.StatusOK, foreign.Status, "%s", foreign.Body)
 
@@ -105,7 +103,7 @@ func TestFEEDBadInputIsA4xx(t *testing.T) {
 	requireProblem(t, r, http.StatusUnauthorized, "unauthorized")
 	r = e.a.Do(t, e2etest.Req{Method: "GET", Path: "/social/feed", Token: e.a.Token(t, "user-s", "admin")})
 	require.Equal(t, http.StatusForbidden, r.Status)
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 func mustNext(t *testing.T, r e2etest.Response) string {

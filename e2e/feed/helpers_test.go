@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -38,14 +37,14 @@ type env struct {
 // and the response log on, so FEED-I1 judges every page served.
 func setup(t *testing.T, strategy string, threshold int) *env {
 	t.Helper()
-	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) {
-		c.Settings = map[string]string{
+	a := e2etest.Start(t, e2etest.Options{
+		Settings: map[string]string{
 			feed.EnvStrategy:        strategy,
 			feed.EnvThreshold:       strconv.Itoa(threshold),
 			feed.EnvResponseLog:     "true",
 			feed.EnvResponseLogRows: "10000000",
-		}
-	}})
+		},
+	})
 	cfg, err := feed.ConfigFrom(a.Deps.Config)
 	require.NoError(t, err)
 	fs, err := feed.NewService(a.Pool, cfg, nil)
@@ -114,7 +113,12 @@ func (e *env) get(ctx context.Context, t testing.TB, reader, strategy, cursor st
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	return e.a.Send(ctx, e2etest.Req{Method: "GET", Path: "/social/feed?" + q.Encode(), Token: e.token(t, reader)})
+	// Runs on reader goroutines (feed01): errors are returned, never FailNow.
+	tok, err := e.a.Deps.Auth.Mint(reader, httpx.RoleUser, time.Hour)
+	if err != nil {
+		return e2etest.Response{}, err
+	}
+	return e.a.Send(ctx, e2etest.Req{Method: "GET", Path: "/social/feed?" + q.Encode(), Token: tok})
 }
 
 // page reads one page and requires a 200.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -76,7 +75,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	for _, table := range []string{"notify_user", "notify_preference", "notify_notification", "notify_task", "notify_attempt", "job"} {
 		require.Zero(t, l.count(t, `SELECT count(*) FROM `+table), "%s must stay empty", table)
 	}
-	invariant.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "notify")
 }
 
 // Preferences belong to their user (admins may set them; services may read
@@ -121,7 +120,7 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 	require.Equal(t, "svc-orders", got.SubmittedBy)
 	require.JSONEq(t, `{"order":"ord-1001","carrier":"example-post"}`, string(got.Data))
 	require.Len(t, got.Tasks, 2)
-	invariant.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "notify")
 }
 
 // The review queue's three ways out, each recorded with who and why: resend
@@ -209,6 +208,6 @@ func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	var empty notify.ReviewPage
 	l.Do(t, e2etest.Req{Method: "GET", Path: "/notify/review", Token: l.admin}).JSON(t, &empty)
 	require.Empty(t, empty.Items, "nothing left to decide")
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }

@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -31,16 +31,21 @@ func TestNTF01SameEventFiftyTimesConcurrentlyMakesOneNotification(t *testing.T) 
 	statuses := make([]int, n)
 	got := make([]notify.Notification, n)
 	var wg sync.WaitGroup
+	errs := e2etest.NewErrors(n)
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			r := l.Do(t, e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.svc, Body: ev})
-			statuses[i] = r.Status
-			r.JSON(t, &got[i])
+			r, err := l.Send(context.Background(), e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.svc, Body: ev})
+			if err == nil {
+				statuses[i] = r.Status
+				err = json.Unmarshal(r.Body, &got[i])
+			}
+			errs.Add(err)
 		})
 	}
 	close(start)
 	wg.Wait()
+	errs.Check(t) // on the test goroutine
 
 	created := 0
 	for i := range n {
@@ -75,8 +80,8 @@ func TestNTF01SameEventFiftyTimesConcurrentlyMakesOneNotification(t *testing.T) 
 	require.Equal(t, 1, l.push().Posts())
 	require.Equal(t, 0, l.sms().Posts(), "sms is off: no task, no message")
 	require.Equal(t, 2, l.count(t, `SELECT count(*) FROM notify_task`), "a resubmission after delivery adds nothing")
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }
 
 // NTF-02: each channel commits the message and drops the response. What
@@ -168,8 +173,8 @@ func TestNTF02CommitThenDropFollowsEachChannelsContract(t *testing.T) {
 	require.Equal(t, "admin-0001", push.Decisions[0].DecidedBy)
 	require.Equal(t, "push console shows push_1 delivered", push.Decisions[0].Reason)
 	require.Equal(t, 1, l.push().Posts(), "still exactly one send")
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }
 
 // NTF-03: a worker stalls inside the call (the channel has the message, the
@@ -193,11 +198,7 @@ func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
 		require.Len(t, old, 1)
 		done := make(chan error, 1)
 		go func() { done <- l.Deps.Jobs.Execute(ctx, old[0]) }()
-		select {
-		case <-gate.Reached():
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the worker never reached the call", ch.Name)
-		}
+		e2etest.WaitOrTimeout(t, gate.Reached(), "%s: the worker never reached the call", ch.Name)
 		require.Len(t, srv.EffectsFor(tk.DeliveryKey), 1, "%s: the channel has the message", ch.Name)
 		require.Equal(t, []string{"send:pending@1"}, calls(task(t, l.get(t, n.ID), ch.Name)))
 
@@ -220,12 +221,7 @@ func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
 		}
 
 		gate.Release()
-		var lateErr error
-		select {
-		case lateErr = <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the stalled worker did not finish", ch.Name)
-		}
+		lateErr := e2etest.WaitOrTimeout(t, done, "%s: the stalled worker did not finish", ch.Name)
 		require.ErrorIs(t, lateErr, claim.ErrStaleFence, "%s: the superseded holder's completion is refused", ch.Name)
 
 		tk = task(t, l.get(t, n.ID), ch.Name)
@@ -254,8 +250,8 @@ func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
 			require.Equal(t, 1, srv.Posts())
 		}
 	}
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }
 
 // NTF-04: the user turns channels off after the tasks were enqueued and
@@ -295,6 +291,6 @@ func TestNTF04PreferenceTurnedOffBeforeTheClaimCancelsTheTask(t *testing.T) {
 		require.Empty(t, l.channels[name].Effects(), name)
 	}
 	require.Len(t, l.email().Effects(), 1)
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }

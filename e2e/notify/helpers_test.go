@@ -5,13 +5,13 @@ package notify_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
@@ -46,13 +46,10 @@ func newLab(t *testing.T, settings map[string]string, o e2etest.Options) lab {
 		s[map[string]string{notify.ChannelEmail: notify.EnvEmailURL, notify.ChannelSMS: notify.EnvSMSURL,
 			notify.ChannelPush: notify.EnvPushURL}[ch.Name]] = srv.URL()
 	}
-	prev := o.Config
-	o.Config = func(c *app.Config) {
-		c.Settings = s
-		if prev != nil {
-			prev(c)
-		}
+	for k, v := range o.Settings {
+		s[k] = v
 	}
+	o.Settings = s
 	l.App = e2etest.Start(t, o)
 	l.svc = l.Token(t, "svc-orders", httpx.RoleService)
 	l.admin = l.Token(t, "admin-0001", httpx.RoleAdmin)
@@ -81,11 +78,22 @@ func event(user, key string) notify.EventRequest {
 // submit posts an event as the service and returns the notification.
 func (l lab) submit(t *testing.T, ev notify.EventRequest) notify.Notification {
 	t.Helper()
-	r := l.Do(t, e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.svc, Body: ev})
-	require.Contains(t, []int{200, 201}, r.Status, string(r.Body))
-	var n notify.Notification
-	r.JSON(t, &n)
+	n, err := l.submitErr(ev)
+	require.NoError(t, err)
 	return n
+}
+
+// submitErr is submit for goroutines: it reports instead of failing.
+func (l lab) submitErr(ev notify.EventRequest) (notify.Notification, error) {
+	var n notify.Notification
+	r, err := l.Send(context.Background(), e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.svc, Body: ev})
+	if err != nil {
+		return n, err
+	}
+	if r.Status != 200 && r.Status != 201 {
+		return n, fmt.Errorf("submit %s: %d %s", ev.EventKey, r.Status, r.Body)
+	}
+	return n, json.Unmarshal(r.Body, &n)
 }
 
 // get reads a notification with its tasks and attempts (as admin).

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -29,7 +28,7 @@ func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 	for _, j := range jobs {
 		require.NoError(t, l.Deps.Jobs.Execute(ctx, j))
 	}
-	invariant.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "notify")
 	email, push := task(t, l.get(t, n.ID), notify.ChannelEmail), task(t, l.get(t, n.ID), notify.ChannelPush)
 	require.Equal(t, notify.TaskCancelled, push.State)
 
@@ -53,7 +52,7 @@ func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 		_, err := l.Pool.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
-	results := invariant.Run(ctx, l.Pool, "notify")
+	results := e2etest.Invariants().Run(ctx, l.Pool, "notify")
 	require.Len(t, results, 5)
 	for _, r := range results {
 		require.NoError(t, r.Err, r.ID)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -53,6 +52,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	var next atomic.Int64
 	ids := make([]int64, events)
 	var wg sync.WaitGroup
+	errs := e2etest.NewErrors(submitters)
 	for range submitters {
 		wg.Go(func() {
 			for {
@@ -61,15 +61,27 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 					return
 				}
 				ev := event(fmt.Sprintf("user-%04d", 1000+i%users), fmt.Sprintf("order:ord-%05d:shipped", i))
-				n := l.submit(t, ev)
+				n, err := l.submitErr(ev)
+				if err != nil {
+					errs.Add(err)
+					return
+				}
 				ids[i] = n.ID
 				if i%dupEvery == 0 {
-					require.Equal(t, n.ID, l.submit(t, ev).ID)
+					again, err := l.submitErr(ev)
+					if err == nil && again.ID != n.ID {
+						err = fmt.Errorf("duplicate of %s named notification %d, the first %d", ev.EventKey, again.ID, n.ID)
+					}
+					if err != nil {
+						errs.Add(err)
+						return
+					}
 				}
 			}
 		})
 	}
 	wg.Wait()
+	errs.Check(t) // on the test goroutine
 	intake := time.Since(begin)
 
 	// The fault plan, per task, on the task's first call of each kind.
@@ -181,6 +193,6 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	t.Logf("%d events (+%d resubmitted) for %d users in %v; %d tasks delivered or in review in %v (32 workers, test cluster, shared machine)",
 		events, (events+dupEvery-1)/dupEvery, users, intake.Round(time.Millisecond), len(tasks), delivery.Round(time.Millisecond))
 	require.Equal(t, events, l.count(t, `SELECT count(*) FROM notify_notification`))
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }

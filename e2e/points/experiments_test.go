@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/points"
 )
@@ -24,52 +23,7 @@ import (
 // and the balance ends at 10, never below 0 on the way (PTS-I1).
 func TestPTS01ConcurrentDebitsNeverOverdraw(t *testing.T) {
 	t.Parallel()
-	l := start(t)
-	l.openAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.user(t, "user-0042")
-
-	const n = 100
-	results := make([]e2etest.Response, n)
-	var wg sync.WaitGroup
-	release := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-release // all at once
-			r, err := l.posting(context.Background(), "debits", tok, "acct-0042", newKey(), 30, "prize-17")
-			if err != nil {
-				r.Status = -1
-			}
-			results[i] = r
-		}()
-	}
-	close(release)
-	wg.Wait()
-
-	byOutcome := map[string]int{}
-	for _, r := range results {
-		switch {
-		case r.Status == http.StatusCreated:
-			byOutcome["created"]++
-		case r.Status == http.StatusConflict && r.Code() == "insufficient_balance":
-			byOutcome["insufficient_balance"]++
-		default:
-			byOutcome[string(r.Body)]++
-		}
-	}
-	require.Equal(t, map[string]int{"created": 33, "insufficient_balance": 67}, byOutcome)
-
-	acct := l.account(t, "acct-0042")
-	require.EqualValues(t, 10, acct.Balance)
-	require.EqualValues(t, 1+33, acct.Version, "one grant and 33 debits changed the row")
-	var debits int
-	require.NoError(t, l.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM points_ledger_txn WHERE kind = 'debit' AND client_id = 'user-0042'`).Scan(&debits))
-	require.Equal(t, 33, debits)
-	require.EqualValues(t, 33*30, l.account(t, points.RedemptionAccount).Balance)
-	l.requireOneEventPerTxn(t)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Experiment(t, points.ConcurrentDebits)
 }
 
 // PTS-02: the server commits a debit, then the response is lost: the
@@ -118,7 +72,7 @@ func TestPTS02LostResponseRetryIsReplayedNotDebitedTwice(t *testing.T) {
 	require.Equal(t, r.Body, again.Body)
 	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
 	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // PTS-03: the same key with a different amount is another request: 422
@@ -149,7 +103,7 @@ func TestPTS03SameKeyOtherAmountIsRefusedAndWritesNothing(t *testing.T) {
 
 	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
 	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // PTS-04: the same key sent twice at once. Timeline first: the first
@@ -219,7 +173,7 @@ func TestPTS04SameKeyConcurrentlyMakesOneTransaction(t *testing.T) {
 	})
 
 	require.EqualValues(t, 1000-2*30, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // PTS-05: code corrupts a balance column. PTS-I4 reports exactly that
@@ -233,7 +187,7 @@ func TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger(t *testing.T) {
 	l.openAccount(t, "acct-0043", "user-0043", 500)
 	tok := l.user(t, "user-0042")
 	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", newKey(), 30).Status)
-	invariant.Assert(t, l.Pool, "points")
+	e2etest.Assert(t, l.Pool, "points")
 
 	// The bug: some code adds 29 points behind the ledger's back, and
 	// another one loses 7 on the system side.
@@ -243,7 +197,7 @@ func TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger(t *testing.T) {
 	_, err = l.Pool.Exec(ctx, `UPDATE points_system_shard SET balance = balance - 7 WHERE account_id = 'sys:redemption' AND shard = 5`)
 	require.NoError(t, err)
 
-	res := invariant.Run(ctx, l.Pool, "PTS-I4")
+	res := e2etest.Invariants().Run(ctx, l.Pool, "PTS-I4")
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
 	require.Equal(t, []string{"account", "kind", "stored", "from_entries", "drift"}, res[0].Columns)
@@ -318,7 +272,7 @@ func TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger(t *testing.T) {
 	cmd.Env = e2etest.ChildEnv(l.DBURL)
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	invariant.Assert(t, l.Pool, "points")
+	e2etest.Assert(t, l.Pool, "points")
 }
 
 func jsonOf(v ...any) string {
@@ -410,5 +364,5 @@ func TestPTS06InterleavedGrantsAndDebitsKeepTheBooksBalanced(t *testing.T) {
 	require.Equal(t, debited, redemption.Balance)
 	require.Zero(t, users+issuance.Balance+redemption.Balance, "the system accounts balance the user accounts")
 	l.requireOneEventPerTxn(t)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }

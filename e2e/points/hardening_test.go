@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 )
@@ -89,7 +88,7 @@ func TestClientAbortReleasesItsKey(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "the retry runs at once: %s", r.Body)
 	require.Equal(t, 1, l.txnsOf(t, "user-abort", key))
 	require.Equal(t, int64(70), l.account(t, "acct-abort").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // Issue 20 item 12: two Idempotency-Key headers. The first used to win, and
@@ -120,7 +119,7 @@ func TestTwoIdempotencyKeyHeadersAreRefused(t *testing.T) {
 	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-two", "key-one", 10).Status)
 	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-two", "key-one", 10).Status) // replay
 	require.Equal(t, int64(90), l.account(t, "acct-two").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // A duplicate key in the body used to mean its last value: a debit of
@@ -138,7 +137,7 @@ func TestDuplicateKeysInADebitDebitNothing(t *testing.T) {
 	}
 	require.Equal(t, before, l.ledger(t))
 	require.Equal(t, int64(1000), l.account(t, "acct-dup").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // slotsRole creates a login role (not a superuser: PostgreSQL exempts
@@ -215,7 +214,7 @@ func TestDatabaseOutOfSlotsIsA503(t *testing.T) {
 	r := l.debit(t, tok, "acct-slots", key, 30)
 	require.Equal(t, http.StatusCreated, r.Status, "the same key succeeds once there is room: %s", r.Body)
 	require.Equal(t, int64(70), l.account(t, "acct-slots").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // cutProxy forwards TCP to target. It can cut every connection it
@@ -345,5 +344,5 @@ func TestConnectionLostMidRequestIsA503(t *testing.T) {
 		require.Equal(t, 1, l.txnsOf(t, "user-cut", key))
 		require.Equal(t, int64(100-10*(i+1)), l.account(t, "acct-cut").Balance)
 	}
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
