@@ -116,3 +116,23 @@ func kindWords(t reflect.Type) string {
 	}
 	return "an object"
 }
+
+// NoBody is route middleware for a route that takes no request body: a
+// body is refused (400 body_not_allowed), not silently ignored — a client
+// that sends one believes it means something.
+func NoBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
+			var one [1]byte
+			n, err := io.ReadFull(r.Body, one[:])
+			if n > 0 {
+				return BadRequest("body_not_allowed", "this route takes no request body")
+			}
+			if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				return readProblem(err)
+			}
+		}
+		return next(c)
+	}
+}
