@@ -346,3 +346,81 @@ func TestConnectionLostMidRequestIsA503(t *testing.T) {
 	}
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
+
+// gauge reads one sample of a gauge from the app's registry.
+func gauge(t *testing.T, l *lab, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := l.Metrics.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// Issue 20 item 4: under pool exhaustion write requests queued without
+// bound, and /readyz called a healthy but busy database "unreachable".
+// Now writes pass a per-process admission limit with a bounded line
+// (beyond it: 503 overloaded + Retry-After, at once), and readiness says
+// "busy" while every connection is in use.
+func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
+	t.Parallel()
+	l := &lab{App: e2etest.Start(t, e2etest.Options{MaxConns: 1, Settings: map[string]string{
+		"FENCELAB_ADMISSION_LIMIT": "1", "FENCELAB_ADMISSION_WAIT_LINE": "1", "FENCELAB_ADMISSION_MAX_WAIT": "1m",
+		"FENCELAB_FLASHSALE_LIMIT": "1",
+	}})}
+	l.admin = l.Token(t, "admin-0001", "admin")
+	l.openAccount(t, "acct-busy", "user-busy", 100)
+	tok := l.user(t, "user-busy")
+	first, second := newKey(), newKey()
+
+	// The first debit holds the only permit and the only connection.
+	gate := l.Faults.Pause(idem.PointBeforeFinish, first)
+	defer gate.Release()
+	results := make(chan e2etest.Response, 2)
+	errs := make(chan error, 2)
+	for _, key := range []string{first, second} {
+		go func() {
+			r, err := l.posting(context.Background(), "debits", tok, "acct-busy", key, 10, "prize-17")
+			errs <- err
+			results <- r
+		}()
+		if key == first {
+			<-gate.Reached()
+		}
+	}
+	waitFor(t, 10*time.Second, "the second debit to wait in line", func() bool {
+		return gauge(t, l, "fencelab_admission_waiting", "limiter", "write") == 1
+	})
+
+	// The line is full: refused at once, nothing done.
+	r := l.debit(t, tok, "acct-busy", newKey(), 10)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Equal(t, "overloaded", r.Code())
+	require.Equal(t, "1", r.Header.Get("Retry-After"))
+	// Reads are not queued behind writes; readiness is "busy", not "unreachable".
+	rz := l.Do(t, e2etest.Req{Method: "GET", Path: "/readyz"})
+	require.Equal(t, http.StatusServiceUnavailable, rz.Status, string(rz.Body))
+	require.Equal(t, "busy", rz.Code(), string(rz.Body))
+	require.Equal(t, "1", rz.Header.Get("Retry-After"))
+
+	gate.Release()
+	for range 2 {
+		require.NoError(t, <-errs)
+		r := <-results
+		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	}
+	require.Equal(t, int64(80), l.account(t, "acct-busy").Balance)
+	rz = l.Do(t, e2etest.Req{Method: "GET", Path: "/readyz"})
+	require.Equal(t, http.StatusOK, rz.Status, string(rz.Body))
+	e2etest.Assert(t, l.Pool, "points", "idem")
+}
