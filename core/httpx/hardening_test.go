@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -224,4 +225,24 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	// body timeout afterwards, is not affected.
 	resp2, _, raw := post(t, srv.URL+"/debit", `{"amount":3}`)
 	require.Equal(t, 200, resp2.StatusCode, raw)
+}
+
+// Issue 20 item 13: the subject "fencelab" owns the system accounts; no
+// token is minted or accepted for it, and it acts for nothing.
+func TestReservedSubjectIsNobodysToken(t *testing.T) {
+	t.Parallel()
+	auth, err := httpx.NewAuth([]byte("0123456789abcdef0123456789abcdef"))
+	require.NoError(t, err)
+	for _, sub := range []string{"fencelab", "FenceLab", "FENCELAB"} {
+		_, err := auth.Mint(sub, httpx.RoleUser, time.Hour)
+		require.Error(t, err, sub)
+	}
+	forged, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"iss": "fencelab", "sub": "fencelab", "role": "user", "exp": time.Now().Add(time.Hour).Unix(),
+	}).SignedString([]byte("0123456789abcdef0123456789abcdef"))
+	require.NoError(t, err)
+	_, err = auth.Verify(forged)
+	require.Error(t, err, "a correctly signed token for the reserved subject is refused")
+	require.False(t, httpx.Principal{Subject: "fencelab", Role: httpx.RoleUser}.CanActFor("fencelab"))
+	require.True(t, httpx.Principal{Subject: "user-1", Role: httpx.RoleUser}.CanActFor("user-1"))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -281,4 +282,24 @@ func TestUnstorableTextIsA400BeforeAnyWrite(t *testing.T) {
 	}
 	require.Equal(t, before, snapshot(t, a), "nothing written")
 	e2etest.Assert(t, a.Pool)
+}
+
+// Issue 20 item 17: `--help` is not an error (exit 0), and the token
+// secret taken from the environment is never printed as a flag default.
+func TestHelpExitsZeroAndNeverPrintsTheSecret(t *testing.T) {
+	t.Parallel()
+	bin := e2etest.Binary(t)
+	const secret = "do-not-print-this-secret-0123456789"
+	for _, args := range [][]string{{"serve", "--help"}, {"worker", "--help"}, {"token", "--help"}, {"dev", "--help"}, {"serve", "-h"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(cmd.Environ(), "FENCELAB_TOKEN_SECRET="+secret)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%v exits 0: %s", args, out)
+		require.Contains(t, string(out), "-token-secret", "%v", args)
+		require.NotContains(t, string(out), secret, "%v", args)
+	}
+	out, err := exec.Command(bin, "serve", "--no-such-flag").CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	require.Equal(t, 2, ee.ExitCode(), "a usage mistake is still exit 2")
 }

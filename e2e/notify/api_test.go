@@ -114,6 +114,10 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 	} {
 		r := l.Do(t, e2etest.Req{Method: tc.method, Path: tc.path, Token: tc.token})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
+		if r.Status == 200 {
+			// Personal reads are never cached (issue 20 item 17).
+			require.Equal(t, "no-store", r.Header.Get("Cache-Control"), name)
+		}
 	}
 	var got notify.Notification
 	l.Do(t, e2etest.Req{Method: "GET", Path: path, Token: user42}).JSON(t, &got)

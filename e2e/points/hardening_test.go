@@ -424,3 +424,19 @@ func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 	require.Equal(t, http.StatusOK, rz.Status, string(rz.Body))
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
+
+// Issue 20 item 13: an admin cannot create a user account owned by the
+// reserved subject that owns the system accounts.
+func TestSystemOwnerIsReserved(t *testing.T) {
+	t.Parallel()
+	l := start(t)
+	before := l.ledger(t)
+	for _, owner := range []string{"fencelab", "FenceLab"} {
+		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts", Token: l.admin,
+			Body: map[string]string{"id": "acct-sys", "owner": owner}})
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+		require.Equal(t, "invalid_owner", r.Code())
+	}
+	require.Equal(t, before, l.ledger(t))
+	e2etest.Assert(t, l.Pool, "points")
+}
