@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
 )
 
 // Result is what one run showed: its timeline, the book's figure line and

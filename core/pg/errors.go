@@ -88,7 +88,9 @@ func MapError(err error) error {
 		if kind, ok := sqlstate[pe.Code]; ok {
 			return &ConstraintError{Kind: kind, Constraint: pe.ConstraintName, Table: pe.TableName, Err: pe}
 		}
-		if unavailableState(pe.Code) {
+		// 25006 (read-only transaction): a write reached a node that is
+		// no longer the primary — a failover in progress, not a bug.
+		if unavailableState(pe.Code) || pe.Code == "25006" {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err

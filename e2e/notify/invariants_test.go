@@ -17,19 +17,19 @@ import (
 // triggers that normally refuse them — are each reported.
 func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 	t.Parallel()
-	l := newLab(t, nil, e2etest.Options{})
+	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
 	ctx := context.Background()
-	l.prefs(t, "user-0042", all)
-	n := l.submit(t, event("user-0042", "order:ord-4001:shipped"))
-	l.prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true})
-	jobs, err := l.Deps.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10,
+	l.Prefs(t, "user-0042", notify.AllChannels)
+	n := l.Submit(t, notify.LabEvent("user-0042", "order:ord-4001:shipped"))
+	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true})
+	jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10,
 		Kinds: []string{"notify.email", "notify.sms", "notify.push"}})
 	require.NoError(t, err)
 	for _, j := range jobs {
-		require.NoError(t, l.Deps.Jobs.Execute(ctx, j))
+		require.NoError(t, l.Jobs.Execute(ctx, j))
 	}
 	e2etest.Assert(t, l.Pool, "notify")
-	email, push := task(t, l.get(t, n.ID), notify.ChannelEmail), task(t, l.get(t, n.ID), notify.ChannelPush)
+	email, push := notify.LabTask(t, l.Get(t, n.ID), notify.ChannelEmail), notify.LabTask(t, l.Get(t, n.ID), notify.ChannelPush)
 	require.Equal(t, notify.TaskCancelled, push.State)
 
 	for _, sql := range []string{

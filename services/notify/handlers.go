@@ -140,6 +140,19 @@ func (h *handlers) resolve(c echo.Context) error {
 	})
 }
 
+// loopbackFault arms a fault in an in-process fake channel (admin, dev).
+func (h *handlers) loopbackFault(c echo.Context) error {
+	var req LoopbackFaultRequest
+	if err := httpx.Bind(c, &req); err != nil {
+		return err
+	}
+	armed, err := h.svc.InjectLoopbackFault(c.Param("channel"), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"channel": c.Param("channel"), "armed": armed})
+}
+
 // pathID reads a numeric path id under the one rule (httpx.ParamID).
 func pathID(c echo.Context, name string) (int64, error) { return httpx.ParamID(c, name) }
 

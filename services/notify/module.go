@@ -25,7 +25,7 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "notify", Chapter: "notify",
-		Invariants: Invariants, Errors: Errors, Build: build,
+		Invariants: Invariants, Experiments: Experiments, Errors: Errors, Build: build,
 	}
 }
 
