@@ -36,14 +36,15 @@ func All(d app.Deps) ([]app.Module, error) {
 
 // builders is the module table: one line per module.
 var builders = []func(app.Deps) (app.Module, error){
-	idem.Module,   // core §3: retention purge, idempotency metrics
-	outbox.Module, // core §4: GET /outbox/consumers, lag metrics, the demo consumer (FENCELAB_OUTBOX_DEMO=1)
-	report.New,    // distributed lock: the daily report written through the fence guard
-	workflow.New,  // chapter 14: the workflow kind and its tool
-	points.New,    // points ledger
-	flashsale.New, // reservations and orders with payment
-	social.New,    // relations, home feed, like counters
-	notify.New,    // notifications: intake, preferences, delivery by channel contract, review
-	shortlink.New, // short links
-	upload.New,    // chunked upload
+	app.JobsModule, // core §2: the claim engine's retention purge (claim.purge)
+	idem.Module,    // core §3: retention purge, idempotency metrics
+	outbox.Module,  // core §4: GET /outbox/consumers, lag metrics, the demo consumer (FENCELAB_OUTBOX_DEMO=1)
+	report.New,     // distributed lock: the daily report written through the fence guard
+	workflow.New,   // chapter 14: the workflow kind and its tool
+	points.New,     // points ledger
+	flashsale.New,  // reservations and orders with payment
+	social.New,     // relations, home feed, like counters
+	notify.New,     // notifications: intake, preferences, delivery by channel contract, review
+	shortlink.New,  // short links
+	upload.New,     // chunked upload
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,4 +58,26 @@ func RunJobs(ctx context.Context, d Deps, o claim.PoolOptions) error {
 	stopRecovery()
 	wg.Wait()
 	return err
+}
+
+// EnvClaimRetention is how long finished jobs and their history are kept
+// (default claim.DefaultRetention).
+const EnvClaimRetention = "FENCELAB_CLAIM_RETENTION"
+
+// JobsModule is the claim engine's own housekeeping as a module: the
+// claim.purge periodic kind, which deletes finished jobs (and their
+// job_event rows) older than FENCELAB_CLAIM_RETENTION, kinds registered
+// with KeepFinished excepted (docs/DATA.md).
+func JobsModule(d Deps) (Module, error) {
+	retention := claim.DefaultRetention
+	r := NewSettingsReader(d.Config, "claim")
+	r.Duration(EnvClaimRetention, &retention, time.Hour, 366*24*time.Hour)
+	if err := r.Err(); err != nil {
+		return Module{}, err
+	}
+	m := Module{Name: "claim"}
+	if d.Jobs != nil {
+		m.Kinds = []claim.Kind{d.Jobs.PurgeKind(retention)}
+	}
+	return m, nil
 }

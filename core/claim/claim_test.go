@@ -297,24 +297,30 @@ func TestDecisionsSettleJobsInReview(t *testing.T) {
 	invariant.Assert(t, b.pool, "claim")
 }
 
-// A periodic kind adds one job per slot forever; finished slots past the
-// retention are purged with their history, while a slot still running, a
-// recent slot and any job with a business key of its own stay.
-func TestPurgeSlotsDropsOnlyOldFinishedPeriodicRuns(t *testing.T) {
+// Finished jobs past the retention are purged with their history; a job
+// still running, a recent one, one waiting for review and every job of a
+// kind registered with KeepFinished stay.
+func TestPurgeFinishedDropsOnlyOldFinishedJobsOfUnkeptKinds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, claim.Kind{Name: "t.tick", Every: time.Minute, Handle: noop}, claim.Kind{Name: "t.work", Handle: noop})
+	b := setup(t, claim.Kind{Name: "t.tick", Every: time.Minute, Handle: noop}, claim.Kind{Name: "t.work", Handle: noop},
+		claim.Kind{Name: "t.kept", Handle: noop, KeepFinished: true})
 	ctx := context.Background()
 	enq := func(kind, key string) int64 {
 		id, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: kind, BusinessKey: key})
 		require.NoError(t, err)
 		return id
 	}
-	oldSlot, newSlot, running, own := enq("t.tick", "every:1000"), enq("t.tick", "every:2000"), enq("t.tick", "every:3000"), enq("t.work", "order-1")
-	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Owner: "test-a", Kinds: []string{"t.tick", "t.work"}, Limit: 10, Lease: time.Minute})
+	oldSlot, newSlot, running := enq("t.tick", "every:1000"), enq("t.tick", "every:2000"), enq("t.tick", "every:3000")
+	oldWork, failed, kept := enq("t.work", "order-1"), enq("t.work", "order-2"), enq("t.kept", "file-1")
+	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Owner: "test-a", Kinds: []string{"t.tick", "t.work", "t.kept"}, Limit: 10, Lease: time.Minute})
 	require.NoError(t, err)
-	require.Len(t, jobs, 4)
+	require.Len(t, jobs, 6)
 	for _, j := range jobs {
-		if j.ID != running {
+		switch j.ID {
+		case running:
+		case failed:
+			require.NoError(t, b.c.Fail(ctx, j, claim.Permanent(errors.New("no"))))
+		default:
 			require.NoError(t, b.c.Complete(ctx, j, nil))
 		}
 	}
@@ -322,16 +328,20 @@ func TestPurgeSlotsDropsOnlyOldFinishedPeriodicRuns(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE job SET updated_at = now() - interval '2 days' WHERE id <> $1`, newSlot)
 	require.NoError(t, err)
 
-	n, err := b.c.PurgeSlots(ctx, 24*time.Hour, 100)
+	n, err := b.c.PurgeFinished(ctx, 24*time.Hour, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "one batch of two")
+	n, err = b.c.PurgeFinished(ctx, 24*time.Hour, 2)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	var left []int64
 	rows, err := b.pool.Query(ctx, `SELECT id FROM job ORDER BY id`)
 	require.NoError(t, err)
-	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
-	require.Equal(t, []int64{newSlot, running, own}, left)
-	require.Empty(t, events(t, b.pool, oldSlot), "the purged job's history went with it")
-	require.NotEmpty(t, events(t, b.pool, own))
+	require.Equal(t, []int64{newSlot, running, kept}, left)
+	for _, id := range []int64{oldSlot, oldWork, failed} {
+		require.Empty(t, events(t, b.pool, id), "a purged job's history went with it")
+	}
+	require.NotEmpty(t, events(t, b.pool, kept))
 	invariant.Assert(t, b.pool, "claim")
 }

@@ -4,7 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // metrics are the claim engine's Prometheus series. Counters are per
@@ -49,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.claims, m.outcomes, m.stale, m.recoveries, m.unknowns, m.resolutions, m.heartbeatLost, m.busy,
-			&queueCollector{c: c})
+			&queueCollector{c: c, up: pg.NewCollectorUp("claim_queue", c.log)})
 	}
 	return m
 }
@@ -58,40 +62,61 @@ func (m *metrics) finished(kind, outcome string) { m.outcomes.WithLabelValues(ki
 
 var (
 	depthDesc = prometheus.NewDesc("fencelab_claim_queue_depth",
-		"Jobs by kind and state (succeeded and cancelled are not counted: they only grow).", []string{"kind", "state"}, nil)
+		"Live jobs by kind and state (ready, running, unknown, needs_review; finished jobs are counted by fencelab_claim_outcomes_total).", []string{"kind", "state"}, nil)
 	oldestDesc = prometheus.NewDesc("fencelab_claim_oldest_ready_age_seconds",
 		"Age of the oldest due ready job by kind: SKIP LOCKED is not fair, so starvation shows here (14.4).", []string{"kind"}, nil)
 )
 
-// queueCollector reads queue depth and age at scrape time.
-type queueCollector struct{ c *Client }
+// queueCollector reads queue depth and age at scrape time. A failed
+// query is reported (fencelab_collector_up{collector="claim_queue"} 0 and
+// a log line), never swallowed: a silent gap reads as an empty queue.
+type queueCollector struct {
+	c  *Client
+	up *pg.CollectorUp
+}
 
 func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- depthDesc
 	ch <- oldestDesc
+	q.up.Describe(ch)
 }
 
 func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if rows, err := q.c.pool.Query(ctx, sqlDepth); err == nil {
-		for rows.Next() {
-			var kind, state string
-			var n int64
-			if rows.Scan(&kind, &state, &n) == nil {
-				ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), kind, state)
-			}
+	errDepth := collectRows(ctx, q.c.pool, sqlDepth, func(r pgx.Rows) error {
+		var kind, state string
+		var n int64
+		if err := r.Scan(&kind, &state, &n); err != nil {
+			return err
 		}
-		rows.Close()
-	}
-	if rows, err := q.c.pool.Query(ctx, sqlOldestReady); err == nil {
-		for rows.Next() {
-			var kind string
-			var age float64
-			if rows.Scan(&kind, &age) == nil {
-				ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, kind)
-			}
+		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), kind, state)
+		return nil
+	})
+	errOldest := collectRows(ctx, q.c.pool, sqlOldestReady, func(r pgx.Rows) error {
+		var kind string
+		var age float64
+		if err := r.Scan(&kind, &age); err != nil {
+			return err
 		}
-		rows.Close()
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, kind)
+		return nil
+	})
+	q.up.Report(ch, errDepth, errOldest)
+}
+
+// collectRows runs sql and hands every row to each; the first error (the
+// query's, a scan's or the iteration's) is returned.
+func collectRows(ctx context.Context, db pg.Querier, sql string, each func(pgx.Rows) error) error {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return pg.MapError(err)
 	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }

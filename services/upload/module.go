@@ -31,7 +31,9 @@ func New(d app.Deps) (app.Module, error) {
 		Kinds: []claim.Kind{
 			// Publishing commits with the fenced completion: re-running a
 			// lapsed run is safe, so no SideEffects.
-			{Name: KindProcess, Handle: svc.process},
+			// A file records the run that published it (UP-F3): the job
+			// lives as long as the file (docs/DATA.md).
+			{Name: KindProcess, Handle: svc.process, KeepFinished: true},
 			{Name: KindGC, Every: cfg.GCInterval, Handle: svc.runGC},
 		},
 	}, nil
