@@ -32,7 +32,7 @@ import (
 func New(d app.Deps) (*Service, app.Module, error) {
 	s := NewService(d.Pool, d.Faults, d.Log)
 	if d.Metrics != nil {
-		for _, c := range collectors(d.Pool) {
+		for _, c := range collectors(d.Pool, d.Log) {
 			if err := d.Metrics.Register(c); err != nil {
 				return nil, app.Module{}, fmt.Errorf("social/rel: register metrics: %w", err)
 			}
