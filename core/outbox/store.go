@@ -155,7 +155,6 @@ SELECT c.name, c.topics, c.position_tx, c.position_id, c.processed, c.owner, c.f
 
 const lagCap = "100000" // LagCountCap, spelled for the SQL
 
-
 // sqlPurge deletes up to $2 events created more than $1 microseconds ago
 // (database clock) that every consumer subscribed to their topic has
 // passed, with those consumers' inbox rows, in one statement (OUTBOX-I1
