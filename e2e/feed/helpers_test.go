@@ -35,8 +35,9 @@ type env struct {
 }
 
 // setup starts the app with the fan-out strategy (threshold for hybrid)
-// and the response log on, so FEED-I1 judges every page served.
-func setup(t *testing.T, strategy string, threshold int) *env {
+// and the response log on, so FEED-I1 judges every page served; extra
+// holds further settings as name, value pairs.
+func setup(t *testing.T, strategy string, threshold int, extra ...string) *env {
 	t.Helper()
 	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) {
 		c.Settings = map[string]string{
@@ -44,6 +45,9 @@ func setup(t *testing.T, strategy string, threshold int) *env {
 			feed.EnvThreshold:       strconv.Itoa(threshold),
 			feed.EnvResponseLog:     "true",
 			feed.EnvResponseLogRows: "10000000",
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			c.Settings[extra[i]] = extra[i+1]
 		}
 	}})
 	cfg, err := feed.ConfigFrom(a.Deps.Config)

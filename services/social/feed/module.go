@@ -42,6 +42,9 @@ const (
 	EnvResponseLog = "FENCELAB_FEED_RESPONSE_LOG"
 	// EnvResponseLogRows: how many log rows to keep (default 100000).
 	EnvResponseLogRows = "FENCELAB_FEED_RESPONSE_LOG_ROWS"
+	// EnvBackfillPosts: how many of an author's newest pushed posts a new
+	// follow copies into the follower's inbox (default DefaultBackfillPosts).
+	EnvBackfillPosts = "FENCELAB_FEED_BACKFILL_POSTS"
 )
 
 // ConfigFrom reads the feed's settings.
@@ -57,6 +60,8 @@ func ConfigFrom(c app.Config) (Config, error) {
 	r.Bool(EnvResponseLog, &cfg.ResponseLog)
 	rows := int(cfg.ResponseLogRows)
 	r.Int(EnvResponseLogRows, &rows, 100, 100_000_000)
+	cfg.BackfillPosts = DefaultBackfillPosts
+	r.Int(EnvBackfillPosts, &cfg.BackfillPosts, MinBackfillPosts, 1_000_000)
 	if err := r.Err(); err != nil {
 		return Config{}, err
 	}

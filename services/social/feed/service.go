@@ -30,7 +30,19 @@ type Config struct {
 	ResponseLogRows int64
 	// CursorKey signs cursors (CursorKey(token secret)).
 	CursorKey []byte
+	// BackfillPosts bounds a new follow's backfill to the author's newest
+	// pushed posts (FENCELAB_FEED_BACKFILL_POSTS, default
+	// DefaultBackfillPosts, at least MinBackfillPosts).
+	BackfillPosts int
 }
+
+// Backfill bounds: the default, and the least a setting may ask for —
+// FEED-I2 checks completeness over the newest MinBackfillPosts of each
+// author, which every allowed setting backfills.
+const (
+	DefaultBackfillPosts = 500
+	MinBackfillPosts     = 50
+)
 
 // Service reads home feeds and runs the fan-out consumer.
 type Service struct {
@@ -49,6 +61,12 @@ func NewService(pool *pgxpool.Pool, cfg Config, log *slog.Logger) (*Service, err
 	}
 	if cfg.Threshold < 1 {
 		cfg.Threshold = DefaultThreshold
+	}
+	if cfg.BackfillPosts == 0 {
+		cfg.BackfillPosts = DefaultBackfillPosts
+	}
+	if cfg.BackfillPosts < MinBackfillPosts {
+		return nil, fmt.Errorf("feed: backfill of %d posts: want at least %d", cfg.BackfillPosts, MinBackfillPosts)
 	}
 	if log == nil {
 		log = slog.Default()
@@ -319,7 +337,7 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) erro
 		}
 	}
 	if len(followers) > 0 {
-		if _, err := tx.Exec(ctx, sqlBackfill, followers, followee); err != nil {
+		if _, err := tx.Exec(ctx, sqlBackfill, followers, followee, s.cfg.BackfillPosts); err != nil {
 			return fmt.Errorf("feed: backfill %d follows: %w", len(followers), pg.MapError(err))
 		}
 	}
