@@ -366,7 +366,10 @@ const finishedStates = `('succeeded', 'failed', 'cancelled')`
 // (one probe per kind), and each kind is one index range in updated_at
 // order that stops at the cutoff: a batch examines the rows it deletes
 // (plus one probe per kind), never the history it keeps. SKIP LOCKED lets
-// two purges (two slots overlapping after a stall) split the work.
+// two purges (two slots overlapping after a stall) split the work. The
+// deletes take their keys as arrays (= ANY (ARRAY(…))): a primary-key
+// probe per row whatever the planner guesses of the CTE's size, never a
+// hash join over the table.
 const sqlPurgeFinished = `
 WITH RECURSIVE kinds AS (
     (SELECT kind FROM job WHERE state IN ` + finishedStates + ` ORDER BY kind LIMIT 1)
@@ -388,8 +391,8 @@ WITH RECURSIVE kinds AS (
      WHERE k.kind IS NOT NULL AND k.kind <> ALL ($3::text[])
      LIMIT $2
 ), gone AS (
-    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING job.id
+    DELETE FROM job WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
 ), history AS (
-    DELETE FROM job_event USING gone WHERE job_event.job_id = gone.id
+    DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 )
 SELECT count(*) FROM gone`

@@ -145,6 +145,7 @@ SELECT c.name, c.topics, c.position_tx, c.position_id, c.processed, c.owner, c.f
               SELECT count(*) AS events FROM (
                      SELECT 1 FROM outbox_event e
                       WHERE e.topic = t.topic AND (e.tx_id, e.id) > (c.position_tx, c.position_id)
+                      ORDER BY e.tx_id, e.id
                       LIMIT ` + lagCap + `) l) n
          LEFT JOIN LATERAL (
               SELECT e.created_at FROM outbox_event e
@@ -169,7 +170,10 @@ const lagCap = "100000" // LagCountCap, spelled for the SQL
 // head in (tx_id, id) order up to the slowest subscriber's position and at
 // most $2 rows, and the old ones are taken. Purged events leave the head,
 // so a batch examines about what it deletes, however much history the
-// other topics (or a stalled consumer's topic) hold.
+// other topics (or a stalled consumer's topic) hold. Keys travel as
+// arrays (= ANY (ARRAY(…))) so every delete is index probes, never a
+// hash join over the table; an inbox row exists only for a subscribed
+// consumer, so probing every consumer's key finds exactly those.
 const sqlPurge = `
 WITH RECURSIVE topics AS (
     (SELECT topic FROM outbox_event ORDER BY topic LIMIT 1)
@@ -200,15 +204,15 @@ WITH RECURSIVE topics AS (
      WHERE h.created_at < now() - $1::bigint * interval '1 microsecond'
      LIMIT $2
 ), victims AS (
-    SELECT e.id, e.topic FROM outbox_event e
-     WHERE e.id IN (SELECT id FROM head)
+    SELECT e.id FROM outbox_event e
+     WHERE e.id = ANY (ARRAY(SELECT id FROM head))
        FOR UPDATE SKIP LOCKED
 ), inbox AS (
     DELETE FROM outbox_inbox i
-     USING victims v, outbox_consumer c
-     WHERE v.topic = ANY (c.topics) AND i.consumer = c.name AND i.event_id = v.id
+     WHERE i.consumer = ANY (ARRAY(SELECT name FROM outbox_consumer))
+       AND i.event_id = ANY (ARRAY(SELECT id FROM victims))
 )
-DELETE FROM outbox_event e USING victims v WHERE e.id = v.id`
+DELETE FROM outbox_event e WHERE e.id = ANY (ARRAY(SELECT id FROM victims))`
 
 // sqlPurgeDemo deletes up to $2 demo effects older than $1 microseconds
 // (the demo consumer's output, FENCELAB_OUTBOX_DEMO=1): the head of the

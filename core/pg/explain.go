@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // When a probe's query runs: the three costs that must not grow with
@@ -100,7 +99,8 @@ type node struct {
 // filter threw away: the work that grows when a plan walks history.
 func (n node) examined() int64 {
 	var sum float64
-	if strings.Contains(n.Type, "Scan") {
+	switch n.Type { // relation scans; CTE, subquery and function scans re-read rows already counted
+	case "Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Heap Scan", "Tid Scan", "Tid Range Scan", "Sample Scan":
 		sum += (n.Rows + n.RemovedFilter + n.RemovedRecheck) * max(n.Loops, 1)
 	}
 	sum += n.RemovedJoin * max(n.Loops, 1)

@@ -42,7 +42,7 @@ func New(d app.Deps) (app.Module, error) {
 		Seed:   svc.seed,
 		Kinds: []claim.Kind{{Name: PurgeKind, Every: min(cfg.ClickRetention/24, 10*time.Minute),
 			Handle: func(ctx context.Context, j *claim.Job) error {
-				n, err := purgeClicks(ctx, d.Pool, cfg.ClickRetention)
+				n, err := PurgeClicks(ctx, d.Pool, cfg.ClickRetention)
 				if err != nil {
 					return err
 				}

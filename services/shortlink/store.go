@@ -105,7 +105,7 @@ WITH doomed AS (
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM shortlink_clicks c USING doomed d WHERE c.id = d.id RETURNING c.code
+    DELETE FROM shortlink_clicks WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING code
 ), counted AS (
     UPDATE shortlink_click_count k SET purged_clicks = k.purged_clicks + g.n
       FROM (SELECT code, count(*) AS n FROM gone GROUP BY code) g
@@ -205,9 +205,9 @@ func readStats(ctx context.Context, db pg.Querier, code string) (Stats, error) {
 // PurgeBatch bounds one retention statement.
 const PurgeBatch = 1000
 
-// purgeClicks deletes clicks and drop records older than retention, in
+// PurgeClicks deletes clicks and drop records older than retention, in
 // batches, keeping the counters whole; it returns the rows deleted.
-func purgeClicks(ctx context.Context, db pg.Querier, retention time.Duration) (int64, error) {
+func PurgeClicks(ctx context.Context, db pg.Querier, retention time.Duration) (int64, error) {
 	var total int64
 	for _, q := range []string{sqlPurgeClicks, sqlPurgeDrops} {
 		for {

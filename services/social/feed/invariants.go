@@ -71,6 +71,7 @@ SELECT CASE WHEN post_author IS NULL THEN 'served a post that does not exist'
 //     rank only grows as the author posts).
 //   - Every post that was not pushed has its author in the pull set
 //     (hybrid's pull side sees it; push refuses readers of that author).
+//
 // minBackfill is MinBackfillPosts, spelled for the SQL.
 var minBackfill = strconv.Itoa(MinBackfillPosts)
 

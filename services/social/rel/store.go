@@ -137,6 +137,7 @@ SELECT v.name, v.consumer, extract(epoch FROM v.max_lag)::float8,
                      SELECT 1 FROM outbox_event e
                       WHERE e.topic = t.topic
                         AND (e.tx_id, e.id) > (coalesce(c.position_tx, '0'::xid8), coalesce(c.position_id, 0))
+                      ORDER BY e.tx_id, e.id
                       LIMIT 100000) l) n
          LEFT JOIN LATERAL (
               SELECT e.created_at FROM outbox_event e
@@ -336,3 +337,13 @@ func AccessCheck(ctx context.Context, q pg.Querier, viewer string, postID int64)
 
 // noCursor sorts after every post: the first page.
 var noCursor = Cursor{CreatedAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), PostID: 1<<63 - 1}
+
+// GrowthProbes are rel's per-scrape and per-request lag queries for the
+// plan tests and `fencelab bench growth`: each examines the views' lag,
+// never the outbox's history.
+func GrowthProbes(user string) []pg.Probe {
+	return []pg.Probe{
+		{Name: "social view lag", When: pg.PerScrape, SQL: sqlViewLag, Bound: pg.Live},
+		{Name: "social pending for user", When: pg.PerRequest, SQL: sqlPendingForUser, Args: []any{user}, Bound: pg.Live},
+	}
+}
