@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -39,17 +38,16 @@ type env struct {
 // holds further settings as name, value pairs.
 func setup(t *testing.T, strategy string, threshold int, extra ...string) *env {
 	t.Helper()
-	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) {
-		c.Settings = map[string]string{
-			feed.EnvStrategy:        strategy,
-			feed.EnvThreshold:       strconv.Itoa(threshold),
-			feed.EnvResponseLog:     "true",
-			feed.EnvResponseLogRows: "10000000",
-		}
-		for i := 0; i+1 < len(extra); i += 2 {
-			c.Settings[extra[i]] = extra[i+1]
-		}
-	}})
+	settings := map[string]string{
+		feed.EnvStrategy:        strategy,
+		feed.EnvThreshold:       strconv.Itoa(threshold),
+		feed.EnvResponseLog:     "true",
+		feed.EnvResponseLogRows: "10000000",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		settings[extra[i]] = extra[i+1]
+	}
+	a := e2etest.Start(t, e2etest.Options{Settings: settings})
 	cfg, err := feed.ConfigFrom(a.Deps.Config)
 	require.NoError(t, err)
 	fs, err := feed.NewService(a.Pool, cfg, nil)
