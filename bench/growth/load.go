@@ -16,6 +16,7 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social/rel"
+	"github.com/fencelab/fencelab/services/upload"
 )
 
 // The shape of the loaded state: what is history (n rows per table, inside
@@ -124,12 +125,22 @@ WITH l AS (INSERT INTO shortlink_links (code, target, owner, custom) VALUES ($1,
 INSERT INTO shortlink_creations (code, target, owner, created_at) SELECT * FROM l`, []any{LinkCode}},
 		{"clicks", `
 INSERT INTO shortlink_clicks (id, code, clicked_at)
-SELECT gen_random_uuid(), $3,
+SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(i), 12, '0'))::uuid, $3,
        CASE WHEN i <= $4 THEN now() - $2::bigint * interval '1 microsecond' - interval '1 hour'
             ELSE now() - (0.9 * $2::bigint * random()) * interval '1 microsecond' END
   FROM generate_series(1, $1::int + $4::int) i`, []any{n, ret, LinkCode, PurgeableRows}},
 		{"click counter", `
 INSERT INTO shortlink_click_count (code, clicks) SELECT $1, count(*) FROM shortlink_clicks WHERE code = $1`, []any{LinkCode}},
+
+		// Upload: sessions that ended without a file, a purgeable slice
+		// past the retention and history inside it.
+		{"upload sessions", `
+INSERT INTO upload_session (id, owner, total_size, chunk_count, chunk_size, sha256, state, touched_at, ended_at)
+SELECT ('00000000-0000-7000-9000-' || lpad(to_hex(i), 12, '0'))::uuid, 'user-growth', 0, 1, 0, repeat('0', 64), 'expired', t, t
+  FROM generate_series(1, $1::int + $3::int) i,
+       LATERAL (SELECT CASE WHEN i <= $3 THEN now() - $2::bigint * interval '1 microsecond' - interval '1 hour'
+                            ELSE now() - (0.9 * $2::bigint * random()) * interval '1 microsecond' END AS t) x`,
+			[]any{n, ret, PurgeableRows}},
 
 		// Feed: an author with n pushed posts, a reader who follows them
 		// and has every post in the inbox.
@@ -161,7 +172,7 @@ SELECT $1, created_at, post_id FROM social_feed_post WHERE author = $2`, []any{R
 		logf("  loaded %-30s %9d rows in %v", s.name, tag.RowsAffected(), time.Since(begin).Round(time.Millisecond))
 	}
 	for _, t := range []string{"job", "job_event", "outbox_event", "outbox_inbox", "outbox_consumer",
-		"shortlink_clicks", "shortlink_click_count", "social_post", "social_feed_post", "social_feed_inbox"} {
+		"shortlink_clicks", "shortlink_click_count", "upload_session", "social_post", "social_feed_post", "social_feed_inbox"} {
 		if _, err := db.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
 			return fmt.Errorf("growth: vacuum %s: %w", t, err)
 		}
@@ -182,5 +193,6 @@ func Probes(ctx context.Context, db pg.Querier) ([]pg.Probe, error) {
 	ps = append(ps, outbox.GrowthProbes(Retention, []string{ConsumedTopic}, pos)...)
 	ps = append(ps, rel.GrowthProbes(Reader)...)
 	ps = append(ps, shortlink.GrowthProbes(Retention, LinkCode)...)
+	ps = append(ps, upload.GrowthProbes(Retention)...)
 	return ps, nil
 }

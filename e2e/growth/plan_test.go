@@ -34,7 +34,7 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, growthbench.Load(ctx, pool, history, growthbench.LoadOptions{SkipFeed: true, Logf: t.Logf}))
 	t.Logf("loaded %d rows of history per table in %v", history, time.Since(start).Round(time.Millisecond))
-	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks"} {
+	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks", "upload_session"} {
 		var n int64
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
 		require.GreaterOrEqual(t, n, int64(history), table)
