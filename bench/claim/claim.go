@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
@@ -25,7 +26,11 @@ import (
 const kind = "bench.noop"
 
 // Run parses flags and runs the benchmark.
-func Run(args []string) error {
+// Bench is `fencelab bench claim`.
+var Bench = app.Bench{Name: "claim", Summary: "enqueue and drain jobs through the claim engine: claims and completions per second", Run: Run}
+
+// Run runs the benchmark; it drives core/claim directly (no modules).
+func Run(_ []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench claim", flag.ContinueOnError)
 	jobs := fs.Int("jobs", 50_000, "jobs to enqueue and drain")
 	workers := fs.Int("workers", 2000, "worker goroutines")
@@ -33,7 +38,7 @@ func Run(args []string) error {
 	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 500))")
 	batch := fs.Int("complete-batch", 0, "completions per statement (0: 1000)")
 	completers := fs.Int("completers", 0, "concurrent completion flushers (0: 2)")
-	url := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL; empty: a fresh local cluster (fsync on)")
+	url := fs.String("database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster (fsync on), removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

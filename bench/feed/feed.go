@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -56,7 +57,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -74,14 +74,19 @@ type config struct {
 	clients    int
 	dbConns    int
 	fresh      bool
+	keepGraph  bool
 }
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench feed`.
+var Bench = app.Bench{Name: "feed", Summary: "push, pull and hybrid home feeds on one generated graph: read and publish latency, rows scanned, inbox size", Run: Run}
+
+// Run runs the benchmark on the process mods make.
+func Run(mods []app.Module, args []string) error {
 	c := config{graph: feed.DefaultGraph}
 	var strategies string
 	fs := flag.NewFlagSet("bench feed", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL server (its other databases are left alone); empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.StringVar(&c.url, "database-url", "", "PostgreSQL server, used only when given (never DATABASE_URL); its other databases are left alone and the bench drops the ones it made; empty: a fresh local cluster with durable defaults, removed afterwards")
 	fs.StringVar(&strategies, "strategy", strings.Join(feed.Strategies, ","), "strategies to compare, comma-separated: push, pull, hybrid")
 	fs.IntVar(&c.graph.Users, "users", c.graph.Users, "users in the generated graph")
 	fs.Uint64Var(&c.graph.Seed, "seed", c.graph.Seed, "graph seed")
@@ -96,6 +101,7 @@ func Run(args []string) error {
 	fs.IntVar(&c.clients, "clients", 16, "concurrent HTTP clients (closed loop)")
 	fs.IntVar(&c.dbConns, "db-conns", app.Defaults().MaxConns, "the server's database pool (FENCELAB_DB_MAX_CONNS)")
 	fs.BoolVar(&c.fresh, "fresh-graph", false, "reload the graph template even if it exists")
+	fs.BoolVar(&c.keepGraph, "keep-graph", false, "keep the graph template database for the next run on the same --database-url (default: dropped, like every database the bench made)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: fencelab bench feed [--strategy push,pull,hybrid] [flags]\n\nFlags:")
 		fs.PrintDefaults()
@@ -118,7 +124,7 @@ func Run(args []string) error {
 		return err
 	}
 	defer srv.Close()
-	b := &bench{c: c, srv: srv, secret: crand.Text()}
+	b := &bench{c: c, srv: srv, secret: crand.Text(), mods: mods}
 	return b.run(ctx)
 }
 
@@ -128,6 +134,7 @@ type bench struct {
 	secret string
 	g      *feed.Graph
 	top    int // the most followed user
+	mods   []app.Module
 }
 
 // row is one strategy's line of the table.
@@ -166,6 +173,17 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.template(ctx, graphDB); err != nil {
 		return err
 	}
+	// Remove what the bench made (with a fresh cluster the whole cluster
+	// goes anyway; on a given server this leaves it as it was).
+	defer func() {
+		admin := b.srv.URL("postgres")
+		for _, name := range b.c.strategies {
+			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
+		}
+		if !b.c.keepGraph {
+			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
+		}
+	}()
 	var version, fsync string
 	if err := queryRow(ctx, b.srv.URL(graphDB), `SELECT current_setting('server_version'), current_setting('fsync')`, nil, &version, &fsync); err != nil {
 		return err
@@ -194,7 +212,22 @@ func (b *bench) run(ctx context.Context) error {
 			ms(r.readP50), ms(r.readP99), r.scannedMean, r.scannedP99, r.buffersMean, r.inbox,
 			float64(r.inboxBytes)/(1<<20), r.build.Round(100*time.Millisecond), r.invariants)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// One RESULT line: each strategy's read p99 and rows per post, side by side.
+	kv := []any{"users", b.g.Config.Users, "clients", b.c.clients}
+	verdict := "ok"
+	for _, r := range rows {
+		kv = append(kv, r.strategy+"_read_p99_ms", r.readP99, r.strategy+"_publish_p99_ms", r.publishP99,
+			r.strategy+"_inbox_rows_per_post", r.rowsMean)
+		if r.invariants != "ok" {
+			verdict = "violated"
+		}
+	}
+	fmt.Println()
+	load.Result("feed", append(kv, "invariants", verdict)...)
+	return nil
 }
 
 // template loads the graph once into its own database (truth, pull-built
@@ -349,7 +382,7 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 
 	s.stop()
 	r.invariants = "ok"
-	for _, res := range invariant.Run(ctx, s.pool, "social") {
+	for _, res := range s.proc.Invariants.Run(ctx, s.pool, "social") {
 		if !res.Holds() {
 			var sb strings.Builder
 			invariant.Format(&sb, res)
@@ -363,8 +396,8 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 // server is the deployable on one strategy's database.
 type server struct {
 	pool   *pgxpool.Pool
+	proc   *app.Process
 	deps   app.Deps
-	mods   []app.Module
 	feed   *feed.Service
 	base   string
 	client *http.Client
@@ -377,58 +410,48 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 	cfg := app.Defaults()
 	cfg.DatabaseURL, cfg.AccessLog, cfg.MaxConns, cfg.TokenSecret = url, false, b.c.dbConns, b.secret
 	cfg.Settings = map[string]string{feed.EnvStrategy: st.Name(), feed.EnvThreshold: strconv.FormatInt(b.c.threshold, 10)}
-	pool, err := pg.Connect(ctx, url, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench-feed"})
-	if err != nil {
-		return nil, err
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	mods, err := services.All(d)
+	p, err := app.Build(ctx, cfg, b.mods, app.BuildOptions{Role: "bench-feed", Log: log})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
-	fcfg, err := feed.ConfigFrom(cfg)
+	pool := p.Deps.Pool
+	fcfg, err := feed.LoadConfig(cfg)
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	fsvc, err := feed.NewService(pool, fcfg, nil)
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
-	hs := &http.Server{Handler: app.NewHTTP(d, mods), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: p.HTTP(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	tr := &http.Transport{MaxIdleConnsPerHost: b.c.clients, MaxConnsPerHost: b.c.clients}
-	s := &server{pool: pool, deps: d, mods: mods, feed: fsvc, base: "http://" + ln.Addr().String(),
+	s := &server{pool: pool, proc: p, deps: p.Deps, feed: fsvc, base: "http://" + ln.Addr().String(),
 		client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, g: b.g, stopFn: func() {}}
 	s.close = func() {
 		s.stop()
 		tr.CloseIdleConnections()
 		_ = hs.Close()
-		pool.Close()
+		p.Close()
 	}
 	return s, nil
 }
 
-// start runs every module's background tasks (the fan-out consumer among
-// them) until stop.
+// start runs what serve runs beside HTTP — every module's background
+// tasks (the fan-out consumer among them) and the claim engine — until
+// stop.
 func (s *server) start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { app.RunTasks(ctx, s.deps.Log, s.mods) })
-	s.stopFn = func() { cancel(); wg.Wait() }
+	wait := s.proc.Background(ctx)
+	s.stopFn = func() { cancel(); wait() }
 }
 
 func (s *server) stop() { s.stopFn(); s.stopFn = func() {} }
@@ -623,14 +646,8 @@ func exec(ctx context.Context, url, sql string) error {
 	return err
 }
 
-func quantile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
+// quantile is the q-quantile of d, from the harness's histogram.
+func quantile(d []time.Duration, q float64) time.Duration { return load.Of(d).Quantile(q) }
 
 func quantileF(v []float64, q float64) float64 {
 	if len(v) == 0 {

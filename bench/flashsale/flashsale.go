@@ -40,18 +40,22 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench flashsale`.
+var Bench = app.Bench{Name: "flashsale", Summary: "hundreds of buyers press buy at once: no oversell, time to sell out, 409/503 latencies", Run: Run}
+
+// Run runs the benchmark on the process mods make.
+func Run(mods []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench flashsale", flag.ContinueOnError)
 	clients := fs.Int("clients", 500, "buyers, each its own connection, all pressing buy at once")
 	units := fs.Int("units", 40, "units on sale in each run")
@@ -59,7 +63,7 @@ func Run(args []string) error {
 	limit := fs.Int("limit", reserve.DefaultConfig().Limit, "reservation operations in the database at once (FENCELAB_FLASHSALE_LIMIT)")
 	waitLine := fs.Int("wait-line", reserve.DefaultConfig().WaitLine, "bounded wait line (FENCELAB_FLASHSALE_WAIT_LINE)")
 	backoff := fs.Duration("backoff", 0, "a 503'd buyer waits this (±50%) before retrying; 0: as Retry-After says, plus up to 50%")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -94,7 +98,7 @@ func Run(args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
 		return err
 	}
-	b, err := newBench(ctx, url, map[string]string{
+	b, err := newBench(ctx, url, mods, map[string]string{
 		reserve.EnvLimit: strconv.Itoa(*limit), reserve.EnvWaitLine: strconv.Itoa(*waitLine),
 	})
 	if err != nil {
@@ -117,6 +121,7 @@ func Run(args []string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tsold out in\tall answered\tholds\t409\t503\trequests\taccepted p50\tp99\trefused p50\tp99\t409 p99\t503 p99\tserver: accepted p99\trefused p99\tpeak in db\tinvariants\t")
 	var failures []string
+	soldOut, accepted, refused := load.NewLatencies(), load.NewLatencies(), load.NewLatencies()
 	for run := 1; run <= *runs; run++ {
 		res, err := b.sale(ctx, run, *clients, *units, *backoff)
 		if err != nil {
@@ -127,6 +132,9 @@ func Run(args []string) error {
 			inv = "VIOLATED"
 			failures = append(failures, res.violations...)
 		}
+		soldOut.Record(res.soldOut)
+		accepted.Merge(load.Of(res.accepted))
+		refused.Merge(load.Of(res.refused))
 		if res.holds != *units {
 			failures = append(failures, fmt.Sprintf("run %d: %d holds in the database, want %d", run, res.holds, *units))
 		}
@@ -142,6 +150,14 @@ func Run(args []string) error {
 	fmt.Println("accepted: 201 answers; refused: every 409 and 503 answer (each attempt is one sample); latency is per HTTP request on its open connection, as the buyer saw it.")
 	fmt.Println("server: the same requests timed inside the server (handler start → last byte written), without kernel queues and the load generator's scheduling.")
 	fmt.Println("peak in db: most reservation operations inside the database at once, counted server-side around the hold (FS-R4: ≤ limit).")
+	verdict := "ok"
+	if len(failures) > 0 {
+		verdict = "violated"
+	}
+	fmt.Println()
+	load.Result("flashsale", "clients", *clients, "units", *units, "runs", *runs,
+		"sold_out_p50_ms", soldOut.Quantile(0.5), "accepted_p99_ms", accepted.Quantile(0.99),
+		"refused_p99_ms", refused.Quantile(0.99), "invariants", verdict)
 	if len(failures) > 0 {
 		return fmt.Errorf("flashsale bench: %s", strings.Join(failures, "; "))
 	}
@@ -155,6 +171,8 @@ type bench struct {
 	server *serverTimes
 	base   string
 	close  func()
+	// invariants are the process's registry (app.Build's).
+	invariants *invariant.Registry
 }
 
 // serverTimes records how long the server took over each reservation
@@ -206,40 +224,33 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
-func newBench(ctx context.Context, dbURL string, settings map[string]string) (*bench, error) {
+func newBench(ctx context.Context, dbURL string, mods []app.Module, settings map[string]string) (*bench, error) {
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.AccessLog = false
 	cfg.Workers = 0 // no background jobs: the release must not run during a sale
 	cfg.TokenSecret = randomHex(32)
 	cfg.Settings = settings
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), MinConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench"})
-	if err != nil {
-		return nil, err
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	mods, err := services.All(d)
+	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-flashsale", Log: log, MinConns: int32(cfg.MaxConns)})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	st := &serverTimes{}
-	hs := &http.Server{Handler: st.wrap(app.NewHTTP(d, mods)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+	hs := &http.Server{Handler: st.wrap(p.HTTP()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
 	go func() { _ = hs.Serve(ln) }()
-	return &bench{pool: pool, deps: d, server: st, base: "http://" + ln.Addr().String(), close: func() {
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP (Workers = 0: no jobs)
+	return &bench{pool: p.Deps.Pool, deps: p.Deps, invariants: p.Invariants, server: st, base: "http://" + ln.Addr().String(), close: func() {
 		_ = hs.Close()
-		pool.Close()
+		stopBackground()
+		waitBackground()
+		p.Close()
 	}}, nil
 }
 
@@ -356,7 +367,7 @@ func (b *bench) sale(ctx context.Context, run, clients, units int, backoff time.
 		return result{}, err
 	}
 	res.peakInDB = int(b.gauge("fencelab_flashsale_reservation_ops_in_db_peak"))
-	for _, r := range invariant.Run(ctx, b.pool, reserve.Module) {
+	for _, r := range b.invariants.Run(ctx, b.pool, reserve.Module) {
 		if !r.Holds() {
 			var sb strings.Builder
 			invariant.Format(&sb, r)
@@ -466,14 +477,8 @@ func raiseNoFile(want uint64) (uint64, error) {
 	return next.Cur, nil
 }
 
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[(len(s)*p+99)/100-1]
-}
+// pct is the p-th percentile of ds, from the harness's histogram.
+func pct(ds []time.Duration, p int) time.Duration { return load.Of(ds).Quantile(float64(p) / 100) }
 
 // ms rounds a duration for the table.
 func ms(d time.Duration) time.Duration {

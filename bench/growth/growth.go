@@ -28,10 +28,16 @@ import (
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
+// Bench is `fencelab bench growth`.
+var Bench = app.Bench{Name: "growth",
+	Summary: "history in every growing table on scratch databases: purge batches, a /metrics scrape, stats and feed reads, claim throughput at 0 and N rows",
+	Run:     Run}
+
 // Run parses flags and runs the benchmark: two scratch databases on one
 // server, one loaded with no history and one with --history rows per
-// growing table, measured side by side; both are dropped at the end.
-func Run(args []string) error {
+// growing table, measured side by side; both are dropped at the end. It
+// drives the modules' stores directly (the module list is not needed).
+func Run(_ []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench growth", flag.ContinueOnError)
 	history := fs.Int("history", 1_000_000, "rows of history per growing table")
 	dbURL := fs.String("database-url", "", "a server to create the scratch databases on (its role needs CREATEDB); "+
@@ -188,8 +194,10 @@ func measure(ctx context.Context, u string, history, jobs, workers, repeat int) 
 	d := app.Deps{Config: app.Defaults(), Pool: pool, Log: quiet, Metrics: reg}
 	d.Config.TokenSecret = "bench-growth-secret"
 	d.Jobs = claim.NewClient(pool, claim.Options{Log: quiet, Metrics: reg, Owner: "bench-growth"})
-	if _, err := outbox.Module(d); err != nil {
-		return p, err
+	for _, c := range outbox.Collectors(pool, quiet) {
+		if err := reg.Register(c); err != nil {
+			return p, err
+		}
 	}
 	if _, _, err := rel.New(d); err != nil {
 		return p, err

@@ -35,12 +35,12 @@ import (
 	"github.com/labstack/echo/v4"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
 )
 
 const constRoute = "/bench/const-302"
@@ -49,12 +49,16 @@ const constRoute = "/bench/const-302"
 const target = "https://book.example.test/chapters/short-links"
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench shortlink`.
+var Bench = app.Bench{Name: "shortlink", Summary: "redirect throughput and latency against a constant-302 ceiling, healthy and with a sick stats store", Run: Run}
+
+// Run runs the benchmark on the process mods make.
+func Run(mods []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench shortlink", flag.ContinueOnError)
 	duration := fs.Duration("duration", 3*time.Second, "length of one measured run")
 	rounds := fs.Int("rounds", 5, "runs per route and phase (alternating); medians are reported")
 	conns := fs.Int("connections", 64, "keep-alive connections (and closed-loop workers) of the load generator")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,7 +86,7 @@ func Run(args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
 		return err
 	}
-	b, err := newBench(ctx, url)
+	b, err := newBench(ctx, url, mods)
 	if err != nil {
 		return err
 	}
@@ -144,6 +148,19 @@ func Run(args []string) error {
 	fmt.Println()
 	fmt.Printf("stats healthy:       %s\n", afterHealthy.since(before))
 	fmt.Printf("clicks table locked: %s\n", afterLocked.since(afterHealthy))
+	ofCeiling := func(res map[string][]*vegeta.Metrics) float64 {
+		ratios := make([]float64, len(res[routes[1]]))
+		for i := range ratios {
+			ratios[i] = res[routes[1]][i].Throughput / res[routes[0]][i].Throughput
+		}
+		return medianOf(ratios)
+	}
+	fmt.Println()
+	load.Result("shortlink", "connections", *conns, "rounds", *rounds,
+		"redirects_per_sec", fmt.Sprintf("%.0f", median(healthy[routes[1]], throughput)),
+		"p99_ms", time.Duration(median(healthy[routes[1]], p99)), "of_ceiling", ofCeiling(healthy),
+		"locked_redirects_per_sec", fmt.Sprintf("%.0f", median(locked[routes[1]], throughput)),
+		"locked_of_ceiling", ofCeiling(locked))
 	return nil
 }
 
@@ -157,47 +174,35 @@ type bench struct {
 	dbURL  string
 }
 
-func newBench(ctx context.Context, dbURL string) (*bench, error) {
+func newBench(ctx context.Context, dbURL string, mods []app.Module) (*bench, error) {
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.AccessLog = false
 	cfg.TokenSecret = randomHex(32)
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench"})
-	if err != nil {
-		return nil, err
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	mods, err := services.All(d)
+	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-shortlink", Log: log})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
-	e := app.NewHTTP(d, mods)
+	e := p.HTTP()
 	// The ceiling: the same server, middleware and router, answering a
 	// constant 302 without any lookup or click. Mounted only here.
 	e.GET(constRoute, func(c echo.Context) error { return c.Redirect(http.StatusFound, target) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	hs := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	taskCtx, stopTasks := context.WithCancel(ctx)
-	tasksDone := make(chan struct{})
-	go func() { app.RunTasks(taskCtx, log, mods); close(tasksDone) }()
-	return &bench{pool: pool, deps: d, dbURL: dbURL, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second},
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP
+	return &bench{pool: p.Deps.Pool, deps: p.Deps, dbURL: dbURL, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second},
 		close: func() {
 			_ = hs.Close()
-			stopTasks()
-			<-tasksDone
-			pool.Close()
+			stopBackground()
+			waitBackground()
+			p.Close()
 		}}, nil
 }
 
@@ -249,10 +254,9 @@ func (b *bench) phase(routes []string, rounds int, d time.Duration, conns int) (
 // runs do not pile up and tax later ones), and checks every answer was a
 // 302.
 func (b *bench) attack(path string, d time.Duration, conns int) (*vegeta.Metrics, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	client, closeConns := load.Client(conns, 10*time.Second)
+	defer closeConns()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	atk := vegeta.NewAttacker(vegeta.Client(client), vegeta.Workers(uint64(conns)), vegeta.MaxWorkers(uint64(conns)))
 	tgt := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: b.base + path})
 	var m vegeta.Metrics

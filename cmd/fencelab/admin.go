@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services"
-	_ "github.com/fencelab/fencelab/services" // registers every module's invariants
 )
 
 func runMigrate(args []string) error {
@@ -29,19 +27,18 @@ func runMigrate(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if *url == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
-	m := pg.Migrator{FS: migrations.FS, URL: *url}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		fs.Usage()
-		return errUsage
+		return errMigrateVerb
 	}
+	if *url == "" {
+		return errNoDatabase
+	}
+	m := pg.Migrator{FS: migrations.FS, URL: *url}
 	switch rest[0] {
 	case "up":
 		if err := m.Up(); err != nil {
-			return err
+			return connectHint(err, *url)
 		}
 	case "down":
 		n := 1
@@ -57,13 +54,12 @@ func runMigrate(args []string) error {
 		}
 	case "version":
 	default:
-		fs.Usage()
-		return errUsage
+		return fmt.Errorf("unknown verb %q: %w", rest[0], errMigrateVerb)
 	}
 	ctx := context.Background()
 	pool, err := pg.Connect(ctx, *url, pg.PoolOptions{MaxConns: 1})
 	if err != nil {
-		return err
+		return connectHint(err, *url)
 	}
 	defer pool.Close()
 	st, err := pg.ReadMigrationState(ctx, pool, migrations.FS)
@@ -85,11 +81,12 @@ func runCheck(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
+	invs := services.Invariants()
 	if *explain != "" {
-		return explainInvariant(*explain)
+		return explainInvariant(invs, *explain)
 	}
 	if *list && *withSQL {
-		for _, inv := range invariant.Select(fs.Args()...) {
+		for _, inv := range invs.Select(fs.Args()...) {
 			printInvariant(inv)
 		}
 		return nil
@@ -97,25 +94,25 @@ func runCheck(args []string) error {
 	if *list {
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tMODULE\tCHAPTER\tSTATEMENT")
-		for _, inv := range invariant.Select(fs.Args()...) {
+		for _, inv := range invs.Select(fs.Args()...) {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", inv.ID, inv.Module, inv.Chapter, inv.Statement)
 		}
 		return w.Flush()
 	}
 	if *url == "" {
-		return errors.New("DATABASE_URL is not set")
+		return errNoDatabase
 	}
-	if len(invariant.Select(fs.Args()...)) == 0 {
+	if len(invs.Select(fs.Args()...)) == 0 {
 		return fmt.Errorf("no invariants match %v (try --list)", fs.Args())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	pool, err := pg.Connect(ctx, *url, pg.PoolOptions{MaxConns: 2, ApplicationName: "fencelab-check"})
 	if err != nil {
-		return err
+		return connectHint(err, *url)
 	}
 	defer pool.Close()
-	results := invariant.Run(ctx, pool, fs.Args()...)
+	results := invs.Run(ctx, pool, fs.Args()...)
 	failed := 0
 	for _, r := range results {
 		if r.Holds() {
@@ -163,6 +160,9 @@ func runToken(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *secret == "" {
+		return errNoSecret
+	}
 	a, err := httpx.NewAuth([]byte(*secret))
 	if err != nil {
 		return err
@@ -197,8 +197,8 @@ func chapterTitle(slug string) string {
 }
 
 // explainInvariant prints one invariant and the experiments that exercise it.
-func explainInvariant(id string) error {
-	invs := invariant.Select(id)
+func explainInvariant(reg *invariant.Registry, id string) error {
+	invs := reg.Select(id)
 	if len(invs) != 1 || invs[0].ID != id {
 		return fmt.Errorf("no invariant %q; `fencelab check --list` shows them", id)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,50 +10,30 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services"
 )
 
-// process is what serve, worker and dev share: config, pool, deps, modules.
-type process struct {
-	deps app.Deps
-	mods []app.Module
-}
-
-func (p *process) close() { p.deps.Pool.Close() }
-
-// openProcess connects, optionally migrates, and builds every module.
-func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool, fs *faults.Set) (*process, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
+// openProcess builds the deployable (app.Build over services.Modules),
+// optionally migrating first: serve, worker and dev share it.
+func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool, fs *faults.Set) (*app.Process, error) {
+	// The first errors a newcomer meets say what to do next.
 	if cfg.DatabaseURL == "" {
-		return nil, errors.New("DATABASE_URL is not set (or run `fencelab dev`, which provisions one)")
+		return nil, errNoDatabase
 	}
-	log := cfg.Logger()
-	if migrate {
-		if err := (pg.Migrator{FS: migrations.FS, URL: cfg.DatabaseURL}).Up(); err != nil {
+	if cfg.TokenSecret == "" {
+		return nil, errNoSecret
+	}
+	p, err := app.Build(ctx, cfg, services.Modules(), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
+	if err != nil {
+		return nil, connectHint(err, cfg.DatabaseURL)
+	}
+	if !migrate {
+		if err := requireCurrentSchema(ctx, p.Deps.Pool); err != nil {
+			p.Close()
 			return nil, err
 		}
 	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		return nil, err
-	}
-	pool, err := pg.Connect(ctx, cfg.DatabaseURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-" + role})
-	if err != nil {
-		return nil, err
-	}
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &process{deps: d, mods: mods}, nil
+	return p, nil
 }
 
 // loadLocalEnv fills unset variables from .fencelab/env (written by dev),

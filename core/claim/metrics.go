@@ -84,24 +84,44 @@ func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	// Every registered kind is reported in every counted state, zero
+	// included: an idle queue shows 0 rather than no series at all (a
+	// dashboard or a grep then tells "empty" from "not exported").
+	type ks struct{ kind, state string }
+	depth := map[ks]float64{}
+	for _, k := range q.c.KindNames() {
+		for _, st := range countedStates {
+			depth[ks{k, st}] = 0
+		}
+	}
 	errDepth := collectRows(ctx, q.c.pool, sqlDepth, func(r pgx.Rows) error {
 		var kind, state string
 		var n int64
 		if err := r.Scan(&kind, &state, &n); err != nil {
 			return err
 		}
-		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), kind, state)
+		depth[ks{kind, state}] = float64(n)
 		return nil
 	})
+	for k, n := range depth {
+		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, n, k.kind, k.state)
+	}
+	oldest := map[string]float64{}
+	for _, k := range q.c.KindNames() {
+		oldest[k] = 0
+	}
 	errOldest := collectRows(ctx, q.c.pool, sqlOldestReady, func(r pgx.Rows) error {
 		var kind string
 		var age float64
 		if err := r.Scan(&kind, &age); err != nil {
 			return err
 		}
-		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, kind)
+		oldest[kind] = age
 		return nil
 	})
+	for k, age := range oldest {
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, k)
+	}
 	q.up.Report(ch, errDepth, errOldest)
 }
 
@@ -120,3 +140,6 @@ func collectRows(ctx context.Context, db pg.Querier, sql string, each func(pgx.R
 	}
 	return rows.Err()
 }
+
+// countedStates are the states sqlDepth counts: the live ones.
+var countedStates = []string{"ready", "running", "unknown", "needs_review"}

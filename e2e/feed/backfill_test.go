@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -46,5 +46,5 @@ func TestBackfillOfANewFollowIsBoundedToTheNewestPosts(t *testing.T) {
 		want = append(want, posts[i].PostID)
 	}
 	require.Equal(t, want, got, "the later post and the newest "+strconv.Itoa(feed.MinBackfillPosts)+" before the follow")
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }

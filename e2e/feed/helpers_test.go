@@ -48,7 +48,7 @@ func setup(t *testing.T, strategy string, threshold int, extra ...string) *env {
 		settings[extra[i]] = extra[i+1]
 	}
 	a := e2etest.Start(t, e2etest.Options{Settings: settings})
-	cfg, err := feed.ConfigFrom(a.Deps.Config)
+	cfg, err := feed.LoadConfig(a.Deps.Config)
 	require.NoError(t, err)
 	fs, err := feed.NewService(a.Pool, cfg, nil)
 	require.NoError(t, err)
@@ -116,7 +116,12 @@ func (e *env) get(ctx context.Context, t testing.TB, reader, strategy, cursor st
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	return e.a.Send(ctx, e2etest.Req{Method: "GET", Path: "/social/feed?" + q.Encode(), Token: e.token(t, reader)})
+	// Runs on reader goroutines (feed01): errors are returned, never FailNow.
+	tok, err := e.a.Deps.Auth.Mint(reader, httpx.RoleUser, time.Hour)
+	if err != nil {
+		return e2etest.Response{}, err
+	}
+	return e.a.Send(ctx, e2etest.Req{Method: "GET", Path: "/social/feed?" + q.Encode(), Token: tok})
 }
 
 // page reads one page and requires a 200.

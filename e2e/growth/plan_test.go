@@ -15,10 +15,10 @@ import (
 
 	growthbench "github.com/fencelab/fencelab/bench/growth"
 	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/shortlink"
 )
 
@@ -74,6 +74,6 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 		var left int64
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind LIKE 'growth.k%'`).Scan(&left))
 		require.EqualValues(t, history, left, "no job of the history purged")
-		invariant.Assert(t, pool, "claim", "outbox", "shortlink")
+		e2etest.Assert(t, pool, "claim", "outbox", "shortlink")
 	})
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/flashsale"
 	"github.com/fencelab/fencelab/services/flashsale/order"
@@ -157,7 +156,7 @@ func TestOrderBadInputIs4xxAndChangesNothing(t *testing.T) {
 	require.Equal(t, "payment_in_progress", r.Code())
 	require.Equal(t, before, l.Snapshot(t))
 	require.Equal(t, 1, len(l.Pay.EffectsFor(o.PaymentRef)))
-	invariant.Assert(t, l.Pool, "flashsale")
+	e2etest.Assert(t, l.Pool, "flashsale")
 }
 
 // A hold that ended before payment started closes the order on pay (409

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/flashsale"
 	"github.com/fencelab/fencelab/services/flashsale/order"
@@ -54,7 +53,7 @@ func TestORDInvariantsReportRowsThatBreakThem(t *testing.T) {
 		require.NoError(t, err, sql)
 	}
 	ids := []string{"ORD-O1", "ORD-O2", "ORD-O3", "ORD-O4", "ORD-O5", "ORD-M1"}
-	results := invariant.Run(ctx, l.Pool, ids...)
+	results := e2etest.Invariants().Run(ctx, l.Pool, ids...)
 	require.Len(t, results, len(ids))
 	for _, r := range results {
 		require.NoError(t, r.Err, r.ID)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/shortlink"
 )
@@ -55,7 +54,7 @@ func TestCreateFollowRevokeAndCountTheClick(t *testing.T) {
 
 	st := a.Stats(t, tok, l.Code)
 	require.Equal(t, shortlink.Stats{Code: l.Code, Clicks: 1, Dropped: 0}, st)
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 func TestTargetURLRules(t *testing.T) {
@@ -107,7 +106,7 @@ func TestTargetURLRules(t *testing.T) {
 	var n int
 	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT count(*) FROM shortlink_links`).Scan(&n))
 	require.Equal(t, len(good), n, "no refused target was stored")
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 func TestAliasRules(t *testing.T) {
@@ -151,7 +150,7 @@ func TestAliasRules(t *testing.T) {
 	r := a.Create(t, tok, shortlink.CreateRequest{Target: target, ExpiresAt: &past})
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status)
 	require.Equal(t, "invalid_expiry", r.Code())
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // Only the owner revokes, reads or counts a link; anyone may follow it.
@@ -180,7 +179,7 @@ func TestOnlyTheOwnerMayRevokeReadOrCount(t *testing.T) {
 	admin := a.Token(t, "admin-0001", httpx.RoleAdmin)
 	require.Equal(t, http.StatusOK, a.Revoke(t, admin, "mine").Status)
 	require.Equal(t, http.StatusGone, a.Visit(t, "mine").Status)
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // 404 for unknown and malformed codes, 410 for expired links; an unknown
@@ -216,7 +215,7 @@ INSERT INTO shortlink_creations (code, target, owner, created_at) SELECT * FROM 
 	future := time.Now().Add(time.Hour)
 	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/soon", Alias: "soon", ExpiresAt: &future})
 	require.Equal(t, http.StatusFound, a.Visit(t, "soon").Status)
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // The database refuses what the service never does: changing a target,
@@ -239,7 +238,7 @@ func TestTheSchemaRefusesToOverwriteALink(t *testing.T) {
 		_, err := a.Pool.Exec(ctx, sql)
 		require.Error(t, err, sql)
 	}
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // `fencelab dev` seeds a demo link; seeding twice is harmless.
@@ -251,7 +250,7 @@ func TestSeedCreatesTheDemoLinkOnce(t *testing.T) {
 	r := a.Visit(t, shortlink.DemoCode)
 	require.Equal(t, http.StatusFound, r.Status)
 	require.Contains(t, r.Header.Get("Location"), "example.test")
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // The SQL invariants are not vacuous: each one reports rows broken by hand
@@ -302,7 +301,7 @@ func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
 // failing lists the shortlink invariants that do not hold.
 func failing(ctx context.Context, a *shortlink.Lab) []string {
 	var ids []string
-	for _, r := range invariant.Run(ctx, a.Pool, "shortlink") {
+	for _, r := range e2etest.Invariants().Run(ctx, a.Pool, "shortlink") {
 		if !r.Holds() {
 			ids = append(ids, r.ID)
 		}
@@ -336,5 +335,5 @@ func TestRedirectAnswers503WhenTheLinkStoreDoesNotAnswerInTime(t *testing.T) {
 
 	require.NoError(t, locker.Rollback(ctx))
 	require.Equal(t, http.StatusFound, a.Visit(t, "cold").Status)
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }

@@ -24,9 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
@@ -41,11 +40,13 @@ const Secret = "lab-secret-0123456789abcdef"
 type Process struct {
 	*lab.App
 	Deps app.Deps
-	Mods []app.Module
+	Mods []app.Running
+	Proc *app.Process
 }
 
-// Serve builds every module on dbURL and serves them on a loopback
-// listener until t ends. log receives the app's warnings.
+// Serve builds every module on dbURL exactly as `serve` does (app.Build
+// over services.Modules) and serves them on a loopback listener until t
+// ends. log receives the app's warnings.
 func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	t.Helper()
 	cfg := app.Defaults()
@@ -60,39 +61,25 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-lab"})
-	if err != nil {
-		t.Fatalf("labenv: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		t.Fatalf("labenv: %v", err)
-	}
 	fs := faults.New()
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
+	p, err := app.Build(context.Background(), cfg, services.Modules(), app.BuildOptions{Faults: fs, Log: log, Role: "lab"})
 	if err != nil {
-		t.Fatalf("labenv: build modules: %v", err)
+		t.Fatalf("labenv: build the process: %v", err)
 	}
-	srv := httptest.NewServer(app.NewHTTP(d, mods))
+	srv := httptest.NewServer(p.HTTP())
 	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	wait := func() {}
 	if o.Tasks {
-		wg.Add(2)
-		go func() { defer wg.Done(); app.RunTasks(runCtx, log, mods) }()
-		go func() { defer wg.Done(); _ = app.RunJobs(runCtx, d, claim.PoolOptions{}) }()
+		wait = p.Background(runCtx)
 	}
-	t.Cleanup(func() { stop(); wg.Wait(); srv.Close() })
+	t.Cleanup(func() { stop(); wait(); srv.Close(); p.Close() })
+	d := p.Deps
 	a := &lab.App{
-		URL: srv.URL, DBURL: dbURL, DataDir: cfg.DataDir, Pool: pool, Faults: fs,
-		Jobs: d.Jobs, Auth: auth, Metrics: d.Metrics,
+		URL: srv.URL, DBURL: dbURL, DataDir: cfg.DataDir, Pool: d.Pool, Faults: fs,
+		Jobs: d.Jobs, Auth: d.Auth, Metrics: d.Metrics,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1000}},
 		Seed: func(ctx context.Context, name string) error {
-			for _, m := range mods {
+			for _, m := range p.Mods {
 				if m.Name == name && m.Seed != nil {
 					return m.Seed(ctx)
 				}
@@ -100,7 +87,7 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 			return fmt.Errorf("labenv: no module %q with a seed", name)
 		},
 	}
-	return &Process{App: a, Deps: d, Mods: mods}
+	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p}
 }
 
 // ChildEnv is the environment of a fencelab child process on dbURL, with
@@ -152,6 +139,9 @@ func NewCluster(ctx context.Context, givenURL string) (*Cluster, error) {
 	return &Cluster{srv: srv, own: givenURL == "", root: root, binary: bin,
 		template: fmt.Sprintf("fencelab_lab_tmpl_%d", os.Getpid())}, nil
 }
+
+// Invariants is the deployable's registry.
+func (c *Cluster) Invariants() *invariant.Registry { return services.Invariants() }
 
 // Close removes the template and, when the cluster is the lab's own, stops it.
 func (c *Cluster) Close() error {

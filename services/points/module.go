@@ -13,45 +13,24 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 )
 
-// Config holds the module's settings.
-type Config struct {
-	// SystemShards is how many rows the system side of transactions is
-	// spread over (1..MaxSystemShards). 1 is the naive hot row: every
-	// debit waits for the previous one's commit on sys:redemption.
-	SystemShards int
+// Module is points: the points ledger.
+func Module() app.Module {
+	return app.Module{
+		Name: "points", Chapter: "points",
+		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
+	}
 }
 
-// Settings, as environment variables.
-const EnvSystemShards = "FENCELAB_POINTS_SYSTEM_SHARDS"
-
-// Shard counts. The migration creates MaxSystemShards rows per system
-// account; a smaller setting uses the first ones, and balances always sum
-// over all of them, so the setting can change at any time.
-const (
-	DefaultSystemShards = 64
-	MaxSystemShards     = 64
-)
-
-// LoadConfig reads the settings (app.Config.Settings first, then the
-// environment).
-func LoadConfig(c app.Config) (Config, error) {
-	cfg := Config{SystemShards: DefaultSystemShards}
-	r := app.NewSettingsReader(c, "points")
-	r.Int(EnvSystemShards, &cfg.SystemShards, 1, MaxSystemShards)
-	return cfg, r.Err()
-}
-
-// New builds the module from the shared dependencies.
-func New(d app.Deps) (app.Module, error) {
+// build builds the module from the shared dependencies.
+func build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	svc := NewService(d.Pool, cfg)
 	h := &handlers{svc: svc}
 	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
-	return app.Module{
-		Name:   "points",
+	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth, keys) },
 		Seed:   svc.seed,
 	}, nil

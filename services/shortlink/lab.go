@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 )
 
@@ -95,7 +94,7 @@ var HundredCreatorsOneAlias = lab.Experiment{
 		require.NoError(t, a.Pool.QueryRow(context.Background(),
 			`SELECT count(*) FROM shortlink_creations WHERE code = 'launch'`).Scan(&creations))
 		require.Equal(t, 1, creations)
-		invariant.Assert(t, a.Pool, "shortlink")
+		x.Assert(a.Pool, "shortlink")
 	},
 }
 
@@ -213,7 +212,7 @@ var RevokeWithinOneTTL = lab.Experiment{
 				t.Logf("SL-02 (%s): %d requests, %d 302s possibly after the revoke; measured stale window %v (lower) … %v (upper); configured TTL %v",
 					tc.name, len(samples), stale, lower.Round(time.Microsecond), upper.Round(time.Microsecond), ttl)
 				require.LessOrEqual(t, lower, ttl, "a 302 was served more than one TTL after the revoke committed (SL-I2)")
-				invariant.Assert(t, writer.Pool, "shortlink")
+				x.Assert(writer.Pool, "shortlink")
 			}()
 		}
 	},
@@ -308,7 +307,7 @@ var RedirectsOutliveStats = lab.Experiment{
 		require.Positive(t, st.Dropped)
 		require.Equal(t, float64(n), dead.Counter(t, "fencelab_shortlink_clicks_dropped_total"), "the dead-port replica stored nothing and counted every click")
 		require.Zero(t, dead.Counter(t, "fencelab_shortlink_clicks_written_total"))
-		invariant.Assert(t, a.Pool, "shortlink")
+		x.Assert(a.Pool, "shortlink")
 	},
 }
 
@@ -350,7 +349,7 @@ var ClickBatchRetried = lab.Experiment{
 		require.Equal(t, n, rows, "each click is one row")
 		require.Equal(t, n, ids)
 		require.Equal(t, Stats{Code: l.Code, Clicks: n}, a.Stats(t, tok, l.Code))
-		invariant.Assert(t, a.Pool, "shortlink")
+		x.Assert(a.Pool, "shortlink")
 	},
 }
 

@@ -24,7 +24,6 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -260,11 +259,11 @@ func (l *Lab) Capture(t lab.T) (got func() []Delivery, restore func()) {
 // invariants (FS-R* and ORD-*), and the money equation against the
 // channel's ledger — for every order, what we recorded as charged and
 // refunded is what the channel's ledger holds for its reference, each
-// Charge refunded at most once, and Σ(charged − refunded) = 1990 ×
+// charge refunded at most once, and Σ(charged − refunded) = 1990 ×
 // confirmed orders.
 func (l *Lab) AssertSettled(t lab.T) {
 	t.Helper()
-	invariant.Assert(t, l.Pool, "flashsale")
+	l.x.Env.Invariants().Assert(t, l.Pool, "flashsale")
 	refunds := map[string]int{}
 	for _, rf := range l.Pay.Refunds() {
 		refunds[rf.EffectID]++

@@ -24,25 +24,24 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/outbox"
 )
 
 // New builds rel's service and its part of the social module: routes,
 // the view consumers, metrics and the demo seed.
-func New(d app.Deps) (*Service, app.Module, error) {
+func New(d app.Deps) (*Service, app.Runtime, error) {
 	s := NewService(d.Pool, d.Faults, d.Log)
 	if d.Metrics != nil {
 		for _, c := range collectors(d.Pool, d.Log) {
 			if err := d.Metrics.Register(c); err != nil {
-				return nil, app.Module{}, fmt.Errorf("social/rel: register metrics: %w", err)
+				return nil, app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
 			}
 		}
 	}
-	m := app.Module{Name: "social.rel", Seed: s.seed}
+	m := app.Runtime{Seed: s.seed}
 	for _, v := range Views {
-		t, err := outbox.Task(d, v.Consumer())
+		t, err := app.ConsumerTask(d, v.Consumer())
 		if err != nil {
-			return nil, app.Module{}, err
+			return nil, app.Runtime{}, err
 		}
 		m.Tasks = append(m.Tasks, t)
 	}
@@ -60,29 +59,41 @@ const (
 	DemoPending = "user-0044"
 )
 
-// seed is idempotent: operations that find their state in place change
-// nothing, and the demo posts are written only for an author without any.
+// seed is idempotent and restores only what is missing (see below).
 func (s *Service) seed(ctx context.Context) error {
+	// Only what is missing: a profile, a relation or the posts the reader
+	// already has (changed or not) are theirs. A block or an unfollow the
+	// reader made stays in place, and a second `dev` never fails on one.
 	for _, u := range []struct {
 		id      string
 		private bool
 	}{{DemoPublic, false}, {DemoPrivate, true}, {DemoPending, false}} {
+		if _, err := s.Profile(ctx, u.id); err == nil {
+			continue
+		}
 		if _, err := s.SetProfile(ctx, u.id, u.private); err != nil {
 			return err
 		}
 	}
-	if r, err := s.Follow(ctx, DemoPublic, DemoPrivate); err != nil {
-		return err
-	} else if r.State == StatePending {
-		if _, err := s.Approve(ctx, DemoPrivate, DemoPublic); err != nil {
+	for _, f := range []struct {
+		follower, followee string
+		approve            bool
+	}{{DemoPublic, DemoPrivate, true}, {DemoPending, DemoPrivate, false}, {DemoPrivate, DemoPublic, false}} {
+		r, _, err := s.Relations(ctx, f.follower, f.followee)
+		if err != nil {
 			return err
 		}
-	}
-	if _, err := s.Follow(ctx, DemoPending, DemoPrivate); err != nil {
-		return err
-	}
-	if _, err := s.Follow(ctx, DemoPrivate, DemoPublic); err != nil {
-		return err
+		if r.Version == 0 { // never related: the seed's to write
+			res, err := s.Follow(ctx, f.follower, f.followee)
+			if err != nil {
+				return err
+			}
+			if f.approve && res.Relation.State == StatePending {
+				if _, err := s.Approve(ctx, f.followee, f.follower); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	page, err := s.Timeline(ctx, DemoPrivate, DemoPrivate, "", 1)
 	if err != nil || len(page.Posts) > 0 {
