@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
@@ -347,4 +348,37 @@ func TestPurgeFinishedDropsOnlyOldFinishedJobsOfUnkeptKinds(t *testing.T) {
 	}
 	require.NotEmpty(t, events(t, b.pool, kept))
 	invariants.Assert(t, b.pool, "claim")
+}
+
+// The queue collector reports its own health: fencelab_collector_up is 1
+// while its queries succeed and 0 (with a log line) once they fail — a
+// failed scrape never looks like an empty queue.
+func TestQueueCollectorFailureIsVisibleAsCollectorUpZero(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	reg := prometheus.NewRegistry()
+	c := claim.NewClient(pool, claim.Options{Owner: "test-a", Metrics: reg})
+	require.NoError(t, c.Register(claim.Kind{Name: "t.work", Handle: noop}))
+	_, _, err := c.Enqueue(context.Background(), pool, claim.NewJob{Kind: "t.work", BusinessKey: "one"})
+	require.NoError(t, err)
+	up := func() float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "fencelab_collector_up" {
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "collector" && l.GetValue() == "claim_queue" {
+							return m.GetGauge().GetValue()
+						}
+					}
+				}
+			}
+		}
+		t.Fatal("no fencelab_collector_up{collector=\"claim_queue\"}")
+		return -1
+	}
+	require.Equal(t, 1.0, up())
+	pool.Close()
+	require.Equal(t, 0.0, up(), "a closed pool fails the scrape's queries")
 }
