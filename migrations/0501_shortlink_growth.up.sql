@@ -9,7 +9,7 @@
 -- it, so SL-I5 holds at every commit:
 --   clicks  = count(shortlink_clicks of the code) + purged_clicks
 --   dropped = sum(shortlink_click_drops of the code) + purged_drops
-CREATE TABLE shortlink_click_count (
+CREATE TABLE IF NOT EXISTS shortlink_click_count (
     code          text   PRIMARY KEY,
     clicks        bigint NOT NULL DEFAULT 0 CHECK (clicks >= 0),
     purged_clicks bigint NOT NULL DEFAULT 0 CHECK (purged_clicks >= 0),
@@ -22,9 +22,10 @@ SELECT code, sum(c), sum(d)
   FROM (SELECT code, count(*) AS c, 0 AS d FROM shortlink_clicks GROUP BY code
         UNION ALL
         SELECT code, 0, sum(dropped) FROM shortlink_click_drops GROUP BY code) x
- GROUP BY code;
+ GROUP BY code
+ON CONFLICT (code) DO NOTHING;
 
 -- The retention purge (shortlink.purge, FENCELAB_SHORTLINK_CLICK_RETENTION):
 -- oldest first.
-CREATE INDEX shortlink_clicks_clicked_at ON shortlink_clicks (clicked_at);
-CREATE INDEX shortlink_click_drops_flushed_at ON shortlink_click_drops (flushed_at);
+CREATE INDEX IF NOT EXISTS shortlink_clicks_clicked_at ON shortlink_clicks (clicked_at);
+CREATE INDEX IF NOT EXISTS shortlink_click_drops_flushed_at ON shortlink_click_drops (flushed_at);
