@@ -9,6 +9,7 @@ import (
 	claimbench "github.com/fencelab/fencelab/bench/claim"
 	feedbench "github.com/fencelab/fencelab/bench/feed"
 	flashsalebench "github.com/fencelab/fencelab/bench/flashsale"
+	growthbench "github.com/fencelab/fencelab/bench/growth"
 	outboxbench "github.com/fencelab/fencelab/bench/outbox"
 	pointsbench "github.com/fencelab/fencelab/bench/points"
 	shortlinkbench "github.com/fencelab/fencelab/bench/shortlink"
@@ -36,9 +37,9 @@ import (
 // services → bench → services/<module> acyclic.
 func Modules() []app.Module {
 	return []app.Module{
-		ops.Lease(),                                    // 1 lease
-		report.Module(),                                // 1 lease: the daily report behind the fence guard
-		with(ops.Claim(), claimbench.Bench),            // 2 claim
+		ops.Lease(),     // 1 lease
+		report.Module(), // 1 lease: the daily report behind the fence guard
+		with(ops.Claim(), claimbench.Bench, growthbench.Bench), // 2 claim; growth: every module's retention and history-bound queries
 		ops.Idem(),                                     // 3 idem
 		with(ops.Outbox(), outboxbench.Bench),          // 4 outbox
 		with(points.Module(), pointsbench.Bench),       // 5 points

@@ -162,6 +162,18 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 	_, err := l.Store.StatBlob(ctx, youngDigest)
 	require.NoError(t, err)
 	e2etest.Assert(t, l.Pool, "upload")
+
+	// Past FENCELAB_UPLOAD_SESSION_RETENTION (an exact boundary set with
+	// SQL, not a sleep), sessions that ended without a file go with their
+	// chunk and hash rows; a committed one stays.
+	l.Exec(t, `UPDATE upload_session SET ended_at = now() - interval '8 days' WHERE ended_at IS NOT NULL`)
+	require.Positive(t, l.Count(t, `SELECT count(*) FROM upload_chunk WHERE session_id = $1`, idle.ID))
+	rep = l.Gc(t)
+	require.Equal(t, 2, rep.SessionsPurged, "the expired and the aborted session")
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM upload_session WHERE id = ANY ($1::uuid[])`, []string{idle.ID, aborted.ID}))
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM upload_chunk WHERE session_id = $1`, idle.ID))
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM upload_session WHERE state IN ('failed', 'aborted', 'expired')`))
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // A process that died after renaming the blob and before marking the
