@@ -5,6 +5,7 @@
 package services
 
 import (
+	"github.com/fencelab/fencelab/api"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/outbox"
@@ -46,4 +47,5 @@ var builders = []func(app.Deps) (app.Module, error){
 	notify.New,    // notifications: intake, preferences, delivery by channel contract, review
 	shortlink.New, // short links
 	upload.New,    // chunked upload
+	api.Module,    // the HTTP contract: GET /openapi.json, /openapi.yaml, /docs/api
 }

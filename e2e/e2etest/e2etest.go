@@ -46,6 +46,8 @@ type App struct {
 	Mods   []app.Module
 	Faults *faults.Set
 	Client *http.Client
+
+	t testing.TB // the test that started the app: contract failures are reported on it
 }
 
 // Options tune Start.
@@ -90,7 +92,7 @@ func Start(t testing.TB, o Options) *App {
 	mods, err := services.All(d)
 	require.NoError(t, err)
 	srv := httptest.NewServer(app.NewHTTP(d, mods))
-	a := &App{URL: srv.URL, DBURL: dbURL, Pool: pool, Deps: d, Mods: mods, Faults: fs,
+	a := &App{URL: srv.URL, DBURL: dbURL, Pool: pool, Deps: d, Mods: mods, Faults: fs, t: t,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 0}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -153,13 +155,20 @@ type Req struct {
 	Token   string
 	Body    any // marshalled as JSON unless []byte or string
 	Headers map[string]string
+	// Invalid marks a request that deliberately breaks the contract (a
+	// bad-input test): it is sent as it is and only the response is checked
+	// against the document. Every other request must be one the document
+	// allows.
+	Invalid bool
 }
 
 // Do sends r and reads the whole response. Transport errors fail the test;
-// use Send for experiments that expect them.
+// use Send for experiments that expect them. Both check the exchange
+// against the OpenAPI contract (see contract.go); Do reports a violation
+// on t, Send on the test that started the app.
 func (a *App) Do(t testing.TB, r Req) Response {
 	t.Helper()
-	resp, err := a.Send(context.Background(), r)
+	resp, err := a.send(context.Background(), r, t)
 	require.NoError(t, err)
 	return resp
 }
@@ -167,19 +176,27 @@ func (a *App) Do(t testing.TB, r Req) Response {
 // Send is Do without the test: it returns transport errors (timeouts,
 // dropped connections) to the caller.
 func (a *App) Send(ctx context.Context, r Req) (Response, error) {
-	var body io.Reader
+	return a.send(ctx, r, a.t)
+}
+
+func (a *App) send(ctx context.Context, r Req, t testing.TB) (Response, error) {
+	var raw []byte
 	switch b := r.Body.(type) {
 	case nil:
 	case []byte:
-		body = bytes.NewReader(b)
+		raw = b
 	case string:
-		body = strings.NewReader(b)
+		raw = []byte(b)
 	default:
 		buf, err := json.Marshal(b)
 		if err != nil {
 			return Response{}, err
 		}
-		body = bytes.NewReader(buf)
+		raw = buf
+	}
+	var body io.Reader
+	if r.Body != nil {
+		body = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, a.URL+r.Path, body)
 	if err != nil {
@@ -203,7 +220,13 @@ func (a *App) Send(ctx context.Context, r Req) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+	out := Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	if t != nil {
+		if err := a.checkContract(r, req, raw, out); err != nil {
+			t.Errorf("contract: %s %s → %d: %v\nresponse body: %.2000s", r.Method, r.Path, out.Status, err, b)
+		}
+	}
+	return out, nil
 }
 
 var (
