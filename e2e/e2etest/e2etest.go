@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/app"
@@ -46,6 +47,7 @@ type App struct {
 	Mods   []app.Module
 	Faults *faults.Set
 	Client *http.Client
+	Echo   *echo.Echo // the app's router (its Routes() are what the contract must cover)
 
 	t testing.TB // the test that started the app: contract failures are reported on it
 }
@@ -91,8 +93,9 @@ func Start(t testing.TB, o Options) *App {
 	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
 	mods, err := services.All(d)
 	require.NoError(t, err)
-	srv := httptest.NewServer(app.NewHTTP(d, mods))
-	a := &App{URL: srv.URL, DBURL: dbURL, Pool: pool, Deps: d, Mods: mods, Faults: fs, t: t,
+	e := app.NewHTTP(d, mods)
+	srv := httptest.NewServer(e)
+	a := &App{Echo: e, URL: srv.URL, DBURL: dbURL, Pool: pool, Deps: d, Mods: mods, Faults: fs, t: t,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 0}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
