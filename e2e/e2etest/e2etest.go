@@ -49,7 +49,17 @@ type App struct {
 	Client *http.Client
 	Echo   *echo.Echo // the app's router (its Routes() are what the contract must cover)
 
-	t testing.TB // the test that started the app: contract failures are reported on it
+	t       testing.TB // the test that started the app: contract failures are reported on it
+	invalid bool       // every request is Req.Invalid (BadInput)
+}
+
+// BadInput returns a view of the app whose every request is marked
+// Req.Invalid: for bad-input tests whose helpers build the requests. Only
+// the responses are checked against the contract.
+func (a *App) BadInput() *App {
+	b := *a
+	b.invalid = true
+	return &b
 }
 
 // Options tune Start.
@@ -225,6 +235,7 @@ func (a *App) send(ctx context.Context, r Req, t testing.TB) (Response, error) {
 	}
 	out := Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	if t != nil {
+		r.Invalid = r.Invalid || a.invalid
 		if err := a.checkContract(r, req, raw, out); err != nil {
 			t.Errorf("contract: %s %s → %d: %v\nresponse body: %.2000s", r.Method, r.Path, out.Status, err, b)
 		}
