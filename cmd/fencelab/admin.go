@@ -14,9 +14,11 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
+	"github.com/fencelab/fencelab/services"
 	_ "github.com/fencelab/fencelab/services" // registers every module's invariants
 )
 
@@ -77,9 +79,20 @@ func runCheck(args []string) error {
 	fs := newFlags("check", "check [--list] [MODULE|ID ...]")
 	url := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	list := fs.Bool("list", false, "print every registered invariant (ID, module, chapter, statement) and exit")
+	withSQL := fs.Bool("sql", false, "with --list: print each invariant's SQL too")
+	explain := fs.String("explain", "", "print one invariant's statement, chapter, SQL and the experiments that exercise it, and exit")
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if *explain != "" {
+		return explainInvariant(*explain)
+	}
+	if *list && *withSQL {
+		for _, inv := range invariant.Select(fs.Args()...) {
+			printInvariant(inv)
+		}
+		return nil
 	}
 	if *list {
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -159,5 +172,52 @@ func runToken(args []string) error {
 		return err
 	}
 	fmt.Println(tok)
+	return nil
+}
+
+// printInvariant prints an invariant with its SQL, as a reader reads it.
+func printInvariant(inv invariant.Invariant) {
+	fmt.Printf("%s  %s\n", inv.ID, inv.Statement)
+	fmt.Printf("  module %s, chapter %s\n", inv.Module, chapterTitle(lab.ChapterOfInvariant(inv.ID)))
+	if inv.SQL != "" {
+		for _, line := range strings.Split(strings.TrimSpace(inv.SQL), "\n") {
+			fmt.Printf("    %s\n", line)
+		}
+	} else {
+		fmt.Println("    (checked in Go: it also looks outside the database)")
+	}
+	fmt.Println()
+}
+
+func chapterTitle(slug string) string {
+	if c, ok := lab.ChapterOf(slug); ok {
+		return fmt.Sprintf("%d %s — %s", c.N, c.Slug, c.Title)
+	}
+	return "foundation"
+}
+
+// explainInvariant prints one invariant and the experiments that exercise it.
+func explainInvariant(id string) error {
+	invs := invariant.Select(id)
+	if len(invs) != 1 || invs[0].ID != id {
+		return fmt.Errorf("no invariant %q; `fencelab check --list` shows them", id)
+	}
+	inv := invs[0]
+	printInvariant(inv)
+	fmt.Println("exercised by:")
+	n := 0
+	for _, e := range services.Experiments() {
+		if e.Exercises(inv.ID, inv.Module) {
+			n++
+			how := ""
+			if slices.Contains(e.Catches, inv.ID) {
+				how = "  (its naive version breaks it: fencelab lab run " + e.ID + " --naive)"
+			}
+			fmt.Printf("  fencelab lab run %s%s\n", e.ID, how)
+		}
+	}
+	if n == 0 {
+		fmt.Println("  no lab experiment yet")
+	}
 	return nil
 }

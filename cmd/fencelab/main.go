@@ -19,6 +19,8 @@ Usage:
   fencelab check [--list] [MODULE|ID ...]
                                     run the SQL invariants against DATABASE_URL; exit 1 on any violation
   fencelab token --sub user-0042 [--role user|admin|service] [--ttl 24h]
+  fencelab lab list|run ID [--naive]  run the book's experiments on a scratch database and watch them
+  fencelab docs [--check]          regenerate the chapter pages' invariant and experiment blocks
   fencelab bench NAME [flags]       benchmarks (fencelab bench --help lists them)
   fencelab seed social --users N --seed S
                                     load a generated follow graph with posts into DATABASE_URL
@@ -41,6 +43,8 @@ var commands = map[string]func(args []string) error{
 	"token":   runToken,
 	"bench":   runBench,
 	"seed":    runSeed,
+	"lab":     runLab,
+	"docs":    runDocs,
 	"openapi": runOpenAPI,
 }
 

@@ -9,7 +9,10 @@
 // a switch in the product.
 package lab
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // Chapter is one chapter of the book, in reading order.
 type Chapter struct {
@@ -84,10 +87,49 @@ type T interface {
 	Context() context.Context
 }
 
-// X is one run of an experiment: the test (or the CLI's stand-in), the
-// variant, and the recorder of its timeline.
-type X struct {
-	T
-	// Naive runs the naive version of the timeline.
-	Naive bool
+// Sorted orders experiments by chapter, keeping each chapter's own order.
+func Sorted(es []Experiment) []Experiment {
+	out := make([]Experiment, 0, len(es))
+	for _, c := range Chapters {
+		for _, e := range es {
+			if slug, _, _ := strings.Cut(e.ID, "/"); slug == c.Slug {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+// Find returns the experiment with id.
+func Find(es []Experiment, id string) (Experiment, bool) {
+	for _, e := range es {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return Experiment{}, false
+}
+
+// invariantChapters maps an invariant ID's prefix to its chapter.
+var invariantChapters = map[string]string{
+	"LOCK": "lease", "CLAIM": "claim", "IDEM": "idem", "OUTBOX": "outbox", "PTS": "points",
+	"FS": "reservations", "ORD": "orders", "REL": "relations", "FEED": "feed", "LIKE": "likes",
+	"NTF": "notify", "SL": "shortlink", "UP": "upload",
+}
+
+// ChapterOfInvariant returns the chapter slug an invariant ID belongs to
+// ("" for the foundation's CORE-… invariants, which belong to no chapter).
+func ChapterOfInvariant(id string) string {
+	prefix, _, _ := strings.Cut(id, "-")
+	return invariantChapters[prefix]
+}
+
+// Exercises reports whether e checks the invariant (by ID or module).
+func (e Experiment) Exercises(id, module string) bool {
+	for _, n := range append(append([]string(nil), e.Invariants...), e.Catches...) {
+		if n == id || n == module {
+			return true
+		}
+	}
+	return false
 }

@@ -5,76 +5,38 @@
 package e2etest
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/labenv"
 )
 
 // Secret is the token secret of every test app (and of child processes).
-const Secret = "e2e-secret-0123456789abcdef"
+const Secret = labenv.Secret
 
-// App is a running deployable under test.
-type App struct {
-	URL    string // base URL of the HTTP server
-	DBURL  string // the test's own database
-	Pool   *pgxpool.Pool
-	Deps   app.Deps
-	Mods   []app.Module
-	Faults *faults.Set
-	Client *http.Client
-	Echo   *echo.Echo // the app's router (its Routes() are what the contract must cover)
+// App is a running deployable under test: the lab's app plus the process
+// parts only tests read (the modules, their dependencies).
+type App = labenv.Process
 
-	t       testing.TB // the test that started the app: contract failures are reported on it
-	invalid bool       // every request is Req.Invalid (BadInput)
-}
+// Options tune Start (the lab's options: tasks, pool size, settings).
+type Options = lab.Options
 
-// BadInput returns a view of the app whose every request is marked
-// Req.Invalid: for bad-input tests whose helpers build the requests. Only
-// the responses are checked against the contract.
-func (a *App) BadInput() *App {
-	b := *a
-	b.invalid = true
-	return &b
-}
-
-// Options tune Start.
-type Options struct {
-	// Tasks runs every module's background tasks and the claim engine's
-	// worker pool and recovery (off by default so an experiment controls its
-	// own timeline).
-	Tasks bool
-	// MaxConns for the app's pool (0: production default).
-	MaxConns int
-	// Config edits the app config before modules are built.
-	Config func(*app.Config)
-	// DBURL uses an existing database instead of a fresh clone.
-	DBURL string
-}
+// Req and Response are the lab's HTTP request and fully read response.
+type (
+	Req      = lab.Req
+	Response = lab.Response
+)
 
 // Start builds and serves the whole app on a fresh database.
 func Start(t testing.TB, o Options) *App {
@@ -83,44 +45,10 @@ func Start(t testing.TB, o Options) *App {
 	if dbURL == "" {
 		dbURL = pgtest.URL(t)
 	}
-	cfg := app.Defaults()
-	cfg.DatabaseURL = dbURL
-	cfg.TokenSecret = Secret
-	cfg.AccessLog = false
-	cfg.DataDir = t.TempDir()
-	if o.MaxConns > 0 {
-		cfg.MaxConns = o.MaxConns
-	}
-	if o.Config != nil {
-		o.Config(&cfg)
-	}
-	pool := pgtest.Pool(t, dbURL, int32(cfg.MaxConns))
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	require.NoError(t, err)
-	fs := faults.New()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
-	require.NoError(t, err)
-	e := app.NewHTTP(d, mods)
-	srv := httptest.NewServer(e)
-	a := &App{Echo: e, URL: srv.URL, DBURL: dbURL, Pool: pool, Deps: d, Mods: mods, Faults: fs, t: t,
-		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 0}}}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	if o.Tasks {
-		wg.Add(1)
-		go func() { defer wg.Done(); app.RunTasks(ctx, log, mods) }()
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = app.RunJobs(ctx, d, claim.PoolOptions{}) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		srv.Close()
-	})
-	return a
+	p := labenv.Serve(t, dbURL, o, log)
+	p.Check, p.Reporter = checkContract(p.App), t // every exchange against the OpenAPI contract (contract.go)
+	return p
 }
 
 // testWriter sends app logs to the test log (shown on failure).
@@ -131,116 +59,23 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Token mints a token for sub with role (valid one hour).
-func (a *App) Token(t testing.TB, sub string, role httpx.Role) string {
-	t.Helper()
-	tok, err := a.Deps.Auth.Mint(sub, role, time.Hour)
-	require.NoError(t, err)
-	return tok
-}
+// Env is the lab's environment under go test: databases cloned from the
+// migrated template, the binary built once per test process.
+var Env lab.Env = testEnv{}
 
-// Response is a fully read HTTP response.
-type Response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
+type testEnv struct{}
 
-// JSON decodes the body into v.
-func (r Response) JSON(t testing.TB, v any) {
-	t.Helper()
-	require.NoError(t, json.Unmarshal(r.Body, v), "body: %s", r.Body)
+func (testEnv) Database(t lab.T) string { return pgtest.URL(t.(testing.TB)) }
+func (testEnv) Start(t lab.T, o lab.Options) *lab.App {
+	return Start(t.(testing.TB), o).App
 }
-
-// Code returns the problem code of an error response ("" otherwise).
-func (r Response) Code() string {
-	var p struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(r.Body, &p)
-	return p.Code
+func (testEnv) Binary(t lab.T) string                        { return Binary(t.(testing.TB)) }
+func (testEnv) ChildEnv(db string, extra ...string) []string { return ChildEnv(db, extra...) }
+func (testEnv) Dedicated(t lab.T) *pgserver.Server {
+	return pgtest.Dedicated(t.(testing.TB))
 }
-
-// Req describes a request.
-type Req struct {
-	Method  string
-	Path    string
-	Token   string
-	Body    any // marshalled as JSON unless []byte or string
-	Headers map[string]string
-	// Invalid marks a request that deliberately breaks the contract (a
-	// bad-input test): it is sent as it is and only the response is checked
-	// against the document. Every other request must be one the document
-	// allows.
-	Invalid bool
-}
-
-// Do sends r and reads the whole response. Transport errors fail the test;
-// use Send for experiments that expect them. Both check the exchange
-// against the OpenAPI contract (see contract.go); Do reports a violation
-// on t, Send on the test that started the app.
-func (a *App) Do(t testing.TB, r Req) Response {
-	t.Helper()
-	resp, err := a.send(context.Background(), r, t)
-	require.NoError(t, err)
-	return resp
-}
-
-// Send is Do without the test: it returns transport errors (timeouts,
-// dropped connections) to the caller.
-func (a *App) Send(ctx context.Context, r Req) (Response, error) {
-	return a.send(ctx, r, a.t)
-}
-
-func (a *App) send(ctx context.Context, r Req, t testing.TB) (Response, error) {
-	var raw []byte
-	switch b := r.Body.(type) {
-	case nil:
-	case []byte:
-		raw = b
-	case string:
-		raw = []byte(b)
-	default:
-		buf, err := json.Marshal(b)
-		if err != nil {
-			return Response{}, err
-		}
-		raw = buf
-	}
-	var body io.Reader
-	if r.Body != nil {
-		body = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, a.URL+r.Path, body)
-	if err != nil {
-		return Response{}, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if r.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.Token)
-	}
-	for k, v := range r.Headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := a.Client.Do(req)
-	if err != nil {
-		return Response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return Response{}, err
-	}
-	out := Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
-	if t != nil {
-		r.Invalid = r.Invalid || a.invalid
-		if err := a.checkContract(r, req, raw, out); err != nil {
-			t.Errorf("contract: %s %s → %d: %v\nresponse body: %.2000s", r.Method, r.Path, out.Status, err, b)
-		}
-	}
-	return out, nil
+func (testEnv) DatabaseOn(t lab.T, s *pgserver.Server) string {
+	return pgtest.URLOn(t.(testing.TB), s)
 }
 
 var (
@@ -285,15 +120,7 @@ func Binary(t testing.TB) string {
 
 // ChildEnv is the environment for a fencelab child process on dbURL.
 func ChildEnv(dbURL string, extra ...string) []string {
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "FENCELAB_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "DATABASE_URL="+dbURL, "FENCELAB_TOKEN_SECRET="+Secret, "FENCELAB_LOG_LEVEL=warn",
-		"FENCELAB_DATA_DIR="+childDataDir(dbURL))
-	return append(env, extra...)
+	return labenv.ChildEnv(childRoot(), dbURL, extra...)
 }
 
 // childRoot holds the data directories of this test process's children;
@@ -306,10 +133,10 @@ var childRoot = sync.OnceValue(func() string {
 	return dir
 })
 
-// childDataDir is the data directory (blob store included) of the child
-// processes on dbURL: shared by the processes of one experiment, never by
-// two experiments, whose databases differ.
-func childDataDir(dbURL string) string {
-	sum := sha256.Sum256([]byte(dbURL))
-	return filepath.Join(childRoot(), hex.EncodeToString(sum[:8]))
+// Experiment runs a lab experiment as a test: the guarded version must hold
+// its claim and invariants, and the naive version (subtest "naive") must be
+// caught. Each step of the timeline is logged (go test -v tells the story).
+func Experiment(t *testing.T, e lab.Experiment) {
+	t.Helper()
+	lab.Test(t, e, Env)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/feed"
@@ -57,7 +56,7 @@ func TestFEEDBadInputIsA4xx(t *testing.T) {
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
 	// Another deployment (another token secret) on the same data.
-	other := e2etest.Start(t, e2etest.Options{DBURL: e.a.DBURL, Config: func(c *app.Config) { c.TokenSecret = "another-deployment-secret-0123" }})
+	other := e2etest.Start(t, e2etest.Options{DBURL: e.a.DBURL, TokenSecret: "another-deployment-secret-0123"})
 	foreign := other.Do(t, e2etest.Req{Method: "GET", Path: "/social/feed?limit=1&strategy=pull", Token: other.Token(t, "user-s", "user")})
 	require.Equal(t, http.StatusOK, foreign.Status, "%s", foreign.Body)
 

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -38,14 +37,14 @@ type env struct {
 // and the response log on, so FEED-I1 judges every page served.
 func setup(t *testing.T, strategy string, threshold int) *env {
 	t.Helper()
-	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) {
-		c.Settings = map[string]string{
+	a := e2etest.Start(t, e2etest.Options{
+		Settings: map[string]string{
 			feed.EnvStrategy:        strategy,
 			feed.EnvThreshold:       strconv.Itoa(threshold),
 			feed.EnvResponseLog:     "true",
 			feed.EnvResponseLogRows: "10000000",
-		}
-	}})
+		},
+	})
 	cfg, err := feed.ConfigFrom(a.Deps.Config)
 	require.NoError(t, err)
 	fs, err := feed.NewService(a.Pool, cfg, nil)

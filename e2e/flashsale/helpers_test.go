@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/flashsale"
@@ -24,7 +23,7 @@ const sku = flashsale.DemoSKU
 // fresh database and seeds the demo sale: 40 units of sku-lab-01.
 func start(t *testing.T, settings map[string]string) *e2etest.App {
 	t.Helper()
-	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) { c.Settings = settings }})
+	a := e2etest.Start(t, e2etest.Options{Settings: settings})
 	seed(t, a)
 	return a
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
@@ -225,9 +224,9 @@ func TestLIKE03DatabaseStoppedImmediatelyMidStorm(t *testing.T) {
 // repairs it and says so.
 func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) {
-		c.Settings = map[string]string{"FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK": "3"}
-	}})
+	a := e2etest.Start(t, e2etest.Options{
+		Settings: map[string]string{"FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK": "3"},
+	})
 	ids := items(t, a, 10)
 	s := newStorm(t, a, 50, ids)
 	bound := sampleBound(t, a.Pool)

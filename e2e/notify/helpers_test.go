@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
@@ -46,13 +45,10 @@ func newLab(t *testing.T, settings map[string]string, o e2etest.Options) lab {
 		s[map[string]string{notify.ChannelEmail: notify.EnvEmailURL, notify.ChannelSMS: notify.EnvSMSURL,
 			notify.ChannelPush: notify.EnvPushURL}[ch.Name]] = srv.URL()
 	}
-	prev := o.Config
-	o.Config = func(c *app.Config) {
-		c.Settings = s
-		if prev != nil {
-			prev(c)
-		}
+	for k, v := range o.Settings {
+		s[k] = v
 	}
+	o.Settings = s
 	l.App = e2etest.Start(t, o)
 	l.svc = l.Token(t, "svc-orders", httpx.RoleService)
 	l.admin = l.Token(t, "admin-0001", httpx.RoleAdmin)

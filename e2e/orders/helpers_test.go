@@ -22,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
@@ -64,7 +63,7 @@ func start(t *testing.T, settings map[string]string) *lab {
 	for k, v := range settings {
 		s[k] = v
 	}
-	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) { c.Settings = s }})
+	a := e2etest.Start(t, e2etest.Options{Settings: s})
 	for _, m := range a.Mods {
 		if m.Name == "flashsale" {
 			require.NoError(t, m.Seed(context.Background()))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -280,7 +279,7 @@ func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 // With one shard every transaction meets every other on the system side.
 func TestDebitsAndGrantsOnOneHotAccountDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{Config: func(c *app.Config) { c.Settings = map[string]string{points.EnvSystemShards: "1"} }})
+	a := e2etest.Start(t, e2etest.Options{Settings: map[string]string{points.EnvSystemShards: "1"}})
 	l := &lab{App: a, admin: a.Token(t, "admin-0001", httpx.RoleAdmin)}
 	l.openAccount(t, "acct-0042", "user-0042", 600)
 	l.openAccount(t, "acct-0043", "user-0043", 600)

@@ -24,52 +24,7 @@ import (
 // and the balance ends at 10, never below 0 on the way (PTS-I1).
 func TestPTS01ConcurrentDebitsNeverOverdraw(t *testing.T) {
 	t.Parallel()
-	l := start(t)
-	l.openAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.user(t, "user-0042")
-
-	const n = 100
-	results := make([]e2etest.Response, n)
-	var wg sync.WaitGroup
-	release := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-release // all at once
-			r, err := l.posting(context.Background(), "debits", tok, "acct-0042", newKey(), 30, "prize-17")
-			if err != nil {
-				r.Status = -1
-			}
-			results[i] = r
-		}()
-	}
-	close(release)
-	wg.Wait()
-
-	byOutcome := map[string]int{}
-	for _, r := range results {
-		switch {
-		case r.Status == http.StatusCreated:
-			byOutcome["created"]++
-		case r.Status == http.StatusConflict && r.Code() == "insufficient_balance":
-			byOutcome["insufficient_balance"]++
-		default:
-			byOutcome[string(r.Body)]++
-		}
-	}
-	require.Equal(t, map[string]int{"created": 33, "insufficient_balance": 67}, byOutcome)
-
-	acct := l.account(t, "acct-0042")
-	require.EqualValues(t, 10, acct.Balance)
-	require.EqualValues(t, 1+33, acct.Version, "one grant and 33 debits changed the row")
-	var debits int
-	require.NoError(t, l.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM points_ledger_txn WHERE kind = 'debit' AND client_id = 'user-0042'`).Scan(&debits))
-	require.Equal(t, 33, debits)
-	require.EqualValues(t, 33*30, l.account(t, points.RedemptionAccount).Balance)
-	l.requireOneEventPerTxn(t)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Experiment(t, points.ConcurrentDebits)
 }
 
 // PTS-02: the server commits a debit, then the response is lost: the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/shortlink"
@@ -28,9 +27,7 @@ type opts struct {
 // returns the 302 itself.
 func start(t *testing.T, o opts) *e2etest.App {
 	t.Helper()
-	a := e2etest.Start(t, e2etest.Options{Tasks: o.tasks, DBURL: o.dbURL, Config: func(c *app.Config) {
-		c.Settings = o.settings
-	}})
+	a := e2etest.Start(t, e2etest.Options{Tasks: o.tasks, DBURL: o.dbURL, Settings: o.settings})
 	a.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return a
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -48,7 +47,7 @@ func newLab(t *testing.T, o opts) *lab {
 	if o.dir != "" {
 		settings[upload.EnvDir] = o.dir
 	}
-	a := e2etest.Start(t, e2etest.Options{DBURL: o.dbURL, Config: func(c *app.Config) { c.Settings = settings }})
+	a := e2etest.Start(t, e2etest.Options{DBURL: o.dbURL, Settings: settings})
 	dir := o.dir
 	if dir == "" {
 		dir = filepath.Join(a.Deps.Config.DataDir, "upload")
