@@ -273,7 +273,7 @@ func TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing(t *testing.T)
 		{"body altered after signing", altered, sig, "callback_signature_invalid"},
 		{"signed outside the window", body, stale, "callback_signature_stale"},
 	} {
-		r := l.callback(t, tc.body, tc.signature)
+		r := l.forgedCallback(t, tc.body, tc.signature)
 		require.Equal(t, http.StatusUnauthorized, r.Status, "%s: %s", tc.name, r.Body)
 		require.Equal(t, tc.code, r.Code(), tc.name)
 	}

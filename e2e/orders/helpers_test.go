@@ -202,6 +202,17 @@ func (l *lab) callback(t *testing.T, body []byte, signature string) e2etest.Resp
 	return l.Do(t, e2etest.Req{Method: http.MethodPost, Path: order.CallbackPath, Body: body, Headers: h})
 }
 
+// forgedCallback is callback for a signature made to be refused: the
+// request breaks the contract on purpose, so only its answer is checked.
+func (l *lab) forgedCallback(t *testing.T, body []byte, signature string) e2etest.Response {
+	t.Helper()
+	h := map[string]string{}
+	if signature != "" {
+		h[fakeprovider.SignatureHeader] = signature
+	}
+	return l.Do(t, e2etest.Req{Method: http.MethodPost, Path: order.CallbackPath, Body: body, Headers: h, Invalid: true})
+}
+
 // signedCallback is a callback the channel could send, signed now.
 func signedCallback(t *testing.T, id, typ string, e fakeprovider.Effect) ([]byte, string) {
 	t.Helper()
