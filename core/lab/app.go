@@ -99,6 +99,10 @@ type Req struct {
 	// bad-input test): it is sent as it is and only its response is
 	// checked. Every other request must be one the contract allows.
 	Invalid bool
+	// Fault marks a request whose experiment breaks the server on purpose
+	// (a misconfigured store, an injected crash): a 500 is then an
+	// accepted answer. No route documents a 500.
+	Fault bool
 }
 
 // Do sends r and reads the whole response; a transport error fails t.
