@@ -21,19 +21,21 @@ import (
 // Module serves the contract: GET /openapi.json, GET /openapi.yaml and the
 // reference page GET /docs/api. All three are public: the contract is no
 // secret, and a client generator must be able to fetch it.
-func Module(app.Deps) (app.Module, error) {
-	// Fail at start, not on the first request, if the document is broken.
-	if _, err := reference(); err != nil {
-		return app.Module{}, err
-	}
+func Module() app.Module {
 	return app.Module{
 		Name: "api",
-		Routes: func(e *echo.Echo) {
-			e.GET("/openapi.json", serve(JSON, echo.MIMEApplicationJSON))
-			e.GET("/openapi.yaml", serve(YAML, "application/yaml"))
-			e.GET("/docs/api", serve(reference, echo.MIMETextHTMLCharsetUTF8))
+		Build: func(app.Deps) (app.Runtime, error) {
+			// Fail at start, not on the first request, if the document is broken.
+			if _, err := reference(); err != nil {
+				return app.Runtime{}, err
+			}
+			return app.Runtime{Routes: func(e *echo.Echo) {
+				e.GET("/openapi.json", serve(JSON, echo.MIMEApplicationJSON))
+				e.GET("/openapi.yaml", serve(YAML, "application/yaml"))
+				e.GET("/docs/api", serve(reference, echo.MIMETextHTMLCharsetUTF8))
+			}}, nil
 		},
-	}, nil
+	}
 }
 
 func serve(body func() ([]byte, error), contentType string) echo.HandlerFunc {

@@ -1,19 +1,12 @@
 package services
 
-import (
-	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/services/flashsale/reserve"
-	"github.com/fencelab/fencelab/services/points"
-)
+import "github.com/fencelab/fencelab/core/lab"
 
 // Experiments lists every module's experiments in the book's chapter order.
 func Experiments() []lab.Experiment {
 	var all []lab.Experiment
-	for _, list := range [][]lab.Experiment{
-		points.Experiments,
-		reserve.Experiments,
-	} {
-		all = append(all, list...)
+	for _, m := range Modules() {
+		all = append(all, m.Experiments...)
 	}
 	return lab.Sorted(all)
 }

@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
@@ -25,7 +26,11 @@ import (
 const kind = "bench.noop"
 
 // Run parses flags and runs the benchmark.
-func Run(args []string) error {
+// Bench is `fencelab bench claim`.
+var Bench = app.Bench{Name: "claim", Summary: "enqueue and drain jobs through the claim engine: claims and completions per second", Run: Run}
+
+// Run runs the benchmark; it drives core/claim directly (no modules).
+func Run(_ []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench claim", flag.ContinueOnError)
 	jobs := fs.Int("jobs", 50_000, "jobs to enqueue and drain")
 	workers := fs.Int("workers", 2000, "worker goroutines")

@@ -56,7 +56,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -77,7 +76,11 @@ type config struct {
 }
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench feed`.
+var Bench = app.Bench{Name: "feed", Summary: "push, pull and hybrid home feeds on one generated graph: read and publish latency, rows scanned, inbox size", Run: Run}
+
+// Run runs the benchmark on the process mods make.
+func Run(mods []app.Module, args []string) error {
 	c := config{graph: feed.DefaultGraph}
 	var strategies string
 	fs := flag.NewFlagSet("bench feed", flag.ContinueOnError)
@@ -118,7 +121,7 @@ func Run(args []string) error {
 		return err
 	}
 	defer srv.Close()
-	b := &bench{c: c, srv: srv, secret: crand.Text()}
+	b := &bench{c: c, srv: srv, secret: crand.Text(), mods: mods}
 	return b.run(ctx)
 }
 
@@ -128,6 +131,7 @@ type bench struct {
 	secret string
 	g      *feed.Graph
 	top    int // the most followed user
+	mods   []app.Module
 }
 
 // row is one strategy's line of the table.
@@ -349,7 +353,7 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 
 	s.stop()
 	r.invariants = "ok"
-	for _, res := range invariant.Run(ctx, s.pool, "social") {
+	for _, res := range s.proc.Invariants.Run(ctx, s.pool, "social") {
 		if !res.Holds() {
 			var sb strings.Builder
 			invariant.Format(&sb, res)
@@ -363,8 +367,8 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 // server is the deployable on one strategy's database.
 type server struct {
 	pool   *pgxpool.Pool
+	proc   *app.Process
 	deps   app.Deps
-	mods   []app.Module
 	feed   *feed.Service
 	base   string
 	client *http.Client
@@ -377,58 +381,48 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 	cfg := app.Defaults()
 	cfg.DatabaseURL, cfg.AccessLog, cfg.MaxConns, cfg.TokenSecret = url, false, b.c.dbConns, b.secret
 	cfg.Settings = map[string]string{feed.EnvStrategy: st.Name(), feed.EnvThreshold: strconv.FormatInt(b.c.threshold, 10)}
-	pool, err := pg.Connect(ctx, url, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench-feed"})
-	if err != nil {
-		return nil, err
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	mods, err := services.All(d)
+	p, err := app.Build(ctx, cfg, b.mods, app.BuildOptions{Role: "bench-feed", Log: log})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
+	pool := p.Deps.Pool
 	fcfg, err := feed.ConfigFrom(cfg)
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	fsvc, err := feed.NewService(pool, fcfg, nil)
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
-	hs := &http.Server{Handler: app.NewHTTP(d, mods), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: p.HTTP(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	tr := &http.Transport{MaxIdleConnsPerHost: b.c.clients, MaxConnsPerHost: b.c.clients}
-	s := &server{pool: pool, deps: d, mods: mods, feed: fsvc, base: "http://" + ln.Addr().String(),
+	s := &server{pool: pool, proc: p, deps: p.Deps, feed: fsvc, base: "http://" + ln.Addr().String(),
 		client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, g: b.g, stopFn: func() {}}
 	s.close = func() {
 		s.stop()
 		tr.CloseIdleConnections()
 		_ = hs.Close()
-		pool.Close()
+		p.Close()
 	}
 	return s, nil
 }
 
-// start runs every module's background tasks (the fan-out consumer among
-// them) until stop.
+// start runs what serve runs beside HTTP — every module's background
+// tasks (the fan-out consumer among them) and the claim engine — until
+// stop.
 func (s *server) start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { app.RunTasks(ctx, s.deps.Log, s.mods) })
-	s.stopFn = func() { cancel(); wg.Wait() }
+	wait := s.proc.Background(ctx)
+	s.stopFn = func() { cancel(); wait() }
 }
 
 func (s *server) stop() { s.stopFn(); s.stopFn = func() {} }

@@ -46,12 +46,15 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench flashsale`.
+var Bench = app.Bench{Name: "flashsale", Summary: "hundreds of buyers press buy at once: no oversell, time to sell out, 409/503 latencies", Run: Run}
+
+// Run runs the benchmark on the process mods make.
+func Run(mods []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench flashsale", flag.ContinueOnError)
 	clients := fs.Int("clients", 500, "buyers, each its own connection, all pressing buy at once")
 	units := fs.Int("units", 40, "units on sale in each run")
@@ -94,7 +97,7 @@ func Run(args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
 		return err
 	}
-	b, err := newBench(ctx, url, map[string]string{
+	b, err := newBench(ctx, url, mods, map[string]string{
 		reserve.EnvLimit: strconv.Itoa(*limit), reserve.EnvWaitLine: strconv.Itoa(*waitLine),
 	})
 	if err != nil {
@@ -155,6 +158,8 @@ type bench struct {
 	server *serverTimes
 	base   string
 	close  func()
+	// invariants are the process's registry (app.Build's).
+	invariants *invariant.Registry
 }
 
 // serverTimes records how long the server took over each reservation
@@ -206,40 +211,33 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
-func newBench(ctx context.Context, dbURL string, settings map[string]string) (*bench, error) {
+func newBench(ctx context.Context, dbURL string, mods []app.Module, settings map[string]string) (*bench, error) {
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.AccessLog = false
 	cfg.Workers = 0 // no background jobs: the release must not run during a sale
 	cfg.TokenSecret = randomHex(32)
 	cfg.Settings = settings
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), MinConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench"})
-	if err != nil {
-		return nil, err
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	mods, err := services.All(d)
+	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-flashsale", Log: log, MinConns: int32(cfg.MaxConns)})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	st := &serverTimes{}
-	hs := &http.Server{Handler: st.wrap(app.NewHTTP(d, mods)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+	hs := &http.Server{Handler: st.wrap(p.HTTP()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
 	go func() { _ = hs.Serve(ln) }()
-	return &bench{pool: pool, deps: d, server: st, base: "http://" + ln.Addr().String(), close: func() {
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP (Workers = 0: no jobs)
+	return &bench{pool: p.Deps.Pool, deps: p.Deps, invariants: p.Invariants, server: st, base: "http://" + ln.Addr().String(), close: func() {
 		_ = hs.Close()
-		pool.Close()
+		stopBackground()
+		waitBackground()
+		p.Close()
 	}}, nil
 }
 
@@ -356,7 +354,7 @@ func (b *bench) sale(ctx context.Context, run, clients, units int, backoff time.
 		return result{}, err
 	}
 	res.peakInDB = int(b.gauge("fencelab_flashsale_reservation_ops_in_db_peak"))
-	for _, r := range invariant.Run(ctx, b.pool, reserve.Module) {
+	for _, r := range b.invariants.Run(ctx, b.pool, reserve.Module) {
 		if !r.Holds() {
 			var sb strings.Builder
 			invariant.Format(&sb, r)

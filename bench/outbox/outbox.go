@@ -39,7 +39,11 @@ type config struct {
 }
 
 // Run parses flags and runs the three phases.
-func Run(args []string) error {
+// Bench is `fencelab bench outbox`.
+var Bench = app.Bench{Name: "outbox", Summary: "append throughput with the outbox, backlog drain rate and steady-state lag", Run: Run}
+
+// Run runs the benchmark; it drives core/outbox directly (no modules).
+func Run(_ []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench outbox", flag.ContinueOnError)
 	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL; empty: a fresh local cluster with durable defaults (DATABASE_URL)")

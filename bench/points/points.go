@@ -42,7 +42,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
 	"github.com/fencelab/fencelab/services/points"
 )
 
@@ -61,7 +60,11 @@ type config struct {
 }
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench points`.
+var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrency, then one hot account; ratio to pgbench", Run: Run}
+
+// Run runs the benchmark on the process mods make.
+func Run(mods []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench points", flag.ContinueOnError)
 	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL; empty: a fresh local cluster with durable defaults (DATABASE_URL)")
@@ -109,7 +112,7 @@ func Run(args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: c.url}).Up(); err != nil {
 		return err
 	}
-	b, err := newBench(ctx, c)
+	b, err := newBench(ctx, c, mods)
 	if err != nil {
 		return err
 	}
@@ -126,48 +129,45 @@ type bench struct {
 	client *http.Client
 	tag    string // this run's account prefix
 	close  func()
+	// invariants are the process's registry (app.Build's).
+	invariants *invariant.Registry
 }
 
-func newBench(ctx context.Context, c config) (*bench, error) {
+func newBench(ctx context.Context, c config, mods []app.Module) (*bench, error) {
 	cfg := app.Defaults()
 	cfg.DatabaseURL = c.url
 	cfg.AccessLog = false
 	cfg.MaxConns = c.dbConns
 	cfg.TokenSecret = crand.Text()
 	cfg.Settings = map[string]string{points.EnvSystemShards: strconv.Itoa(c.shards)}
-	pool, err := pg.Connect(ctx, c.url, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench-points"})
-	if err != nil {
-		return nil, err
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	mods, err := services.All(d)
+	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-points", Log: log})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
+	pool, d := p.Deps.Pool, p.Deps
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
-	hs := &http.Server{Handler: app.NewHTTP(d, mods), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: p.HTTP(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP
 	tr := &http.Transport{MaxIdleConnsPerHost: c.clients, MaxConnsPerHost: c.clients}
 	return &bench{
 		c: c, pool: pool, deps: d, base: "http://" + ln.Addr().String(),
-		svc:    points.NewService(pool, points.Config{SystemShards: c.shards}),
-		client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		tag:    "bench-" + time.Now().Format("150405"),
+		svc:        points.NewService(pool, points.Config{SystemShards: c.shards}),
+		client:     &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		tag:        "bench-" + time.Now().Format("150405"),
+		invariants: p.Invariants,
 		close: func() {
 			tr.CloseIdleConnections()
 			_ = hs.Close()
-			pool.Close()
+			stopBackground()
+			waitBackground()
+			p.Close()
 		},
 	}, nil
 }
@@ -206,7 +206,7 @@ func (b *bench) run(ctx context.Context) error {
 
 	fmt.Println("\ninvariants after the run:")
 	failed := 0
-	for _, res := range invariant.Run(ctx, b.pool, "points", "idem") {
+	for _, res := range b.invariants.Run(ctx, b.pool, "points", "idem") {
 		if res.Holds() {
 			fmt.Printf("  ok    %-7s %s\n", res.ID, res.Statement)
 			continue

@@ -40,7 +40,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
 )
 
 const constRoute = "/bench/const-302"
@@ -49,7 +48,11 @@ const constRoute = "/bench/const-302"
 const target = "https://book.example.test/chapters/short-links"
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench shortlink`.
+var Bench = app.Bench{Name: "shortlink", Summary: "redirect throughput and latency against a constant-302 ceiling, healthy and with a sick stats store", Run: Run}
+
+// Run runs the benchmark on the process mods make.
+func Run(mods []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench shortlink", flag.ContinueOnError)
 	duration := fs.Duration("duration", 3*time.Second, "length of one measured run")
 	rounds := fs.Int("rounds", 5, "runs per route and phase (alternating); medians are reported")
@@ -82,7 +85,7 @@ func Run(args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
 		return err
 	}
-	b, err := newBench(ctx, url)
+	b, err := newBench(ctx, url, mods)
 	if err != nil {
 		return err
 	}
@@ -157,47 +160,35 @@ type bench struct {
 	dbURL  string
 }
 
-func newBench(ctx context.Context, dbURL string) (*bench, error) {
+func newBench(ctx context.Context, dbURL string, mods []app.Module) (*bench, error) {
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.AccessLog = false
 	cfg.TokenSecret = randomHex(32)
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-bench"})
-	if err != nil {
-		return nil, err
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth}
-	mods, err := services.All(d)
+	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-shortlink", Log: log})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
-	e := app.NewHTTP(d, mods)
+	e := p.HTTP()
 	// The ceiling: the same server, middleware and router, answering a
 	// constant 302 without any lookup or click. Mounted only here.
 	e.GET(constRoute, func(c echo.Context) error { return c.Redirect(http.StatusFound, target) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		p.Close()
 		return nil, err
 	}
 	hs := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	taskCtx, stopTasks := context.WithCancel(ctx)
-	tasksDone := make(chan struct{})
-	go func() { app.RunTasks(taskCtx, log, mods); close(tasksDone) }()
-	return &bench{pool: pool, deps: d, dbURL: dbURL, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second},
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP
+	return &bench{pool: p.Deps.Pool, deps: p.Deps, dbURL: dbURL, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second},
 		close: func() {
 			_ = hs.Close()
-			stopTasks()
-			<-tasksDone
-			pool.Close()
+			stopBackground()
+			waitBackground()
+			p.Close()
 		}}, nil
 }
 

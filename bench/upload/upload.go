@@ -48,7 +48,11 @@ import (
 )
 
 // Run is the command's entry point.
-func Run(args []string) error {
+// Bench is `fencelab bench upload`.
+var Bench = app.Bench{Name: "upload", Summary: "chunked upload of a large file against dd on the same disk", Run: Run}
+
+// Run runs the benchmark against a child `fencelab serve` (the real binary).
+func Run(_ []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench upload", flag.ContinueOnError)
 	sizeFlag := fs.String("size", "256MiB", "file size")
 	chunkFlag := fs.String("chunk", "8MiB", "chunk size")

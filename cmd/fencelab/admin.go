@@ -19,7 +19,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services"
-	_ "github.com/fencelab/fencelab/services" // registers every module's invariants
 )
 
 func runMigrate(args []string) error {
@@ -85,11 +84,12 @@ func runCheck(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
+	invs := services.Invariants()
 	if *explain != "" {
-		return explainInvariant(*explain)
+		return explainInvariant(invs, *explain)
 	}
 	if *list && *withSQL {
-		for _, inv := range invariant.Select(fs.Args()...) {
+		for _, inv := range invs.Select(fs.Args()...) {
 			printInvariant(inv)
 		}
 		return nil
@@ -97,7 +97,7 @@ func runCheck(args []string) error {
 	if *list {
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tMODULE\tCHAPTER\tSTATEMENT")
-		for _, inv := range invariant.Select(fs.Args()...) {
+		for _, inv := range invs.Select(fs.Args()...) {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", inv.ID, inv.Module, inv.Chapter, inv.Statement)
 		}
 		return w.Flush()
@@ -105,7 +105,7 @@ func runCheck(args []string) error {
 	if *url == "" {
 		return errors.New("DATABASE_URL is not set")
 	}
-	if len(invariant.Select(fs.Args()...)) == 0 {
+	if len(invs.Select(fs.Args()...)) == 0 {
 		return fmt.Errorf("no invariants match %v (try --list)", fs.Args())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -115,7 +115,7 @@ func runCheck(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	results := invariant.Run(ctx, pool, fs.Args()...)
+	results := invs.Run(ctx, pool, fs.Args()...)
 	failed := 0
 	for _, r := range results {
 		if r.Holds() {
@@ -197,8 +197,8 @@ func chapterTitle(slug string) string {
 }
 
 // explainInvariant prints one invariant and the experiments that exercise it.
-func explainInvariant(id string) error {
-	invs := invariant.Select(id)
+func explainInvariant(reg *invariant.Registry, id string) error {
+	invs := reg.Select(id)
 	if len(invs) != 1 || invs[0].ID != id {
 		return fmt.Errorf("no invariant %q; `fencelab check --list` shows them", id)
 	}

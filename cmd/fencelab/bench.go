@@ -3,32 +3,34 @@ package main
 import (
 	"fmt"
 	"os"
-	"sort"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/services"
 )
 
-// benches maps `fencelab bench NAME` to its runner; each lives in bench/NAME.
-// Benchmarks run against DATABASE_URL (or a fresh local cluster with
-// durability left on) and print their figures; they are never timed tests.
-var benches = map[string]func(args []string) error{}
-
+// runBench is `fencelab bench NAME`: the benches the modules list (each
+// lives in bench/NAME). Benchmarks run against DATABASE_URL (or a fresh
+// local cluster with durability left on) and print their figures, ending
+// with one RESULT line; they are never timed tests.
 func runBench(args []string) error {
+	mods := services.Modules()
+	benches, err := app.Benches(mods)
+	if err != nil {
+		return err
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		names := make([]string, 0, len(benches))
-		for n := range benches {
-			names = append(names, n)
-		}
-		sort.Strings(names)
 		fmt.Fprintln(os.Stderr, "Usage: fencelab bench NAME [flags]   (fencelab bench NAME --help for its flags)")
 		fmt.Fprintln(os.Stderr, "Benchmarks:")
-		for _, n := range names {
-			fmt.Fprintln(os.Stderr, "  "+n)
+		for _, b := range benches {
+			fmt.Fprintf(os.Stderr, "  %-10s %s\n", b.Name, b.Summary)
 		}
 		return errUsage
 	}
-	b, ok := benches[args[0]]
-	if !ok {
-		return fmt.Errorf("unknown benchmark %q (fencelab bench --help lists them)", args[0])
+	for _, b := range benches {
+		if b.Name == args[0] {
+			loadLocalEnv("")
+			return b.Run(mods, args[1:])
+		}
 	}
-	loadLocalEnv("")
-	return b(args[1:])
+	return fmt.Errorf("unknown benchmark %q (fencelab bench --help lists them)", args[0])
 }

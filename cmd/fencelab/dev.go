@@ -88,13 +88,9 @@ func runDev(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	for _, m := range p.mods {
-		if m.Seed != nil {
-			if err := m.Seed(ctx); err != nil {
-				return fmt.Errorf("seed %s: %w", m.Name, err)
-			}
-		}
+	defer p.Close()
+	if err := p.Seed(ctx); err != nil {
+		return err
 	}
 	log.Debug("dev ready", "strategy", srv.Strategy)
 	return serveUntilDone(ctx, p, func(addr string) { printBanner(p, addr, envFile) })
@@ -179,15 +175,15 @@ func readEnvFile(path string) map[string]string {
 	return out
 }
 
-func printBanner(p *process, addr, envFile string) {
+func printBanner(p *app.Process, addr, envFile string) {
 	base := "http://" + addr
 	mint := func(sub string, role httpx.Role) string {
-		t, _ := p.deps.Auth.Mint(sub, role, 24*time.Hour)
+		t, _ := p.Deps.Auth.Mint(sub, role, 24*time.Hour)
 		return t
 	}
 	admin, user, svc := mint("admin-0001", httpx.RoleAdmin), mint("user-0042", httpx.RoleUser), mint("svc-0001", httpx.RoleService)
 	var mods []string
-	for _, m := range p.mods {
+	for _, m := range p.Mods {
 		mods = append(mods, m.Name)
 	}
 	fmt.Printf(`
@@ -208,7 +204,7 @@ Try:
   go run ./cmd/fencelab token --sub user-0042
 %[7]s
 (DATABASE_URL and the token secret are in %[8]s.)
-`, base, strings.Join(mods, ", "), p.deps.Config.DatabaseURL, admin, user, svc, demoCurls(base), envFile)
+`, base, strings.Join(mods, ", "), p.Deps.Config.DatabaseURL, admin, user, svc, demoCurls(base), envFile)
 }
 
 // demoCurls lists one example request per module (BASE is the server URL);

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services"
 )
@@ -100,7 +99,7 @@ func replaceBlock(text, begin, end, body string) (string, bool) {
 func invariantsBlock(c lab.Chapter) string {
 	var b bytes.Buffer
 	n := 0
-	for _, inv := range invariant.All() {
+	for _, inv := range services.Invariants().All() {
 		if lab.ChapterOfInvariant(inv.ID) != c.Slug {
 			continue
 		}
@@ -121,7 +120,7 @@ func invariantsBlock(c lab.Chapter) string {
 }
 
 func firstModule(c lab.Chapter) string {
-	for _, inv := range invariant.All() {
+	for _, inv := range services.Invariants().All() {
 		if lab.ChapterOfInvariant(inv.ID) == c.Slug {
 			return inv.Module
 		}

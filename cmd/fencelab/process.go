@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,50 +10,13 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services"
 )
 
-// process is what serve, worker and dev share: config, pool, deps, modules.
-type process struct {
-	deps app.Deps
-	mods []app.Module
-}
-
-func (p *process) close() { p.deps.Pool.Close() }
-
-// openProcess connects, optionally migrates, and builds every module.
-func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool, fs *faults.Set) (*process, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.DatabaseURL == "" {
-		return nil, errors.New("DATABASE_URL is not set (or run `fencelab dev`, which provisions one)")
-	}
-	log := cfg.Logger()
-	if migrate {
-		if err := (pg.Migrator{FS: migrations.FS, URL: cfg.DatabaseURL}).Up(); err != nil {
-			return nil, err
-		}
-	}
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		return nil, err
-	}
-	pool, err := pg.Connect(ctx, cfg.DatabaseURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-" + role})
-	if err != nil {
-		return nil, err
-	}
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &process{deps: d, mods: mods}, nil
+// openProcess builds the deployable (app.Build over services.Modules),
+// optionally migrating first: serve, worker and dev share it.
+func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool, fs *faults.Set) (*app.Process, error) {
+	return app.Build(ctx, cfg, services.Modules(), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
 }
 
 // loadLocalEnv fills unset variables from .fencelab/env (written by dev),

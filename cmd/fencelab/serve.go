@@ -43,29 +43,29 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	logStart(p.deps.Log, "serving", cfg)
+	defer p.Close()
+	logStart(p.Deps.Log, "serving", cfg)
 	return serveUntilDone(ctx, p, nil)
 }
 
 // serveUntilDone serves HTTP and runs the background tasks until ctx ends,
 // then shuts both down within the grace period. ready, if set, is called
 // with the bound address once the listener is open.
-func serveUntilDone(ctx context.Context, p *process, ready func(addr string)) error {
-	cfg := p.deps.Config
+func serveUntilDone(ctx context.Context, p *app.Process, ready func(addr string)) error {
+	cfg := p.Deps.Config
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
-	e := app.NewHTTP(p.deps, p.mods)
+	e := p.HTTP()
 	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 
 	taskCtx, cancelTasks := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); app.RunTasks(taskCtx, p.deps.Log, p.mods) }()
+	go func() { defer wg.Done(); p.RunTasks(taskCtx) }()
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = app.RunJobs(taskCtx, p.deps, claim.PoolOptions{}) }()
+	go func() { defer wg.Done(); _ = p.RunJobs(taskCtx, claim.PoolOptions{}) }()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -76,7 +76,7 @@ func serveUntilDone(ctx context.Context, p *process, ready func(addr string)) er
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	p.deps.Log.Info("shutting down", "grace", cfg.ShutdownGrace)
+	p.Deps.Log.Info("shutting down", "grace", cfg.ShutdownGrace)
 	shCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
 	_ = srv.Shutdown(shCtx)
@@ -118,10 +118,10 @@ func runWorker(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	var dedicated []app.Module
+	defer p.Close()
+	var dedicated []app.Running
 	if *tasks != "" {
-		if dedicated, err = onlyTasks(p.mods, strings.Split(*tasks, ",")); err != nil {
+		if dedicated, err = onlyTasks(p.Mods, strings.Split(*tasks, ",")); err != nil {
 			return err
 		}
 	}
@@ -132,24 +132,24 @@ func runWorker(args []string) error {
 		}
 	}
 	if dedicated != nil {
-		p.deps.Log.Info("worker running only", "tasks", *tasks)
-		app.RunTasks(ctx, p.deps.Log, dedicated)
+		p.Deps.Log.Info("worker running only", "tasks", *tasks)
+		app.RunTasks(ctx, p.Deps.Log, dedicated)
 		return nil
 	}
 	var only []string
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
-			if _, ok := p.deps.Jobs.Kind(strings.TrimSpace(k)); !ok {
-				return fmt.Errorf("--kinds: no job kind %q (registered: %s)", k, strings.Join(p.deps.Jobs.KindNames(), ", "))
+			if _, ok := p.Deps.Jobs.Kind(strings.TrimSpace(k)); !ok {
+				return fmt.Errorf("--kinds: no job kind %q (registered: %s)", k, strings.Join(p.Deps.Jobs.KindNames(), ", "))
 			}
 			only = append(only, strings.TrimSpace(k))
 		}
 	}
-	logStart(p.deps.Log, "worker running", cfg)
+	logStart(p.Deps.Log, "worker running", cfg)
 	taskCtx, stopTasks := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { app.RunTasks(taskCtx, p.deps.Log, p.mods) })
-	err = app.RunJobs(ctx, p.deps, claim.PoolOptions{ExitWhenIdle: *exitWhenIdle, Kinds: only})
+	wg.Go(func() { p.RunTasks(taskCtx) })
+	err = p.RunJobs(ctx, claim.PoolOptions{ExitWhenIdle: *exitWhenIdle, Kinds: only})
 	stopTasks()
 	wg.Wait()
 	return err
@@ -158,14 +158,14 @@ func runWorker(args []string) error {
 // onlyTasks keeps the named tasks of mods (a process dedicated to one
 // consumer, say); a name that matches no task is an error, not a silently
 // idle process.
-func onlyTasks(mods []app.Module, names []string) ([]app.Module, error) {
-	var out []app.Module
+func onlyTasks(mods []app.Running, names []string) ([]app.Running, error) {
+	var out []app.Running
 	for _, name := range names {
 		found := false
 		for _, m := range mods {
 			for _, t := range m.Tasks {
 				if t.Name == strings.TrimSpace(name) {
-					out = append(out, app.Module{Name: m.Name, Tasks: []app.Task{t}})
+					out = append(out, app.Running{Module: app.Module{Name: m.Name}, Runtime: app.Runtime{Tasks: []app.Task{t}}})
 					found = true
 				}
 			}

@@ -1,7 +1,9 @@
 // Package app assembles modules into the one deployable: their routes on one
-// echo instance, their background tasks in one runner, their demo seeds.
-// `serve`, `worker`, `dev` and the e2e tests all build the process through
-// here, so what the tests exercise is what runs.
+// echo instance, their background tasks in one runner, their job kinds in
+// one claim engine, their invariants in one registry and their error
+// mappings in one table. `serve`, `worker`, `dev`, every bench and the e2e
+// tests build the process through Build, so what the tests exercise and the
+// benches measure is what runs.
 package app
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
 )
@@ -48,23 +51,6 @@ func NewMetrics(pool *pgxpool.Pool) *prometheus.Registry {
 	return reg
 }
 
-// Module is one service (or core demo) as the deployable sees it.
-type Module struct {
-	Name string
-	// Routes mounts the module's HTTP routes.
-	Routes func(e *echo.Echo)
-	// Tasks are background loops run by `serve` and `worker`.
-	Tasks []Task
-	// Seed writes the module's demo data for `dev`; it must be idempotent.
-	Seed func(ctx context.Context) error
-	// LargeBodyPrefixes are route prefixes that enforce their own body
-	// limits (uploads) and skip the global JSON limit.
-	LargeBodyPrefixes []string
-	// Kinds are the module's durable job kinds (claim engine), periodic
-	// ones included; `serve`, `dev` and `worker` run them (see RunJobs).
-	Kinds []claim.Kind
-}
-
 // Task is a named background loop. Run returns when ctx ends; an error
 // before that is logged and the task restarted with backoff, so one
 // failing loop cannot take the process down.
@@ -73,15 +59,16 @@ type Task struct {
 	Run  func(ctx context.Context) error
 }
 
-// NewHTTP builds the echo instance with health, readiness, metrics and
-// every module's routes.
-func NewHTTP(d Deps, mods []Module) *echo.Echo {
+// HTTP builds the echo instance with health, readiness, metrics and
+// every module's routes, answering errors with the process's error table.
+func (p *Process) HTTP() *echo.Echo {
+	d := p.Deps
 	var large []string
-	for _, m := range mods {
+	for _, m := range p.Mods {
 		large = append(large, m.LargeBodyPrefixes...)
 	}
 	e := httpx.New(httpx.Options{
-		Log: d.Log, Metrics: d.Metrics, AccessLog: d.Config.AccessLog,
+		Log: d.Log, Metrics: d.Metrics, AccessLog: d.Config.AccessLog, Errors: p.Errors,
 		BodyLimitSkip: func(c echo.Context) bool {
 			for _, p := range large {
 				if strings.HasPrefix(c.Request().URL.Path, p) {
@@ -98,13 +85,10 @@ func NewHTTP(d Deps, mods []Module) *echo.Echo {
 	if d.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Metrics, promhttp.HandlerOpts{})))
 	}
-	for _, m := range mods {
+	for _, m := range p.Mods {
 		if m.Routes != nil {
 			m.Routes(e)
 		}
-	}
-	if d.Jobs != nil && d.Auth != nil {
-		d.Jobs.Routes(e, d.Auth) // GET /jobs/{id} (admin)
 	}
 	return e
 }
@@ -130,7 +114,11 @@ func readyz(c echo.Context, d Deps) error {
 }
 
 // RunTasks runs every module's tasks until ctx ends and waits for them.
-func RunTasks(ctx context.Context, log *slog.Logger, mods []Module) {
+func (p *Process) RunTasks(ctx context.Context) { RunTasks(ctx, p.Deps.Log, p.Mods) }
+
+// RunTasks runs the tasks of mods until ctx ends and waits for them (a
+// worker dedicated to some tasks passes a subset).
+func RunTasks(ctx context.Context, log *slog.Logger, mods []Running) {
 	var wg sync.WaitGroup
 	for _, m := range mods {
 		for _, t := range m.Tasks {
@@ -163,4 +151,15 @@ func superviseTask(ctx context.Context, log *slog.Logger, t Task) {
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+// ConsumerTask runs the outbox consumer c in this process as a background
+// task. Every process that runs it competes for the consumer's lease; one
+// applies events at a time.
+func ConsumerTask(d Deps, c outbox.Consumer) (Task, error) {
+	r, err := outbox.NewRunner(d.Pool, c, outbox.Options{Faults: d.Faults, Log: d.Log})
+	if err != nil {
+		return Task{}, err
+	}
+	return Task{Name: "outbox:" + c.Name, Run: r.Run}, nil
 }

@@ -2,41 +2,18 @@ package app
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/faults"
 )
-
-// NewJobs builds the process's claim client (Deps.Jobs).
-func NewJobs(pool *pgxpool.Pool, log *slog.Logger, reg prometheus.Registerer, fs *faults.Set) *claim.Client {
-	return claim.NewClient(pool, claim.Options{Log: log, Metrics: reg, Faults: fs})
-}
-
-// RegisterKinds registers every module's job kinds with d.Jobs (services.All
-// calls it once the modules are built).
-func RegisterKinds(d Deps, mods []Module) error {
-	if d.Jobs == nil {
-		return nil
-	}
-	for _, m := range mods {
-		if err := d.Jobs.Register(m.Kinds...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // RunJobs runs the claim engine's background work until ctx ends: one
 // worker pool over every registered kind (o.Workers goroutines, default
 // Config.Workers) and one recovery loop (expired leases, unknown jobs) with
 // its own small budget. With o.ExitWhenIdle it returns once the pool runs
 // dry. Config.Workers = 0 runs nothing: a process that only serves HTTP.
-func RunJobs(ctx context.Context, d Deps, o claim.PoolOptions) error {
+func (p *Process) RunJobs(ctx context.Context, o claim.PoolOptions) error {
+	d := p.Deps
 	if d.Jobs == nil {
 		return nil
 	}

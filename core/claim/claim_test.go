@@ -19,6 +19,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// invariants are this package's own: the test needs no module list.
+var invariants = invariant.MustRegistry(invariant.Core, claim.Invariants)
+
 type bundle struct {
 	pool *pgxpool.Pool
 	c    *claim.Client
@@ -70,7 +73,7 @@ func TestEnqueueIsIdempotentPerKindAndBusinessKey(t *testing.T) {
 		_, _, err := b.c.Enqueue(ctx, b.pool, bad)
 		require.ErrorIs(t, err, claim.ErrInvalid)
 	}
-	invariant.Assert(t, b.pool, "claim")
+	invariants.Assert(t, b.pool, "claim")
 }
 
 func TestFencedWritesRefuseAStaleHolderAndRecordIt(t *testing.T) {
@@ -116,7 +119,7 @@ func TestFencedWritesRefuseAStaleHolderAndRecordIt(t *testing.T) {
 	require.JSONEq(t, `{"by":"b"}`, string(j.Result))
 	require.Equal(t, []string{"claimed:1", "heartbeat_lost:1", "recovered:2", "claimed:3",
 		"rejected_stale:1", "rejected_stale:1", "rejected_stale:1", "rejected_stale:1", "succeeded:3"}, events(t, b.pool, id))
-	invariant.Assert(t, b.pool, "claim")
+	invariants.Assert(t, b.pool, "claim")
 }
 
 func TestCompleteTxCommitsWithTheBusinessWriteOrNotAtAll(t *testing.T) {
@@ -186,7 +189,7 @@ func TestOnClaimHookCanCancelInsideTheClaimTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, claim.StateCancelled, j.State)
 	require.Equal(t, []string{"claimed:1", "cancelled:1"}, events(t, b.pool, muted))
-	invariant.Assert(t, b.pool, "claim")
+	invariants.Assert(t, b.pool, "claim")
 }
 
 func TestPeriodicKindRunsOncePerSlotAcrossPools(t *testing.T) {
@@ -224,7 +227,7 @@ func TestPeriodicKindRunsOncePerSlotAcrossPools(t *testing.T) {
 	require.Len(t, ran, 0, "the slot ran once although two pools scheduled it")
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM job`).Scan(&n))
 	require.Equal(t, 1, n)
-	invariant.Assert(t, pool, "claim")
+	invariants.Assert(t, pool, "claim")
 }
 
 // A job the resolver could not settle waits in needs_review until a person
@@ -294,7 +297,7 @@ func TestDecisionsSettleJobsInReview(t *testing.T) {
 	require.Equal(t, "review:admin-0001", owner)
 	_, err = decide(retried, claim.Decision("maybe"))
 	require.ErrorIs(t, err, claim.ErrInvalid)
-	invariant.Assert(t, b.pool, "claim")
+	invariants.Assert(t, b.pool, "claim")
 }
 
 // A periodic kind adds one job per slot forever; finished slots past the
@@ -333,5 +336,5 @@ func TestPurgeSlotsDropsOnlyOldFinishedPeriodicRuns(t *testing.T) {
 	require.Equal(t, []int64{newSlot, running, own}, left)
 	require.Empty(t, events(t, b.pool, oldSlot), "the purged job's history went with it")
 	require.NotEmpty(t, events(t, b.pool, own))
-	invariant.Assert(t, b.pool, "claim")
+	invariants.Assert(t, b.pool, "claim")
 }

@@ -27,6 +27,8 @@ type Options struct {
 	BodyLimitSkip func(c echo.Context) bool
 	// AccessLog writes one line per request at Info (4xx at Info, 5xx at Error).
 	AccessLog bool
+	// Errors answers the modules' sentinel errors (nil: database sentinels only).
+	Errors *Errors
 }
 
 // New builds the echo instance shared by `serve` and the e2e tests.
@@ -39,7 +41,13 @@ func New(o Options) *echo.Echo {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = ErrorHandler(o.Log)
+	if o.Errors == nil {
+		o.Errors = base
+	}
+	e.HTTPErrorHandler = ErrorHandler(o.Log, o.Errors)
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error { c.Set(errorsKey, o.Errors); return next(c) }
+	})
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			o.Log.Error("panic", "err", err, "path", c.Request().URL.Path, "stack", string(stack))
@@ -48,7 +56,7 @@ func New(o Options) *echo.Echo {
 	}))
 	e.Use(middleware.RequestID())
 	if o.Metrics != nil {
-		e.Use(metricsMiddleware(o.Metrics))
+		e.Use(metricsMiddleware(o.Metrics, o.Errors))
 	}
 	if o.AccessLog {
 		e.Use(accessLog(o.Log))
@@ -74,7 +82,7 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 	})
 }
 
-func metricsMiddleware(reg prometheus.Registerer) echo.MiddlewareFunc {
+func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc {
 	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fencelab_http_request_duration_seconds",
 		Help:    "HTTP request latency by method, route template and status.",
@@ -87,7 +95,7 @@ func metricsMiddleware(reg prometheus.Registerer) echo.MiddlewareFunc {
 			err := next(c)
 			status := c.Response().Status
 			if err != nil {
-				status = ToProblem(err).Status
+				status = t.Problem(err).Status
 			}
 			route := c.Path() // the template, so cardinality stays bounded
 			if route == "" {

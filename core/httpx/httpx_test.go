@@ -23,13 +23,13 @@ import (
 
 var errTeapot = errors.New("teapot")
 
-func init() { httpx.MapError(errTeapot, http.StatusConflict, "teapot") }
+var testErrors = httpx.NewErrors([]httpx.ErrorMapping{httpx.Map(errTeapot, http.StatusConflict, "teapot")})
 
 func newServer(t *testing.T) (*httptest.Server, *httpx.Auth) {
 	t.Helper()
 	auth, err := httpx.NewAuth([]byte("0123456789abcdef0123456789abcdef"))
 	require.NoError(t, err)
-	e := httpx.New(httpx.Options{})
+	e := httpx.New(httpx.Options{Errors: testErrors})
 	type body struct {
 		Amount int64  `json:"amount"`
 		Reason string `json:"reason"`
@@ -220,7 +220,7 @@ func TestDatabaseOutageIs503WithRetryAfter(t *testing.T) {
 	require.NoError(t, l.Close())
 	_, err = pgx.Connect(context.Background(), "postgres://nobody@"+addr+"/none?sslmode=disable&connect_timeout=2")
 	require.Error(t, err)
-	p := httpx.ToProblem(fmt.Errorf("points: debit: %w", err))
+	p := testErrors.Problem(fmt.Errorf("points: debit: %w", err))
 	require.Equal(t, 503, p.Status)
 	require.Equal(t, "database_unavailable", p.Code)
 	require.Equal(t, 1, p.RetryAfter)

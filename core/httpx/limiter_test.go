@@ -40,9 +40,9 @@ func TestLimiterBoundsAdmissionAndTheLine(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
-	require.Equal(t, 503, httpx.ToProblem(l.Shed()).Status, "full: shed before any work")
+	require.Equal(t, 503, httpx.NewErrors().Problem(l.Shed()).Status, "full: shed before any work")
 	_, err = l.Acquire(ctx)
-	p := httpx.ToProblem(err)
+	p := httpx.NewErrors().Problem(err)
 	require.Equal(t, 503, p.Status)
 	require.Equal(t, "overloaded", p.Code)
 	require.Equal(t, 1, p.RetryAfter)

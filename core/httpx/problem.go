@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -80,37 +79,65 @@ func (p *Problem) With(key string, v any) *Problem {
 	return p
 }
 
-// mapping is one sentinel → HTTP translation.
-type mapping struct {
-	err    error
-	status int
-	code   string
+// ErrorMapping is one sentinel → HTTP translation. A module lists its
+// mappings next to its sentinels (errors.go) and in app.Module.Errors; the
+// process builds one Errors table from every module's list.
+type ErrorMapping struct {
+	Err    error
+	Status int
+	Code   string
 }
 
-var (
-	mapMu    sync.RWMutex
-	mappings = []mapping{
-		{pg.ErrNotFound, http.StatusNotFound, "not_found"},
-		{pg.ErrSerialization, http.StatusServiceUnavailable, "retry"},
-		{pg.ErrDeadlock, http.StatusServiceUnavailable, "retry"},
-		{pg.ErrUnavailable, http.StatusServiceUnavailable, "database_unavailable"},
+// Map is an ErrorMapping; it keeps the modules' tables one line per sentinel.
+func Map(err error, status int, code string) ErrorMapping {
+	return ErrorMapping{Err: err, Status: status, Code: code}
+}
+
+// baseMappings answer the database sentinels every module may return; they
+// are consulted after the modules' own, which are more specific.
+var baseMappings = []ErrorMapping{
+	Map(pg.ErrNotFound, http.StatusNotFound, "not_found"),
+	Map(pg.ErrSerialization, http.StatusServiceUnavailable, "retry"),
+	Map(pg.ErrDeadlock, http.StatusServiceUnavailable, "retry"),
+	Map(pg.ErrUnavailable, http.StatusServiceUnavailable, "database_unavailable"),
+}
+
+// Errors is an immutable error table: the modules' mappings in the order
+// given, then the database sentinels. It is built once per process (or per
+// test) and applied in one place, the error handler.
+type Errors struct {
+	list []ErrorMapping
+}
+
+// NewErrors builds a table from the modules' lists, consulted in order
+// (the first mapping an error matches wins). A mapping without an error,
+// status or code panics: it is a programming mistake in a static table.
+func NewErrors(lists ...[]ErrorMapping) *Errors {
+	t := &Errors{}
+	for _, l := range lists {
+		for _, m := range l {
+			if m.Err == nil || m.Status < 400 || m.Code == "" {
+				panic(fmt.Sprintf("httpx: incomplete error mapping %+v", m))
+			}
+			t.list = append(t.list, m)
+		}
 	}
-)
-
-// MapError declares how a module's sentinel error is answered over HTTP.
-// Modules call it from their errors.go, next to the sentinels, so the
-// translation lives in one table per module and is applied in one place
-// (the error handler).
-func MapError(err error, status int, code string) {
-	mapMu.Lock()
-	defer mapMu.Unlock()
-	// Newer, more specific mappings are consulted first.
-	mappings = append([]mapping{{err, status, code}}, mappings...)
+	t.list = append(t.list, baseMappings...)
+	return t
 }
 
-// ToProblem converts any error into the problem the client sees. Unknown
+// Mappings returns the table in lookup order (for docs and checks).
+func (t *Errors) Mappings() []ErrorMapping { return append([]ErrorMapping(nil), t.list...) }
+
+// base answers errors when no table was given (a bare httpx.New).
+var base = NewErrors()
+
+// Problem converts any error into the problem the client sees. Unknown
 // errors become a 500 whose detail does not leak internals.
-func ToProblem(err error) *Problem {
+func (t *Errors) Problem(err error) *Problem {
+	if t == nil {
+		t = base
+	}
 	var p *Problem
 	if errors.As(err, &p) {
 		return p
@@ -120,22 +147,31 @@ func ToProblem(err error) *Problem {
 		return fromHTTPError(he)
 	}
 	err = pg.MapError(err) // raw driver errors are classified here too
-	mapMu.RLock()
-	defer mapMu.RUnlock()
-	for _, m := range mappings {
-		if errors.Is(err, m.err) {
+	for _, m := range t.list {
+		if errors.Is(err, m.Err) {
 			detail := err.Error()
-			if m.status >= 500 { // server-side trouble: no internals in the answer
+			if m.Status >= 500 { // server-side trouble: no internals in the answer
 				detail = "temporarily unavailable; retry"
 			}
-			p := NewProblem(m.status, m.code, "%s", detail)
-			if m.status == http.StatusServiceUnavailable {
+			p := NewProblem(m.Status, m.Code, "%s", detail)
+			if m.Status == http.StatusServiceUnavailable {
 				p.RetryAfter = 1
 			}
 			return p
 		}
 	}
 	return NewProblem(http.StatusInternalServerError, "internal", "internal error")
+}
+
+// errorsKey is where New's middleware puts the instance's table, so that
+// code answering inside a request (core/idem storing a rejection, a handler
+// adding members to a problem) uses the same table as the error handler.
+const errorsKey = "fencelab.httpx.errors"
+
+// ProblemOf converts err with the error table of c's echo instance.
+func ProblemOf(c echo.Context, err error) *Problem {
+	t, _ := c.Get(errorsKey).(*Errors)
+	return t.Problem(err)
 }
 
 func fromHTTPError(he *echo.HTTPError) *Problem {
@@ -165,12 +201,12 @@ func fromHTTPError(he *echo.HTTPError) *Problem {
 
 // ErrorHandler writes every error as problem+json, and logs server-side
 // failures with the request ID (the client sees only "internal error").
-func ErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+func ErrorHandler(log *slog.Logger, t *Errors) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
-		p := ToProblem(err)
+		p := t.Problem(err)
 		if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil {
 			// The client went away; nobody reads the answer.
 			p = NewProblem(499, "client_closed_request", "client closed the request")

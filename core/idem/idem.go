@@ -333,7 +333,7 @@ func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
 		}
 		return finish(ctx, tx, r, fence, resp)
 	})
-	if p := rejection(ctx, err); p != nil {
+	if p := rejection(c, err); p != nil {
 		// A business answer: the effect rolled back with its transaction;
 		// record the answer (still under the fence) so a retry gets it too.
 		resp = response{status: p.Status, contentType: httpx.ProblemContentType, body: httpx.ProblemDocument(c, p)}
@@ -364,12 +364,13 @@ func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
 // rejection returns the problem of a business rejection: an error from fn
 // that maps to a 4xx. Context ends, 5xx and unmapped errors are not
 // rejections: they release the key instead.
-func rejection(ctx context.Context, err error) *httpx.Problem {
+func rejection(c echo.Context, err error) *httpx.Problem {
+	ctx := c.Request().Context()
 	if err == nil || errors.Is(err, errFenceLost) || ctx.Err() != nil ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
-	p := httpx.ToProblem(err)
+	p := httpx.ProblemOf(c, err) // the same table the error handler answers with
 	if p.Status < 400 || p.Status >= 500 {
 		return nil
 	}

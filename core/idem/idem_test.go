@@ -26,9 +26,12 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// invariants are this package's own: the test needs no module list.
+var invariants = invariant.MustRegistry(invariant.Core, idem.Invariants)
+
 var errInsufficient = errors.New("demo: insufficient balance")
 
-func init() { httpx.MapError(errInsufficient, http.StatusConflict, "insufficient_balance") }
+var testErrors = httpx.NewErrors([]httpx.ErrorMapping{httpx.Map(errInsufficient, http.StatusConflict, "insufficient_balance")})
 
 // demoSchema is the tests' own effect: a debit that moves a balance and
 // writes one effect row. demo_effect has no unique key on purpose — if a
@@ -66,7 +69,7 @@ func setup(t *testing.T) *bundle {
 		Amount int64  `json:"amount"`
 		Reason string `json:"reason"`
 	}
-	e := httpx.New(httpx.Options{})
+	e := httpx.New(httpx.Options{Errors: testErrors})
 	debitHandler := func(c echo.Context) error {
 		owner := c.Param("owner")
 		if err := httpx.RequireOwner(c, owner); err != nil {
@@ -168,7 +171,7 @@ func (b *bundle) effects(t *testing.T, user, key string) (n int, balance int64) 
 // finished 201 record has exactly one effect row, and no key has more.
 func (b *bundle) assertConsistent(t *testing.T) {
 	t.Helper()
-	invariant.Assert(t, b.pool, "idem")
+	invariants.Assert(t, b.pool, "idem")
 	rows, err := b.pool.Query(context.Background(), `
 		SELECT r.subject, r.key, r.status, count(e.id)
 		  FROM idem_request r
@@ -559,7 +562,7 @@ func TestIdempotencyPurgeForgetsExpiredKeys(t *testing.T) {
 	again := b.post(t, "user-0042", "k-old", body30)
 	require.Equal(t, http.StatusCreated, again.status)
 	require.False(t, again.replayed())
-	invariant.Assert(t, b.pool, "idem")
+	invariants.Assert(t, b.pool, "idem")
 }
 
 // On an Optional route a request without a key simply runs (no record, no
@@ -586,5 +589,5 @@ func TestIdempotencyOptionalKey(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM idem_request`).Scan(&records))
 	require.Equal(t, 3, effects)
 	require.Equal(t, 1, records)
-	invariant.Assert(t, b.pool, "idem")
+	invariants.Assert(t, b.pool, "idem")
 }

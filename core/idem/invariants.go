@@ -8,8 +8,8 @@ import "github.com/fencelab/fencelab/core/invariant"
 // record carries the response it replays. The effect half ("each finished
 // record's effect exists exactly once") depends on the effect, so each
 // module that uses Keys registers it next to its own tables (e.g. PTS-I2).
-func init() {
-	invariant.Register(invariant.Invariant{
+var Invariants = []invariant.Invariant{
+	{
 		ID:        "IDEM-I1",
 		Module:    "idem",
 		Chapter:   "core §3 (idempotency keys)",
@@ -24,5 +24,5 @@ func init() {
 		      SELECT scope, subject, key, 1, 'in flight without a lock expiry'
 		        FROM idem_request
 		       WHERE state = 'in_flight' AND (locked_until IS NULL OR status IS NOT NULL)`,
-	})
+	},
 }

@@ -3,8 +3,8 @@ package invariant
 // CORE-I0 exercises the registry end to end from the first migration on: a
 // schema left dirty by a failed migration is a broken database, whatever the
 // modules say.
-func init() {
-	Register(Invariant{
+var Core = []Invariant{
+	{
 		ID:        "CORE-I0",
 		Module:    "core",
 		Chapter:   "foundation",
@@ -13,5 +13,5 @@ func init() {
 		        WHERE NOT EXISTS (SELECT 1 FROM schema_migrations)
 		      UNION ALL
 		      SELECT 'dirty', version FROM schema_migrations WHERE dirty`,
-	})
+	},
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,43 +29,52 @@ type Invariant struct {
 	Check func(ctx context.Context, db pg.Querier) (cols []string, rows [][]any, err error)
 }
 
-var (
-	mu       sync.RWMutex
-	registry = map[string]Invariant{}
-)
-
-// Register adds invariants; a duplicate or incomplete entry panics at init,
-// where a mistake is cheapest to see.
-func Register(invs ...Invariant) {
-	mu.Lock()
-	defer mu.Unlock()
-	for _, inv := range invs {
-		if inv.ID == "" || inv.Module == "" || inv.Statement == "" || (inv.SQL == "" && inv.Check == nil) {
-			panic(fmt.Sprintf("invariant: incomplete registration %+v", inv))
-		}
-		if _, dup := registry[inv.ID]; dup {
-			panic("invariant: duplicate ID " + inv.ID)
-		}
-		registry[inv.ID] = inv
-	}
+// Registry is an immutable set of invariants, built from the module list
+// (services.Invariants for the deployable; a test may build its own from
+// one package's list).
+type Registry struct {
+	all []Invariant // ordered by module, then ID
 }
 
-// All returns the registered invariants ordered by module, then ID.
-func All() []Invariant {
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make([]Invariant, 0, len(registry))
-	for _, inv := range registry {
-		out = append(out, inv)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Module != out[j].Module {
-			return out[i].Module < out[j].Module
+// NewRegistry builds a registry from lists of invariants. A duplicate ID
+// or an incomplete entry is an error: the lists are static, so a mistake
+// shows at start-up and in every test.
+func NewRegistry(lists ...[]Invariant) (*Registry, error) {
+	seen := map[string]bool{}
+	r := &Registry{}
+	for _, l := range lists {
+		for _, inv := range l {
+			if inv.ID == "" || inv.Module == "" || inv.Statement == "" || (inv.SQL == "" && inv.Check == nil) {
+				return nil, fmt.Errorf("invariant: incomplete entry %+v", inv)
+			}
+			if seen[inv.ID] {
+				return nil, fmt.Errorf("invariant: duplicate ID %s", inv.ID)
+			}
+			seen[inv.ID] = true
+			r.all = append(r.all, inv)
 		}
-		return naturalLess(out[i].ID, out[j].ID)
+	}
+	sort.SliceStable(r.all, func(i, j int) bool {
+		a, b := r.all[i], r.all[j]
+		if a.Module != b.Module {
+			return a.Module < b.Module
+		}
+		return naturalLess(a.ID, b.ID)
 	})
-	return out
+	return r, nil
 }
+
+// MustRegistry is NewRegistry for static lists (tests, the module table).
+func MustRegistry(lists ...[]Invariant) *Registry {
+	r, err := NewRegistry(lists...)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// All returns the invariants ordered by module, then ID.
+func (r *Registry) All() []Invariant { return append([]Invariant(nil), r.all...) }
 
 // naturalLess orders "X-I2" before "X-I10".
 func naturalLess(a, b string) bool {
@@ -78,8 +86,8 @@ func naturalLess(a, b string) bool {
 
 // Select returns the invariants whose module or ID is in names (all when
 // names is empty).
-func Select(names ...string) []Invariant {
-	all := All()
+func (r *Registry) Select(names ...string) []Invariant {
+	all := r.All()
 	if len(names) == 0 {
 		return all
 	}
@@ -113,8 +121,8 @@ func (r Result) Holds() bool { return r.Err == nil && len(r.Rows) == 0 }
 
 // Run checks the selected invariants (all when names is empty). It never
 // stops at the first failure: the caller wants the whole picture.
-func Run(ctx context.Context, db pg.Querier, names ...string) []Result {
-	invs := Select(names...)
+func (r *Registry) Run(ctx context.Context, db pg.Querier, names ...string) []Result {
+	invs := r.Select(names...)
 	out := make([]Result, 0, len(invs))
 	for _, inv := range invs {
 		out = append(out, runOne(ctx, db, inv))
@@ -159,18 +167,18 @@ type TB interface {
 // Assert runs the selected invariants (by module or ID) and fails the test
 // with a table of every violating row. Selecting nothing is itself an error:
 // a typo in a module name must not make the assertion vacuous.
-func Assert(t TB, db pg.Querier, names ...string) {
+func (r *Registry) Assert(t TB, db pg.Querier, names ...string) {
 	t.Helper()
-	invs := Select(names...)
+	invs := r.Select(names...)
 	if len(invs) == 0 {
 		t.Errorf("invariant: no invariants registered for %v", names)
 		t.FailNow()
 		return
 	}
 	var sb strings.Builder
-	for _, r := range Run(context.Background(), db, names...) {
-		if !r.Holds() {
-			Format(&sb, r)
+	for _, res := range r.Run(context.Background(), db, names...) {
+		if !res.Holds() {
+			Format(&sb, res)
 		}
 	}
 	if sb.Len() > 0 {

@@ -14,6 +14,8 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+var core = invariant.MustRegistry(invariant.Core)
+
 // recorder is a TB that records instead of failing, so we can prove Assert
 // does fail.
 type recorder struct {
@@ -30,18 +32,18 @@ func TestCoreInvariantHoldsOnAFreshDatabaseAndFailsWhenBroken(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 
-	invariant.Assert(t, db, "CORE-I0")
+	core.Assert(t, db, "CORE-I0")
 
 	_, err := db.Exec(ctx, `UPDATE schema_migrations SET dirty = true`)
 	require.NoError(t, err)
-	res := invariant.Run(ctx, db, "CORE-I0")
+	res := core.Run(ctx, db, "CORE-I0")
 	require.Len(t, res, 1)
 	require.False(t, res[0].Holds())
 	require.Len(t, res[0].Rows, 1)
 	require.Equal(t, "dirty", res[0].Rows[0][0])
 
 	rec := &recorder{}
-	invariant.Assert(rec, db, "core")
+	core.Assert(rec, db, "core")
 	require.True(t, rec.failed)
 	require.Contains(t, rec.msg, "CORE-I0")
 	require.Contains(t, rec.msg, "dirty")
@@ -51,18 +53,18 @@ func TestAssertRefusesAnEmptySelection(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	rec := &recorder{}
-	invariant.Assert(rec, db, "no-such-module")
+	core.Assert(rec, db, "no-such-module")
 	require.True(t, rec.failed, "a typo must not make the assertion vacuous")
 }
 
 func TestRunBoundsRowsAndReportsBadSQL(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	invariant.Register(
-		invariant.Invariant{ID: "TEST-I1", Module: "test", Statement: "many rows", SQL: `SELECT g FROM generate_series(1, 1000) g`},
-		invariant.Invariant{ID: "TEST-I2", Module: "test", Statement: "bad sql", SQL: `SELECT nope FROM nowhere`},
-	)
-	res := invariant.Run(context.Background(), db, "test")
+	reg := invariant.MustRegistry([]invariant.Invariant{
+		{ID: "TEST-I1", Module: "test", Statement: "many rows", SQL: `SELECT g FROM generate_series(1, 1000) g`},
+		{ID: "TEST-I2", Module: "test", Statement: "bad sql", SQL: `SELECT nope FROM nowhere`},
+	})
+	res := reg.Run(context.Background(), db, "test")
 	require.Len(t, res, 2)
 	require.Len(t, res[0].Rows, invariant.MaxRows)
 	require.True(t, res[0].More)
@@ -70,4 +72,13 @@ func TestRunBoundsRowsAndReportsBadSQL(t *testing.T) {
 	var sb strings.Builder
 	invariant.Format(&sb, res[0])
 	require.Contains(t, sb.String(), "more than")
+}
+
+func TestRegistryRefusesDuplicatesAndIncompleteEntries(t *testing.T) {
+	t.Parallel()
+	inv := invariant.Invariant{ID: "TEST-I1", Module: "test", Statement: "s", SQL: `SELECT 1 WHERE false`}
+	_, err := invariant.NewRegistry([]invariant.Invariant{inv}, []invariant.Invariant{inv})
+	require.ErrorContains(t, err, "duplicate ID TEST-I1")
+	_, err = invariant.NewRegistry([]invariant.Invariant{{ID: "TEST-I2", Module: "test"}})
+	require.ErrorContains(t, err, "incomplete")
 }

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/fencelab/fencelab/core/invariant"
 )
 
 // Result is what one run showed: its timeline, the book's figure line and
@@ -160,7 +158,8 @@ func (x *X) check(e Experiment) []InvariantView {
 	if len(e.Invariants) == 0 {
 		x.Fatalf("%s names no invariants: an experiment ends with its module's invariants", e.ID)
 	}
-	if len(invariant.Select(e.Invariants...)) == 0 {
+	reg := x.Env.Invariants()
+	if len(reg.Select(e.Invariants...)) == 0 {
 		x.Fatalf("%s: no invariants registered for %v", e.ID, e.Invariants)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -171,7 +170,7 @@ func (x *X) check(e Experiment) []InvariantView {
 	}
 	defer pool.Close()
 	var out []InvariantView
-	for _, r := range invariant.Run(ctx, pool, e.Invariants...) {
+	for _, r := range reg.Run(ctx, pool, e.Invariants...) {
 		v := InvariantView{ID: r.ID, Statement: r.Statement, SQL: r.SQL, Holds: r.Holds(),
 			Columns: r.Columns, Rows: r.Rows, More: r.More}
 		if r.Err != nil {
@@ -308,3 +307,7 @@ func (r *runT) cleanup() {
 		fs[i]()
 	}
 }
+
+// NewX is an X for a plain test that drives the app with a chapter's kit
+// without being an experiment itself (its steps are logged all the same).
+func NewX(t *testing.T, env Env) *X { return newX(t, env, false) }

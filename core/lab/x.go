@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 )
 
@@ -30,6 +32,8 @@ type Env interface {
 	// stop it; DatabaseOn gives a scratch database on such a server.
 	Dedicated(t T) *pgserver.Server
 	DatabaseOn(t T, s *pgserver.Server) string
+	// Invariants is the deployable's invariant registry.
+	Invariants() *invariant.Registry
 }
 
 // Options tune Start.
@@ -209,4 +213,12 @@ func WaitFor(t T, limit time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// Assert checks the named invariants (modules or IDs) on db now, failing
+// the run with every violating row: for an experiment that checks a
+// database besides the one the runner checks at its end.
+func (x *X) Assert(db pg.Querier, names ...string) {
+	x.Helper()
+	x.Env.Invariants().Assert(x, db, names...)
 }

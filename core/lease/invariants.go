@@ -5,8 +5,10 @@ import "github.com/fencelab/fencelab/core/invariant"
 // Chapter is where the book argues this package's invariants.
 const Chapter = "distributed lock: leases and fencing tokens"
 
-func init() {
-	invariant.Register(invariant.Invariant{
+// Invariants are the package's SQL invariants; its module lists them in
+// app.Module.Invariants.
+var Invariants = []invariant.Invariant{
+	{
 		ID:      "LOCK-I1",
 		Module:  "lease",
 		Chapter: Chapter,
@@ -27,5 +29,5 @@ SELECT l.name, NULL, l.fence, max(g.fence), 'lease fence is not its latest grant
   LEFT JOIN lease_grant g ON g.name = l.name
  GROUP BY l.name, l.fence
 HAVING l.fence IS DISTINCT FROM max(g.fence)`,
-	})
+	},
 }

@@ -20,6 +20,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// invariants are this package's own: the test needs no module list.
+var invariants = invariant.MustRegistry(invariant.Core, lease.Invariants)
+
 var ctx = context.Background()
 
 type bundle struct {
@@ -111,7 +114,7 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 	var guards int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM fence_guard`).Scan(&guards))
 	require.Zero(t, guards)
-	invariant.Assert(t, b.pool, "lease")
+	invariants.Assert(t, b.pool, "lease")
 }
 
 // LOCK-I1: every way a lease changes hands — first grant, re-take by the
@@ -153,7 +156,7 @@ func TestFenceIncreasesAcrossExpiryReleaseAndRetake(t *testing.T) {
 	st, err := b.leases.Get(ctx, name)
 	require.NoError(t, err)
 	require.Equal(t, lease.State{Holder: "holder-a", Fence: a3.Fence, GrantedAt: st.GrantedAt, ExpiresAt: st.ExpiresAt, Live: true}, st)
-	invariant.Assert(t, b.pool, "lease")
+	invariants.Assert(t, b.pool, "lease")
 }
 
 // The database decides expiry, and it decides it at an exact instant: a
@@ -185,7 +188,7 @@ func TestExpiryIsDecidedAtTheExactBoundary(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	invariant.Assert(t, b.pool, "lease")
+	invariants.Assert(t, b.pool, "lease")
 }
 
 func TestRenewAndReleaseAreConditionalOnHolderAndFence(t *testing.T) {
@@ -229,7 +232,7 @@ func TestRenewAndReleaseAreConditionalOnHolderAndFence(t *testing.T) {
 
 	_, err = b.leases.Get(ctx, "never-granted")
 	require.ErrorIs(t, err, pg.ErrNotFound)
-	invariant.Assert(t, b.pool, "lease")
+	invariants.Assert(t, b.pool, "lease")
 }
 
 // Racing acquirers of one free lease: exactly one wins, the others see
@@ -263,7 +266,7 @@ func TestConcurrentAcquirersGetOneGrant(t *testing.T) {
 	}
 	require.Equal(t, 1, won)
 	require.Equal(t, []int64{1}, grants(t, b.pool, "contended"))
-	invariant.Assert(t, b.pool, "lease")
+	invariants.Assert(t, b.pool, "lease")
 }
 
 func TestGuardAdmitsOnlyTheHighestFenceSeen(t *testing.T) {
@@ -352,7 +355,7 @@ func TestGrantHistoryIsAppendOnly(t *testing.T) {
 		require.Contains(t, err.Error(), "lease_grant is append-only")
 	}
 	require.Equal(t, []int64{1}, grants(t, b.pool, "history"))
-	invariant.Assert(t, b.pool, "lease")
+	invariants.Assert(t, b.pool, "lease")
 }
 
 // LOCK-I1's query finds a broken history: the check can fail.
@@ -370,7 +373,7 @@ func TestLockI1DetectsADecreasingFence(t *testing.T) {
 			SELECT name, holder, fence, granted_at, expires_at FROM l`, fence)
 		require.NoError(t, err)
 	}
-	res := invariant.Run(ctx, b.pool, "LOCK-I1")
+	res := invariants.Run(ctx, b.pool, "LOCK-I1")
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
 	require.Len(t, res[0].Rows, 2, "the decreasing grant and the lease row behind its history are reported")

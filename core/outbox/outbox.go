@@ -20,7 +20,7 @@
 //			return store.ApplyIfNewer(ctx, tx, ev) // the effect, in the inbox's transaction
 //		},
 //	}
-//	tasks = append(tasks, outbox.Task(d, c))
+//	task, err := app.ConsumerTask(d, c) // in the module's Build
 //
 // Guarantees:
 //

@@ -21,6 +21,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// invariants are this package's own: the test needs no module list.
+var invariants = invariant.MustRegistry(invariant.Core, outbox.Invariants)
+
 // The tests of this package are deliberately not parallel. Each owns its
 // database, but not the horizon: pg_snapshot_xmin is the oldest open
 // transaction of the whole server, so another test's open transaction
@@ -160,12 +163,12 @@ func TestOutboxDoesNotSkipLateCommits(t *testing.T) {
 		require.Zero(t, applied, "N+1 must wait: a transaction below it is still open")
 		p := b.position(t, "late-1")
 		require.False(t, p.Covers(outbox.Event{ID: n, TxID: txidOf(t, b.pool, n1)}), "position must not pass the open transaction")
-		invariant.Assert(t, b.pool, "outbox")
+		invariants.Assert(t, b.pool, "outbox")
 
 		require.NoError(t, tx1.Commit(ctx))
 		drainAll(t, r, 2)
 		require.Equal(t, []int64{n, n1}, b.seenOrder(t, "late-1"))
-		invariant.Assert(t, b.pool, "outbox")
+		invariants.Assert(t, b.pool, "outbox")
 	})
 
 	// The same, with the open transaction's xid older than the committed
@@ -195,7 +198,7 @@ func TestOutboxDoesNotSkipLateCommits(t *testing.T) {
 		require.NoError(t, txA.Commit(ctx))
 		drainAll(t, r, 2)
 		require.Equal(t, []int64{n1, n}, b.seenOrder(t, "late-2"))
-		invariant.Assert(t, b.pool, "outbox")
+		invariants.Assert(t, b.pool, "outbox")
 	})
 }
 
@@ -249,7 +252,7 @@ func TestOutboxRedeliveryHasNoSecondEffect(t *testing.T) {
 	b.faults.Disarm(outbox.PointBeforeCommit)
 	drainAll(t, r2, 3)
 	require.Equal(t, append(ids, more...), b.seenOrder(t, name))
-	invariant.Assert(t, b.pool, "outbox")
+	invariants.Assert(t, b.pool, "outbox")
 }
 
 // A runner that stalls while holding the lease is superseded after the
@@ -295,7 +298,7 @@ func TestOutboxSupersededRunnerCannotAdvance(t *testing.T) {
 	var staleRows int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM seen WHERE fence <> $1`, r2.Fence()).Scan(&staleRows))
 	require.Zero(t, staleRows, "every effect carries the current fence")
-	invariant.Assert(t, b.pool, "outbox")
+	invariants.Assert(t, b.pool, "outbox")
 }
 
 // A failing handler stops the consumer exactly at the failing event: the
@@ -320,11 +323,11 @@ func TestOutboxHandlerErrorStopsAtTheFailingEvent(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 2, n)
 	require.Equal(t, ids[:2], b.seenOrder(t, name))
-	invariant.Assert(t, b.pool, "outbox")
+	invariants.Assert(t, b.pool, "outbox")
 
 	drainAll(t, r, 3)
 	require.Equal(t, ids, b.seenOrder(t, name))
-	invariant.Assert(t, b.pool, "outbox")
+	invariants.Assert(t, b.pool, "outbox")
 }
 
 func TestOutboxConsumerTopicsAreFixed(t *testing.T) {
@@ -384,7 +387,7 @@ func TestOutboxStatusShowsLag(t *testing.T) {
 	require.Zero(t, ss[0].LagEvents)
 	require.EqualValues(t, 3, ss[0].Processed)
 	require.Equal(t, "runner-1", *ss[0].Owner)
-	invariant.Assert(t, b.pool, "outbox")
+	invariants.Assert(t, b.pool, "outbox")
 }
 
 // The recompute pattern a derived counter needs (LIKE-04): a full
@@ -486,7 +489,7 @@ func TestOutboxRecomputeWatermarkCountsEachEventOnce(t *testing.T) {
 		total += l.Fact
 	}
 	require.EqualValues(t, perAppender*appenders, total)
-	invariant.Assert(t, b.pool, "outbox")
+	invariants.Assert(t, b.pool, "outbox")
 }
 
 // Retention never deletes what a consumer still needs, and takes the inbox
@@ -524,5 +527,5 @@ func TestOutboxPurgeKeepsWhatConsumersStillNeed(t *testing.T) {
 	require.Equal(t, 2, inbox, "one inbox row per consumer for the recent event")
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event WHERE id = $1`, recent[0]).Scan(&events))
 	require.Equal(t, 1, events)
-	invariant.Assert(t, b.pool, "outbox")
+	invariants.Assert(t, b.pool, "outbox")
 }

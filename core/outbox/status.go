@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/pg"
@@ -105,19 +103,6 @@ func WriteStatus(ctx context.Context, db pg.Querier, w io.Writer) error {
 			s.PositionTx, s.PositionID, s.Processed, s.LagEvents, s.LagSeconds, owner, s.Fence)
 	}
 	return tw.Flush()
-}
-
-func consumersHandler(pool *pgxpool.Pool) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		ss, err := Statuses(c.Request().Context(), pool)
-		if err != nil {
-			return err
-		}
-		if ss == nil {
-			ss = []ConsumerStatus{}
-		}
-		return c.JSON(http.StatusOK, map[string]any{"consumers": ss})
-	}
 }
 
 // lagCollector reads every consumer's lag from the database on scrape, so

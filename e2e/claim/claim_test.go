@@ -16,7 +16,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/workflow"
@@ -111,16 +110,16 @@ func TestTwoClaimersCannotOwnOneWorkflow(t *testing.T) {
 		start := make(chan struct{})
 		got := make([][]*claim.Job, 2)
 		var wg sync.WaitGroup
+		errs := make([]error, 2)
 		for n, c := range []*claim.Client{a, b} {
 			wg.Go(func() {
 				<-start
-				jobs, err := c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
-				require.NoError(t, err)
-				got[n] = jobs
+				got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
 			})
 		}
 		close(start)
 		wg.Wait()
+		require.NoError(t, errors.Join(errs...))
 		require.Equal(t, 1, len(got[0])+len(got[1]), "round %d: exactly one claimer owns the job", i)
 		winner, c := got[0], a
 		if len(winner) == 0 {
@@ -134,7 +133,7 @@ func TestTwoClaimersCannotOwnOneWorkflow(t *testing.T) {
 	require.Equal(t, rounds, l.count(t, `SELECT count(*) FROM job WHERE state = 'succeeded'`))
 	require.Equal(t, rounds, l.tool.Posts())
 	require.Len(t, l.tool.Effects(), rounds)
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // The book's 14.3 timeline: the owner stalls after its claim; its lease is
@@ -189,7 +188,7 @@ func TestExpiredOwnerCannotCommitAnOldResult(t *testing.T) {
 		l.history(t, id))
 	require.Len(t, l.tool.EffectsFor(workflow.IdempotencyKey("wf-0042")), 1, "one tool effect for the business key")
 	require.Equal(t, 2, l.tool.Requests(fakeprovider.OpCreate), "both owners called the tool; the key made it one effect")
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // When the tool cannot be asked, an unknown job is neither failed nor run
@@ -227,7 +226,7 @@ func TestUnknownWithoutQueryGoesToReview(t *testing.T) {
 		require.Len(t, l.tool.EffectsFor(workflow.IdempotencyKey("wf-7-"+kind)), 1, "the effect happened once and was not repeated")
 	}
 	require.Equal(t, 1, l.tool.Requests(fakeprovider.OpQuery), "only the kind with a Resolve asked (and was refused)")
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // A tool that keeps answering 503: each failed attempt pushes due_at out by
@@ -272,7 +271,7 @@ func TestRetriesBackOffAndStopAtMaxAttempts(t *testing.T) {
 	require.Equal(t, []string{"claimed:1", "retry_scheduled:1", "claimed:2", "retry_scheduled:2", "claimed:3", "failed:3"}, l.history(t, id))
 	require.Equal(t, 3, l.tool.Requests(fakeprovider.OpCreate))
 	require.Empty(t, l.tool.Effects())
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // 1,000 jobs whose owner died: two recoverers sweep them in batches at the
@@ -302,13 +301,19 @@ func TestRecoverExpiredIsBatchedAndConcurrentSafe(t *testing.T) {
 	got := make([][]claim.Recovered, 2)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	errs := make([]error, 2)
 	for i, r := range recoverers {
 		wg.Go(func() {
 			<-start
 			for {
 				rec, err := r.RecoverExpired(ctx, batch, time.Second)
-				require.NoError(t, err)
-				require.LessOrEqual(t, len(rec), batch)
+				if err == nil && len(rec) > batch {
+					err = fmt.Errorf("recovered %d jobs in one batch of %d", len(rec), batch)
+				}
+				if err != nil {
+					errs[i] = err // asserted on the test goroutine
+					return
+				}
 				if len(rec) == 0 {
 					return
 				}
@@ -318,6 +323,7 @@ func TestRecoverExpiredIsBatchedAndConcurrentSafe(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 	seen := map[int64]int{}
 	for _, rec := range got {
 		for _, x := range rec {
@@ -341,7 +347,7 @@ func TestRecoverExpiredIsBatchedAndConcurrentSafe(t *testing.T) {
 	require.Equal(t, n/2, l.count(t, `SELECT count(*) FROM job WHERE state = 'ready' AND fence = 2 AND owner IS NULL`))
 	// The re-dispatch is spread, not one burst.
 	require.Greater(t, l.count(t, `SELECT count(DISTINCT date_trunc('milliseconds', due_at)) FROM job`), 100)
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // Two worker pools of four goroutines drain 10,000 jobs: every job succeeds
@@ -374,12 +380,12 @@ func TestWorkerPoolDrainsTenThousandJobs(t *testing.T) {
 
 	begin := time.Now()
 	var wg sync.WaitGroup
-	for _, c := range []*claim.Client{a, b} {
-		wg.Go(func() {
-			require.NoError(t, c.Work(ctx, claim.PoolOptions{Workers: 4, ExitWhenIdle: true}))
-		})
+	errs := make([]error, 2)
+	for i, c := range []*claim.Client{a, b} {
+		wg.Go(func() { errs[i] = c.Work(ctx, claim.PoolOptions{Workers: 4, ExitWhenIdle: true}) })
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 	elapsed := time.Since(begin)
 	t.Logf("drained %d jobs with 2 pools × 4 workers in %v: %.0f jobs/s (test cluster, fsync off)", n, elapsed, n/elapsed.Seconds())
 
@@ -393,7 +399,7 @@ func TestWorkerPoolDrainsTenThousandJobs(t *testing.T) {
 	require.Equal(t, 0, l.count(t, `SELECT count(*) FROM job_event WHERE event = 'rejected_stale'`))
 	require.Positive(t, l.count(t, `SELECT count(*) FROM job WHERE owner = 'pool-a'`))
 	require.Positive(t, l.count(t, `SELECT count(*) FROM job WHERE owner = 'pool-b'`))
-	invariant.Assert(t, l.pool, "claim")
+	e2etest.Assert(t, l.pool, "claim")
 }
 
 // A heartbeat that finds the lease gone cancels the handler's context; the
@@ -421,12 +427,8 @@ func TestLostHeartbeatCancelsTheHandler(t *testing.T) {
 	// Another party takes the job over (as a recovery would): the fence moves.
 	_, err := l.pool.Exec(context.Background(), `UPDATE job SET fence = fence + 1 WHERE id = $1`, id)
 	require.NoError(t, err)
-	select {
-	case cause := <-stopped:
-		require.True(t, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the handler was not cancelled")
-	}
+	cause := e2etest.WaitOrTimeout(t, stopped, "the handler was not cancelled")
+	require.True(t, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
 	cancel()
 	require.NoError(t, <-done)
 	h := l.history(t, id)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/ops"
 	"github.com/fencelab/fencelab/services/workflow"
 )
 
@@ -62,7 +62,7 @@ func TestWorkflowRunIsVisibleToAdminsWithItsHistory(t *testing.T) {
 
 	r = a.Do(t, e2etest.Req{Method: "GET", Path: started.Job, Token: admin})
 	require.Equal(t, 200, r.Status, string(r.Body))
-	var view claim.JobView
+	var view ops.JobView
 	r.JSON(t, &view)
 	require.Equal(t, claim.StateSucceeded, view.Job.State)
 	require.Equal(t, "wf-0100", view.Job.BusinessKey)
@@ -99,5 +99,5 @@ func TestWorkflowRunIsVisibleToAdminsWithItsHistory(t *testing.T) {
 	require.Contains(t, m, `fencelab_claim_oldest_ready_age_seconds{kind="workflow"}`)
 	require.Contains(t, m, `fencelab_claim_claims_total{kind="workflow"} 1`)
 	require.Contains(t, m, `fencelab_claim_outcomes_total{kind="workflow",outcome="succeeded"} 1`)
-	invariant.Assert(t, a.Pool, "claim")
+	e2etest.Assert(t, a.Pool, "claim")
 }

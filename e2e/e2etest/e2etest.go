@@ -16,9 +16,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/services"
 	"github.com/fencelab/fencelab/services/labenv"
 )
 
@@ -27,7 +30,7 @@ const Secret = labenv.Secret
 
 // App is a running deployable under test: the lab's app plus the process
 // parts only tests read (the modules, their dependencies).
-type App = labenv.Process
+type App struct{ *labenv.Process }
 
 // Options tune Start (the lab's options: tasks, pool size, settings).
 type Options = lab.Options
@@ -48,7 +51,22 @@ func Start(t testing.TB, o Options) *App {
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	p := labenv.Serve(t, dbURL, o, log)
 	p.Check, p.Reporter = checkContract(p.App), t // every exchange against the OpenAPI contract (contract.go)
-	return p
+	return &App{p}
+}
+
+// BadInput is the app whose every request is marked Req.Invalid, for
+// bad-input tests whose helpers build the requests: only the answers are
+// checked against the contract.
+func (a *App) BadInput() *App { return &App{a.Process.BadInput()} }
+
+// Invariants is the deployable's invariant registry (services.Invariants).
+var Invariants = services.Invariants
+
+// Assert runs the deployable's invariants selected by module or ID, and
+// fails the test with every violating row.
+func Assert(t testing.TB, db pg.Querier, names ...string) {
+	t.Helper()
+	services.Invariants().Assert(t, db, names...)
 }
 
 // testWriter sends app logs to the test log (shown on failure).
@@ -74,6 +92,7 @@ func (testEnv) ChildEnv(db string, extra ...string) []string { return ChildEnv(d
 func (testEnv) Dedicated(t lab.T) *pgserver.Server {
 	return pgtest.Dedicated(t.(testing.TB))
 }
+func (testEnv) Invariants() *invariant.Registry { return services.Invariants() }
 func (testEnv) DatabaseOn(t lab.T, s *pgserver.Server) string {
 	return pgtest.URLOn(t.(testing.TB), s)
 }
@@ -140,3 +159,6 @@ func Experiment(t *testing.T, e lab.Experiment) {
 	t.Helper()
 	lab.Test(t, e, Env)
 }
+
+// X is a guarded lab run for a plain test: the chapters' kits take one.
+func X(t *testing.T) *lab.X { return lab.NewX(t, Env) }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -107,7 +106,7 @@ func TestFEEDBadInputIsA4xx(t *testing.T) {
 	requireProblem(t, r, http.StatusUnauthorized, "unauthorized")
 	r = e.a.Do(t, e2etest.Req{Method: "GET", Path: "/social/feed", Token: e.a.Token(t, "user-s", "admin")})
 	require.Equal(t, http.StatusForbidden, r.Status)
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 func mustNext(t *testing.T, r e2etest.Response) string {

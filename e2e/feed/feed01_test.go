@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -183,7 +183,7 @@ func TestFEED01ThreeStrategiesAgreeOnTwoHundredRandomReaders(t *testing.T) {
 		require.NoError(t, e.a.Pool.QueryRow(ctx, `SELECT count(*) FROM social_feed_served`).Scan(&served))
 		require.Positive(t, served, fmt.Sprintf("%s: nothing logged for FEED-I1", name))
 		mark := time.Now()
-		invariant.Assert(t, e.a.Pool, "social")
+		e2etest.Assert(t, e.a.Pool, "social")
 		t.Logf("invariants %s", time.Since(mark))
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -84,7 +83,7 @@ SELECT count(*) FROM outbox_event e, outbox_consumer c
  WHERE c.name = $1 AND e.topic = ANY (c.topics) AND (e.tx_id, e.id) > (c.position_tx, c.position_id)`,
 		feed.ConsumerName).Scan(&pending))
 	require.Positive(t, pending, "the revocations' events must still be pending for the consumer")
-	invariant.Assert(t, e.a.Pool, "FEED-I1")
+	e2etest.Assert(t, e.a.Pool, "FEED-I1")
 
 	// Once the consumer has applied them, the inbox still holds every row
 	// and the reads are unchanged.
@@ -99,7 +98,7 @@ SELECT count(*) FROM outbox_event e, outbox_consumer c
 	// The author still reads their SELF post, outside the feed.
 	r := e.a.Do(t, e2etest.Req{Method: "GET", Path: fmt.Sprintf("/social/posts/%d", d1.PostID), Token: e.token(t, "user-d")})
 	require.Equal(t, http.StatusOK, r.Status)
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestFEEDInvariantsCatchEachCorruption: each FEED invariant reports the
@@ -120,7 +119,7 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 	e.catchUp(t)
 	pages, _ := e.scroll(t, "user-r", "hybrid", 0)
 	require.Equal(t, []int64{small.PostID, pub.PostID}, ids(pages))
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 
 	var followV int64
 	require.NoError(t, e.a.Pool.QueryRow(ctx, `SELECT version FROM social_relation WHERE follower = 'user-r' AND followee = 'user-a'`).Scan(&followV))
@@ -128,7 +127,7 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 	_, err := e.rel.SetVisibility(ctx, "user-c", small.PostID, rel.Self)
 	require.NoError(t, err)
 	e.catchUp(t)
-	invariant.Assert(t, e.a.Pool, "social") // the log holds reads from before the changes: fine
+	e2etest.Assert(t, e.a.Pool, "social") // the log holds reads from before the changes: fine
 
 	for _, c := range []struct {
 		id, problem string
@@ -165,7 +164,7 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 	} {
 		_, err := e.a.Pool.Exec(ctx, c.corrupt)
 		require.NoError(t, err, c.corrupt)
-		res := invariant.Run(ctx, e.a.Pool, c.id)[0]
+		res := e2etest.Invariants().Run(ctx, e.a.Pool, c.id)[0]
 		require.NoError(t, res.Err)
 		require.NotEmpty(t, res.Rows, "%s did not see: %s", c.id, c.problem)
 		var problems []string
@@ -175,7 +174,7 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 		require.True(t, slices.Contains(problems, c.problem), "%s reported %v, want %q", c.id, problems, c.problem)
 		_, err = e.a.Pool.Exec(ctx, c.restore)
 		require.NoError(t, err, c.restore)
-		invariant.Assert(t, e.a.Pool, c.id)
+		e2etest.Assert(t, e.a.Pool, c.id)
 	}
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }

@@ -113,7 +113,12 @@ func (e *env) get(ctx context.Context, t testing.TB, reader, strategy, cursor st
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	return e.a.Send(ctx, e2etest.Req{Method: "GET", Path: "/social/feed?" + q.Encode(), Token: e.token(t, reader)})
+	// Runs on reader goroutines (feed01): errors are returned, never FailNow.
+	tok, err := e.a.Deps.Auth.Mint(reader, httpx.RoleUser, time.Hour)
+	if err != nil {
+		return e2etest.Response{}, err
+	}
+	return e.a.Send(ctx, e2etest.Req{Method: "GET", Path: "/social/feed?" + q.Encode(), Token: tok})
 }
 
 // page reads one page and requires a 200.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -47,7 +46,7 @@ SELECT (SELECT count(*) FROM social_user), (SELECT count(*) FROM social_relation
 	require.Equal(t, len(g.Follows)+len(g.Blocks), relations)
 	require.Equal(t, len(g.Posts), posts)
 	require.Positive(t, pulled, "threshold 40 should pull the most followed authors")
-	invariant.Assert(t, pool, "social")
+	e2etest.Assert(t, pool, "social")
 
 	cfg := feed.Config{Strategy: feed.Hybrid{Threshold: 40}, CursorKey: feed.CursorKey([]byte(e2etest.Secret))}
 	svc, err := feed.NewService(pool, cfg, nil)
@@ -59,7 +58,7 @@ SELECT (SELECT count(*) FROM social_user), (SELECT count(*) FROM social_relation
 	n, err := r.CatchUp(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "the consumer re-applied loaded events")
-	invariant.Assert(t, pool, "FEED-I2")
+	e2etest.Assert(t, pool, "FEED-I2")
 
 	out, err = run()
 	require.Error(t, err)

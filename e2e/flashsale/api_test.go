@@ -9,7 +9,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -42,7 +41,7 @@ func TestReservationLifecycleOverHTTP(t *testing.T) {
 	var st reserve.Admission
 	adm.JSON(t, &st)
 	require.Equal(t, reserve.Admission{Limit: 8, WaitLine: 16, PeakInDB: 1}, st)
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Assert(t, a.Pool, "flashsale")
 }
 
 // Bad input: every client mistake is a 4xx problem and writes nothing.
@@ -98,5 +97,5 @@ func TestBadInputIs4xxAndWritesNothing(t *testing.T) {
 	require.Equal(t, 1, count(t, a, `SELECT count(*) FROM flashsale_stock_move`))
 	require.Equal(t, reserve.Stock{SKU: sku, Stock: 40, Available: 39, Held: 1}, stock(t, a, sku))
 	require.Equal(t, 1, count(t, a, `SELECT count(*) FROM flashsale_sku`))
-	invariant.Assert(t, a.Pool, "flashsale")
+	e2etest.Assert(t, a.Pool, "flashsale")
 }

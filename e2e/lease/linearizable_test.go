@@ -12,7 +12,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/report"
@@ -46,7 +45,7 @@ func TestFenceHistoryIsLinearizable(t *testing.T) {
 			dumpVisualization(t, info)
 		}
 		require.Equal(t, porcupine.Ok, res, "the history of %d operations must be linearizable", len(h.ops))
-		invariant.Assert(t, a.Pool, "lease", "report")
+		e2etest.Assert(t, a.Pool, "lease", "report")
 	})
 	t.Run("broken guard", func(t *testing.T) {
 		t.Parallel()
@@ -55,7 +54,7 @@ func TestFenceHistoryIsLinearizable(t *testing.T) {
 		require.Zero(t, h.refused, "the broken guard refuses nothing")
 		res := porcupine.CheckOperationsTimeout(fenceModel, h.ops, time.Minute)
 		require.Equal(t, porcupine.Illegal, res, "porcupine must reject a history where stale writes landed")
-		res2 := invariant.Run(ctx, a.Pool, "LOCK-I2")
+		res2 := e2etest.Invariants().Run(ctx, a.Pool, "LOCK-I2")
 		require.False(t, res2[0].Holds(), "and so must LOCK-I2")
 	})
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/report"
@@ -64,12 +63,7 @@ func pausedHolderTimeline(t *testing.T, a *e2etest.App, out report.Output) outco
 	require.Greater(t, wroteB.Fence, fenceA)
 
 	stall.Release()
-	var lateA error
-	select {
-	case lateA = <-doneA:
-	case <-time.After(30 * time.Second):
-		t.Fatal("A did not finish after it was released")
-	}
+	lateA := e2etest.WaitOrTimeout(t, doneA, "A did not finish after it was released")
 	return outcome{fenceA: fenceA, fenceB: wroteB.Fence, wroteB: wroteB, lateA: lateA}
 }
 
@@ -99,7 +93,7 @@ func TestPausedHolderCannotWriteAfterExpiry(t *testing.T) {
 	r.JSON(t, &v)
 	require.Equal(t, report.View{Date: "2026-05-01", Content: o.wroteB.Content, Fence: o.fenceB, WrittenBy: "instance-b", WrittenAt: v.WrittenAt}, v)
 
-	invariant.Assert(t, a.Pool, "lease", "report")
+	e2etest.Assert(t, a.Pool, "lease", "report")
 }
 
 // The same timeline against a resource that does not check the token: the
@@ -122,9 +116,9 @@ func TestUnfencedResourceLosesTheGuarantee(t *testing.T) {
 	require.Equal(t, []write{{"instance-b", o.fenceB}, {"instance-a", o.fenceA}}, writesOf(t, a.Pool, day))
 
 	// The lease did its part perfectly…
-	invariant.Assert(t, a.Pool, "lease")
+	e2etest.Assert(t, a.Pool, "lease")
 	// …and LOCK-I2 catches what the resource let through.
-	res := invariant.Run(ctx, a.Pool, "LOCK-I2")
+	res := e2etest.Invariants().Run(ctx, a.Pool, "LOCK-I2")
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
 	require.False(t, res[0].Holds(), "LOCK-I2 must report the stale write")

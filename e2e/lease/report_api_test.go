@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/report"
 )
@@ -44,7 +43,7 @@ func TestReportEndpointValidatesAndAuthenticates(t *testing.T) {
 	require.Equal(t, written.Fence, v.Fence)
 	require.Equal(t, "instance-a", v.WrittenBy)
 	require.False(t, v.WrittenAt.IsZero())
-	invariant.Assert(t, a.Pool, "lease", "report")
+	e2etest.Assert(t, a.Pool, "lease", "report")
 }
 
 // The module is wired into the deployable: with background tasks on, the
@@ -64,5 +63,5 @@ func TestTheAppWritesTodaysReportInTheBackground(t *testing.T) {
 	r.JSON(t, &v)
 	require.Equal(t, int64(1), v.Fence)
 	require.Contains(t, v.Content, "1 lease grants recorded that day")
-	invariant.Assert(t, a.Pool, "lease", "report")
+	e2etest.Assert(t, a.Pool, "lease", "report")
 }

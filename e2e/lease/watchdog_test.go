@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
 // A task that runs for twice its lease's TTL, by the database clock, keeps
@@ -60,7 +60,7 @@ func TestWatchdogKeepsALongTaskAlive(t *testing.T) {
 	require.Equal(t, "worker-a", st.Holder)
 	require.Equal(t, l.Fence, st.Fence)
 	require.Len(t, grantsOf(t, pool, "long-task"), 1, "one grant, renewed; never re-acquired")
-	invariant.Assert(t, pool, "lease")
+	e2etest.Assert(t, pool, "lease")
 }
 
 // When the lease is lost — taken by another holder after an expiry, or
@@ -104,11 +104,7 @@ func TestWatchdogCancelsOnLoss(t *testing.T) {
 			require.NoError(t, taskCtx.Err())
 
 			c.lose(t, l)
-			select {
-			case <-taskCtx.Done():
-			case <-time.After(10 * time.Second):
-				t.Fatal("the task's context was not cancelled after the lease was lost")
-			}
+			e2etest.WaitOrTimeout(t, taskCtx.Done(), "the task's context was not cancelled after the lease was lost")
 			require.ErrorIs(t, context.Cause(taskCtx), lease.ErrLost)
 			_, err = w.Stop()
 			require.ErrorIs(t, err, lease.ErrLost)
@@ -124,5 +120,5 @@ func TestWatchdogCancelsOnLoss(t *testing.T) {
 			}
 		})
 	}
-	t.Cleanup(func() { invariant.Assert(t, pool, "lease") })
+	t.Cleanup(func() { e2etest.Assert(t, pool, "lease") })
 }

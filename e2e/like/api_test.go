@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -73,7 +72,7 @@ func TestLikeAPIClicksAndTheCount(t *testing.T) {
 	require.Equal(t, int64(3), l.ErrorBound)
 	require.True(t, l.Liked)
 	require.GreaterOrEqual(t, l.LagSeconds, 0.0)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 
 	catchUp(t, a)
 	require.Equal(t, like.Likes{ItemID: item, Count: 1}, likes(t, a, item, u2))
@@ -82,7 +81,7 @@ func TestLikeAPIClicksAndTheCount(t *testing.T) {
 	admin := a.Token(t, "admin-1", httpx.RoleAdmin)
 	rc := recompute(t, a, admin, fmt.Sprintf("?item=%d", item))
 	require.Equal(t, like.Recount{Items: 1, Chunks: 1, Corrected: []like.Correction{}}, rc)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 }
 
 // TestLikeAPIRefusesBadInput: every client mistake is a 4xx problem.
@@ -131,7 +130,7 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 	var facts int
 	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT count(*) FROM social_like`).Scan(&facts))
 	require.Zero(t, facts, "no refused request wrote a fact")
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 }
 
 // TestLikeNeedsAccessCheck: liking, or reading the count of, a post you
@@ -162,7 +161,7 @@ func TestLikeNeedsAccessCheck(t *testing.T) {
 	f := fact(t, post(t, a, fmt.Sprintf("/social/items/%d/unlike", public), fan))
 	require.True(t, f.Changed, "the like can still be withdrawn")
 	catchUp(t, a)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 }
 
 // TestLIKEInvariantsCatchEachCorruption: each corruption, written behind
@@ -181,7 +180,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 	_, err := svc.Unlike(ctx, "user-0002", ids[0])
 	require.NoError(t, err)
 	catchUp(t, a)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	item := fmt.Sprint(ids[0])
 
 	for _, c := range []struct {
@@ -218,13 +217,13 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 				_, err := tx.Exec(ctx, sql)
 				require.NoError(t, err, c.name)
 			}
-			res := invariant.Run(ctx, tx, c.id)
+			res := e2etest.Invariants().Run(ctx, tx, c.id)
 			require.Len(t, res, 1)
 			require.NoError(t, res[0].Err, c.name)
 			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
 		}()
 	}
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 }
 
 // TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip: the guard trigger
@@ -249,5 +248,5 @@ func TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip(t *testing.T) {
 		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, sql); return err })
 		require.Error(t, err, sql)
 	}
-	invariant.Assert(t, a.Pool, "LIKE-I1", "LIKE-I2")
+	e2etest.Assert(t, a.Pool, "LIKE-I1", "LIKE-I2")
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -60,7 +59,7 @@ func TestLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(t *testing.T) {
 	checked := s.checkFacts(t, a.Pool)
 	events := eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Zero(t, s.failed.Load(), "every click is answered")
 	require.Greater(t, bound.samples.Load(), int64(3), "LIKE-I4 sampled during the storm")
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "events": events, "position_resets": resets,
@@ -88,14 +87,14 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 	// 1. Killed at whatever point of the backlog it has reached.
 	w1 := startWorker(t, a.DBURL)
 	require.Eventually(t, func() bool { return inboxRows(t, a.Pool) >= 500 }, time.Minute, 5*time.Millisecond)
-	w1.kill9(t)
+	w1.Kill9(t)
 	waitSessionsGone(t, a)
 	expireLease(t, a.Pool)
 	afterKill1 := inboxRows(t, a.Pool)
 
 	// 2. Paused inside a batch transaction, then killed.
 	w2 := startWorker(t, a.DBURL, "--pause-at", like.PointApplied)
-	require.Equal(t, "PAUSED "+like.PointApplied+" "+like.ConsumerName, w2.line(t, time.Minute))
+	require.Equal(t, "PAUSED "+like.PointApplied+" "+like.ConsumerName, w2.Line(t, time.Minute))
 	ctx := context.Background()
 	var open int
 	require.NoError(t, a.Pool.QueryRow(ctx, `
@@ -103,7 +102,7 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 		 WHERE datname = current_database() AND application_name = 'fencelab-worker' AND state = 'idle in transaction'`).Scan(&open))
 	require.Equal(t, 1, open, "the worker is inside its batch transaction")
 	before := countsAndInbox(t, a)
-	w2.kill9(t)
+	w2.Kill9(t)
 	waitSessionsGone(t, a)
 	require.Equal(t, before, countsAndInbox(t, a), "nothing of the killed batch committed")
 	expireLease(t, a.Pool)
@@ -112,9 +111,8 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 	w3 := startWorker(t, a.DBURL)
 	<-stormDone
 	waitCaughtUp(t, a.Pool, 2*time.Minute)
-	require.NoError(t, w3.cmd.Process.Signal(syscall.SIGTERM))
-	<-w3.done
-	require.NoError(t, w3.err, "graceful stop")
+	require.NoError(t, w3.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, w3.Wait(t, e2etest.DefaultWait), "graceful stop")
 	bound.stop()
 
 	var fences int64
@@ -123,7 +121,7 @@ func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 	s.checkFacts(t, a.Pool)
 	events := eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Greater(t, bound.samples.Load(), int64(3))
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "events": events, "applied_before_kill_1": afterKill1,
 		"applied_before_kill_2": before.inbox, "likes_at_end": total, "bound_samples": bound.samples.Load()})
@@ -205,7 +203,7 @@ func TestLIKE03DatabaseStoppedImmediatelyMidStorm(t *testing.T) {
 	checked := s.checkFacts(t, a.Pool)
 	events := eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Greater(t, bound.samples.Load(), int64(3))
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "failed_clicks": s.failed.Load(), "events": events,
 		"facts_fully_answered": checked, "likes_at_end": total, "bound_samples": bound.samples.Load(),
@@ -247,29 +245,20 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 	// A like of the first item, written and not committed.
 	late := "user-0300"
 	lateGate := a.Faults.Pause(like.PointBeforeCommit, fmt.Sprintf("%d>%s", ids[0], late))
-	lateDone := make(chan e2etest.Response, 1)
-	go func() {
-		lateDone <- a.Do(t, e2etest.Req{Method: http.MethodPost, Path: fmt.Sprintf("/social/items/%d/like", ids[0]),
-			Token: a.Token(t, late, httpx.RoleUser)})
-	}()
+	lateDone := a.Go(e2etest.Req{Method: http.MethodPost, Path: fmt.Sprintf("/social/items/%d/like", ids[0]),
+		Token: a.Token(t, late, httpx.RoleUser)})
 	<-lateGate.Reached()
 
 	// The recompute's first chunk counts (without the late like) and waits.
 	chunkGate := a.Faults.Pause(like.PointRecounted, "")
-	recountDone := make(chan like.Recount, 1)
-	go func() { recountDone <- recompute(t, a, admin, "") }()
+	recountDone := a.Go(recomputeReq(admin, ""))
 	<-chunkGate.Reached()
 	held.Release()
-	require.Eventually(t, func() bool {
-		var waiting int
-		_ = a.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE outbox_consumer%'`).Scan(&waiting)
-		return waiting == 1
-	}, 30*time.Second, 5*time.Millisecond, "the counter's batch waits for the recompute")
+	e2etest.WaitForLockWaiters(t, a.Pool, "UPDATE outbox_consumer", 1) // the counter's batch waits for the recompute
 	lateGate.Release()
-	require.Equal(t, http.StatusOK, (<-lateDone).Status)
+	require.Equal(t, http.StatusOK, lateDone.Wait(t).Status)
 	chunkGate.Release()
-	first := <-recountDone
+	first := recountOf(t, recountDone.Wait(t))
 	require.Equal(t, len(ids), first.Items)
 	require.Equal(t, 4, first.Chunks)
 	require.Positive(t, first.EventsAhead, "the recompute counted events the counter had not applied")
@@ -296,7 +285,7 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 	s.checkFacts(t, a.Pool)
 	eventsOnce(t, a.Pool)
 	total := checkCounts(t, a, ids)
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	require.Greater(t, bound.samples.Load(), int64(3))
 
 	// The same race without recording the watermark: the recount includes
@@ -311,7 +300,7 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 		SET n = (SELECT count(*) FROM social_like f WHERE f.item_id = c.item_id AND f.liked), counted_through = NULL`)
 	require.NoError(t, err)
 	catchUp(t, a)
-	res := invariant.Run(ctx, a.Pool, "LIKE-I3")
+	res := e2etest.Invariants().Run(ctx, a.Pool, "LIKE-I3")
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
 	require.Len(t, res[0].Rows, len(ids), "LIKE-I3 reports every double-counted item")
@@ -321,14 +310,22 @@ func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 		require.Equal(t, c.Before-1, c.After, "item %d was counted twice once", c.ItemID)
 		require.Equal(t, int64(1), c.Drift)
 	}
-	invariant.Assert(t, a.Pool, likeInvariants...)
+	e2etest.Assert(t, a.Pool, likeInvariants...)
 	logFigures(t, map[string]any{"clicks": s.clicks.Load(), "events_ahead_of_counter": first.EventsAhead,
 		"likes_at_end": total, "bound_samples": bound.samples.Load(), "repaired": repair.Drifted})
 }
 
 func recompute(t *testing.T, a *e2etest.App, token, query string) like.Recount {
 	t.Helper()
-	resp := a.Do(t, e2etest.Req{Method: http.MethodPost, Path: "/social/admin/likes/recompute" + query, Token: token})
+	return recountOf(t, a.Do(t, recomputeReq(token, query)))
+}
+
+func recomputeReq(token, query string) e2etest.Req {
+	return e2etest.Req{Method: http.MethodPost, Path: "/social/admin/likes/recompute" + query, Token: token}
+}
+
+func recountOf(t *testing.T, resp e2etest.Response) like.Recount {
+	t.Helper()
 	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
 	var rc like.Recount
 	resp.JSON(t, &rc)

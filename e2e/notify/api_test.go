@@ -10,7 +10,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -19,7 +18,7 @@ import (
 // notification, task or job.
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	l := newLab(t, nil, e2etest.Options{})
+	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
 	user42 := l.Token(t, "user-0042", httpx.RoleUser)
 	big := `{"blob":"` + strings.Repeat("x", notify.MaxDataBytes) + `"}`
 
@@ -28,16 +27,16 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		status      int
 		code        string
 	}{
-		"unknown user":      {l.svc, `{"user_id":"user-9999","event_key":"order:ord-1:shipped","template":"order_shipped"}`, 404, "unknown_user"},
-		"missing event key": {l.svc, `{"user_id":"user-0042","template":"order_shipped"}`, 422, "invalid_event_key"},
-		"empty event key":   {l.svc, `{"user_id":"user-0042","event_key":"","template":"order_shipped"}`, 422, "invalid_event_key"},
-		"spaced event key":  {l.svc, `{"user_id":"user-0042","event_key":"order 1","template":"order_shipped"}`, 422, "invalid_event_key"},
-		"missing user":      {l.svc, `{"event_key":"order:ord-1:shipped","template":"order_shipped"}`, 422, "invalid_user_id"},
-		"missing template":  {l.svc, `{"user_id":"user-0042","event_key":"order:ord-1:shipped"}`, 422, "invalid_template"},
-		"data not object":   {l.svc, `{"user_id":"user-0042","event_key":"k1","template":"t","data":[1,2]}`, 422, "invalid_data"},
-		"data too large":    {l.svc, `{"user_id":"user-0042","event_key":"k1","template":"t","data":` + big + `}`, 422, "data_too_large"},
-		"unknown field":     {l.svc, `{"user_id":"user-0042","event_key":"k1","template":"t","channel":"sms"}`, 400, "unknown_field"},
-		"malformed":         {l.svc, `{"user_id":`, 400, "malformed_json"},
+		"unknown user":      {l.Svc, `{"user_id":"user-9999","event_key":"order:ord-1:shipped","template":"order_shipped"}`, 404, "unknown_user"},
+		"missing event key": {l.Svc, `{"user_id":"user-0042","template":"order_shipped"}`, 422, "invalid_event_key"},
+		"empty event key":   {l.Svc, `{"user_id":"user-0042","event_key":"","template":"order_shipped"}`, 422, "invalid_event_key"},
+		"spaced event key":  {l.Svc, `{"user_id":"user-0042","event_key":"order 1","template":"order_shipped"}`, 422, "invalid_event_key"},
+		"missing user":      {l.Svc, `{"event_key":"order:ord-1:shipped","template":"order_shipped"}`, 422, "invalid_user_id"},
+		"missing template":  {l.Svc, `{"user_id":"user-0042","event_key":"order:ord-1:shipped"}`, 422, "invalid_template"},
+		"data not object":   {l.Svc, `{"user_id":"user-0042","event_key":"k1","template":"t","data":[1,2]}`, 422, "invalid_data"},
+		"data too large":    {l.Svc, `{"user_id":"user-0042","event_key":"k1","template":"t","data":` + big + `}`, 422, "data_too_large"},
+		"unknown field":     {l.Svc, `{"user_id":"user-0042","event_key":"k1","template":"t","channel":"sms"}`, 400, "unknown_field"},
+		"malformed":         {l.Svc, `{"user_id":`, 400, "malformed_json"},
 		"user token":        {user42, `{"user_id":"user-0042","event_key":"k1","template":"t"}`, 403, "forbidden"},
 		"no token":          {"", `{"user_id":"user-0042","event_key":"k1","template":"t"}`, 401, "unauthorized"},
 	} {
@@ -56,8 +55,8 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		"missing channels":  {prefs, user42, `{}`, 422, "channels_required"},
 		"not a boolean":     {prefs, user42, `{"channels":{"email":"yes"}}`, 400, "invalid_field"},
 		"another user":      {"/notify/users/user-0043/preferences", user42, `{"channels":{"email":true}}`, 403, "forbidden"},
-		"service token":     {prefs, l.svc, `{"channels":{"email":true}}`, 403, "forbidden"},
-		"admin, invalid id": {"/notify/users/user%20x/preferences", l.admin, `{"channels":{"email":true}}`, 422, "invalid_user_id"},
+		"service token":     {prefs, l.Svc, `{"channels":{"email":true}}`, 403, "forbidden"},
+		"admin, invalid id": {"/notify/users/user%20x/preferences", l.Admin, `{"channels":{"email":true}}`, 422, "invalid_user_id"},
 	} {
 		r := l.Do(t, e2etest.Req{Method: "PUT", Path: tc.path, Token: tc.token, Body: tc.body, Invalid: true})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
@@ -66,7 +65,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 
 	// With an Idempotency-Key the refusal is a business answer: recorded and
 	// replayed byte for byte, and still nothing of the module is written.
-	req := e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.svc, Headers: map[string]string{"Idempotency-Key": "ev-unknown-1"},
+	req := e2etest.Req{Method: "POST", Path: "/notify/events", Token: l.Svc, Headers: map[string]string{"Idempotency-Key": "ev-unknown-1"},
 		Body: `{"user_id":"user-9999","event_key":"order:ord-1:shipped","template":"order_shipped"}`}
 	first, again := l.Do(t, req), l.Do(t, req)
 	require.Equal(t, 404, first.Status)
@@ -74,18 +73,18 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	require.Equal(t, first.Body, again.Body)
 
 	for _, table := range []string{"notify_user", "notify_preference", "notify_notification", "notify_task", "notify_attempt", "job"} {
-		require.Zero(t, l.count(t, `SELECT count(*) FROM `+table), "%s must stay empty", table)
+		require.Zero(t, l.Count(t, `SELECT count(*) FROM `+table), "%s must stay empty", table)
 	}
-	invariant.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "notify")
 }
 
 // Preferences belong to their user (admins may set them; services may read
 // them); a notification is visible to its user, admins and services.
 func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing.T) {
 	t.Parallel()
-	l := newLab(t, nil, e2etest.Options{})
+	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
 	user42, user43 := l.Token(t, "user-0042", httpx.RoleUser), l.Token(t, "user-0043", httpx.RoleUser)
-	r := l.Do(t, e2etest.Req{Method: "PUT", Path: "/notify/users/user-0042/preferences", Token: l.admin,
+	r := l.Do(t, e2etest.Req{Method: "PUT", Path: "/notify/users/user-0042/preferences", Token: l.Admin,
 		Body: `{"channels":{"email":true,"push":true}}`})
 	require.Equal(t, 200, r.Status, string(r.Body))
 	var p notify.Preferences
@@ -93,7 +92,7 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 	require.Equal(t, map[string]bool{"email": true, "sms": false, "push": true}, p.Channels, "a channel left out is off")
 	require.Equal(t, "admin-0001", p.UpdatedBy)
 
-	n := l.submit(t, event("user-0042", "order:ord-2001:shipped"))
+	n := l.Submit(t, notify.LabEvent("user-0042", "order:ord-2001:shipped"))
 	path := fmt.Sprintf("/notify/notifications/%d", n.ID)
 	for name, tc := range map[string]struct {
 		method, path, token string
@@ -101,17 +100,17 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 	}{
 		"own notification":      {"GET", path, user42, 200},
 		"another's":             {"GET", path, user43, 403},
-		"admin":                 {"GET", path, l.admin, 200},
-		"service":               {"GET", path, l.svc, 200},
+		"admin":                 {"GET", path, l.Admin, 200},
+		"service":               {"GET", path, l.Svc, 200},
 		"no token":              {"GET", path, "", 401},
-		"unknown notification":  {"GET", "/notify/notifications/999999", l.admin, 404},
-		"bad id":                {"GET", "/notify/notifications/abc", l.admin, 400},
+		"unknown notification":  {"GET", "/notify/notifications/999999", l.Admin, 404},
+		"bad id":                {"GET", "/notify/notifications/abc", l.Admin, 400},
 		"own preferences":       {"GET", "/notify/users/user-0042/preferences", user42, 200},
 		"another's preferences": {"GET", "/notify/users/user-0042/preferences", user43, 403},
-		"service preferences":   {"GET", "/notify/users/user-0042/preferences", l.svc, 200},
-		"unknown user":          {"GET", "/notify/users/user-0099/preferences", l.admin, 404},
+		"service preferences":   {"GET", "/notify/users/user-0042/preferences", l.Svc, 200},
+		"unknown user":          {"GET", "/notify/users/user-0099/preferences", l.Admin, 404},
 		"review as user":        {"GET", "/notify/review", user42, 403},
-		"review as service":     {"GET", "/notify/review", l.svc, 403},
+		"review as service":     {"GET", "/notify/review", l.Svc, 403},
 	} {
 		r := l.Do(t, e2etest.Req{Method: tc.method, Path: tc.path, Token: tc.token, Invalid: name == "bad id"})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
@@ -121,7 +120,7 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 	require.Equal(t, "svc-orders", got.SubmittedBy)
 	require.JSONEq(t, `{"order":"ord-1001","carrier":"example-post"}`, string(got.Data))
 	require.Len(t, got.Tasks, 2)
-	invariant.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "notify")
 }
 
 // The review queue's three ways out, each recorded with who and why: resend
@@ -130,33 +129,33 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 // with an Idempotency-Key replays.
 func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	t.Parallel()
-	l := newLab(t, nil, e2etest.Options{})
+	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
 	ctx := context.Background()
-	l.prefs(t, "user-0042", map[string]bool{notify.ChannelPush: true})
-	l.push().Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: 3, DropResponse: true})
+	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelPush: true})
+	l.Push().Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: 3, DropResponse: true})
 	var tasks []notify.Task
 	for i := range 3 {
-		n := l.submit(t, event("user-0042", fmt.Sprintf("order:ord-30%02d:shipped", i)))
+		n := l.Submit(t, notify.LabEvent("user-0042", fmt.Sprintf("order:ord-30%02d:shipped", i)))
 		tk := n.Tasks[0]
-		jobs := l.claimAs(t, notify.ChannelPush, "worker-1")
+		jobs := l.ClaimAs(t, notify.ChannelPush, "worker-1")
 		require.Len(t, jobs, 1)
-		require.NoError(t, l.Deps.Jobs.Execute(ctx, jobs[0]))
-		l.dueNow(t, tk.JobID)
-		_, err := l.Deps.Jobs.ResolveUnknown(ctx, 10, 1)
+		require.NoError(t, l.Jobs.Execute(ctx, jobs[0]))
+		l.DueNow(t, tk.JobID)
+		_, err := l.Jobs.ResolveUnknown(ctx, 10, 1)
 		require.NoError(t, err)
 		tasks = append(tasks, tk)
 	}
 	var page notify.ReviewPage
-	l.Do(t, e2etest.Req{Method: "GET", Path: "/notify/review?limit=2", Token: l.admin}).JSON(t, &page)
+	l.Do(t, e2etest.Req{Method: "GET", Path: "/notify/review?limit=2", Token: l.Admin}).JSON(t, &page)
 	require.Len(t, page.Items, 2)
 	require.Equal(t, fmt.Sprint(page.Items[1].Task.ID), page.Next)
 	var last notify.ReviewPage
-	l.Do(t, e2etest.Req{Method: "GET", Path: "/notify/review?limit=2&after=" + page.Next, Token: l.admin}).JSON(t, &last)
+	l.Do(t, e2etest.Req{Method: "GET", Path: "/notify/review?limit=2&after=" + page.Next, Token: l.Admin}).JSON(t, &last)
 	require.Len(t, last.Items, 1)
 	require.Empty(t, last.Next)
 
 	resolve := func(tk notify.Task, action, reason string, headers map[string]string) e2etest.Response {
-		return l.Do(t, e2etest.Req{Method: "POST", Path: fmt.Sprintf("/notify/review/%d/resolve", tk.ID), Token: l.admin,
+		return l.Do(t, e2etest.Req{Method: "POST", Path: fmt.Sprintf("/notify/review/%d/resolve", tk.ID), Token: l.Admin,
 			Headers: headers, Body: notify.ResolveRequest{Action: action, Reason: reason}})
 	}
 	for name, tc := range map[string]struct {
@@ -167,7 +166,7 @@ func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 		"no reason":      {notify.ActionResend, "", "invalid_reason"},
 		"blank reason":   {notify.ActionResend, "   ", "invalid_reason"},
 	} {
-		r := l.Do(t, e2etest.Req{Method: "POST", Path: fmt.Sprintf("/notify/review/%d/resolve", tasks[0].ID), Token: l.admin,
+		r := l.Do(t, e2etest.Req{Method: "POST", Path: fmt.Sprintf("/notify/review/%d/resolve", tasks[0].ID), Token: l.Admin,
 			Body: notify.ResolveRequest{Action: tc.action, Reason: tc.reason}, Invalid: true})
 		require.Equal(t, 422, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, tc.code, r.Code(), name)
@@ -183,10 +182,10 @@ func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	var after notify.Task
 	r.JSON(t, &after)
 	require.Equal(t, notify.TaskQueued, after.State)
-	jobs := l.claimAs(t, notify.ChannelPush, "worker-2")
+	jobs := l.ClaimAs(t, notify.ChannelPush, "worker-2")
 	require.Len(t, jobs, 1)
-	require.NoError(t, l.Deps.Jobs.Execute(ctx, jobs[0]))
-	require.Len(t, l.push().EffectsFor(tasks[0].DeliveryKey), 2, "the person chose a possible duplicate over silence")
+	require.NoError(t, l.Jobs.Execute(ctx, jobs[0]))
+	require.Len(t, l.Push().EffectsFor(tasks[0].DeliveryKey), 2, "the person chose a possible duplicate over silence")
 
 	r = resolve(tasks[1], notify.ActionGiveUp, "promotion expired", nil)
 	require.Equal(t, 200, r.Status, string(r.Body))
@@ -194,7 +193,7 @@ func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	require.Equal(t, 200, r.Status, string(r.Body))
 
 	for i, want := range []string{notify.TaskDelivered, notify.TaskFailed, notify.TaskDelivered} {
-		tk := task(t, l.get(t, tasks[i].NotificationID), notify.ChannelPush)
+		tk := notify.LabTask(t, l.Get(t, tasks[i].NotificationID), notify.ChannelPush)
 		require.Equal(t, want, tk.State, "task %d", i)
 		require.Len(t, tk.Decisions, 1)
 		require.Equal(t, "admin-0001", tk.Decisions[0].DecidedBy)
@@ -202,14 +201,14 @@ func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	r = resolve(tasks[2], notify.ActionResend, "changed my mind", nil)
 	require.Equal(t, 409, r.Status, string(r.Body))
 	require.Equal(t, "not_in_review", r.Code())
-	r = l.Do(t, e2etest.Req{Method: "POST", Path: "/notify/review/999999/resolve", Token: l.admin,
+	r = l.Do(t, e2etest.Req{Method: "POST", Path: "/notify/review/999999/resolve", Token: l.Admin,
 		Body: notify.ResolveRequest{Action: notify.ActionGiveUp, Reason: "x"}})
 	require.Equal(t, 404, r.Status)
 	require.Equal(t, "task_not_found", r.Code())
-	require.Equal(t, 3, l.count(t, `SELECT count(*) FROM notify_review_decision`), "refused decisions leave no record")
+	require.Equal(t, 3, l.Count(t, `SELECT count(*) FROM notify_review_decision`), "refused decisions leave no record")
 	var empty notify.ReviewPage
-	l.Do(t, e2etest.Req{Method: "GET", Path: "/notify/review", Token: l.admin}).JSON(t, &empty)
+	l.Do(t, e2etest.Req{Method: "GET", Path: "/notify/review", Token: l.Admin}).JSON(t, &empty)
 	require.Empty(t, empty.Items, "nothing left to decide")
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -18,19 +17,19 @@ import (
 // triggers that normally refuse them — are each reported.
 func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 	t.Parallel()
-	l := newLab(t, nil, e2etest.Options{})
+	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
 	ctx := context.Background()
-	l.prefs(t, "user-0042", all)
-	n := l.submit(t, event("user-0042", "order:ord-4001:shipped"))
-	l.prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true})
-	jobs, err := l.Deps.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10,
+	l.Prefs(t, "user-0042", notify.AllChannels)
+	n := l.Submit(t, notify.LabEvent("user-0042", "order:ord-4001:shipped"))
+	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true})
+	jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10,
 		Kinds: []string{"notify.email", "notify.sms", "notify.push"}})
 	require.NoError(t, err)
 	for _, j := range jobs {
-		require.NoError(t, l.Deps.Jobs.Execute(ctx, j))
+		require.NoError(t, l.Jobs.Execute(ctx, j))
 	}
-	invariant.Assert(t, l.Pool, "notify")
-	email, push := task(t, l.get(t, n.ID), notify.ChannelEmail), task(t, l.get(t, n.ID), notify.ChannelPush)
+	e2etest.Assert(t, l.Pool, "notify")
+	email, push := notify.LabTask(t, l.Get(t, n.ID), notify.ChannelEmail), notify.LabTask(t, l.Get(t, n.ID), notify.ChannelPush)
 	require.Equal(t, notify.TaskCancelled, push.State)
 
 	for _, sql := range []string{
@@ -53,7 +52,7 @@ func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 		_, err := l.Pool.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
-	results := invariant.Run(ctx, l.Pool, "notify")
+	results := e2etest.Invariants().Run(ctx, l.Pool, "notify")
 	require.Len(t, results, 5)
 	for _, r := range results {
 		require.NoError(t, r.Err, r.ID)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
 )
@@ -33,18 +32,18 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 		t.Skip("soak")
 	}
 	t.Parallel()
-	l := newLab(t, map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}, e2etest.Options{MaxConns: 16})
+	l := notify.StartLab(e2etest.X(t), map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}, e2etest.Options{MaxConns: 16})
 	ctx := context.Background()
 	const users, events, dupEvery, submitters = 100, 2000, 10, 16
 
 	channelSets := []map[string]bool{
-		all,
+		notify.AllChannels,
 		{notify.ChannelEmail: true, notify.ChannelPush: true},
 		{notify.ChannelSMS: true},
 		{notify.ChannelEmail: true, notify.ChannelSMS: true},
 	}
 	for u := range users {
-		l.prefs(t, fmt.Sprintf("user-%04d", 1000+u), channelSets[u%len(channelSets)])
+		l.Prefs(t, fmt.Sprintf("user-%04d", 1000+u), channelSets[u%len(channelSets)])
 	}
 
 	// Intake: every event once, every tenth twice; duplicates must name the
@@ -53,6 +52,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	var next atomic.Int64
 	ids := make([]int64, events)
 	var wg sync.WaitGroup
+	errs := e2etest.NewErrors(submitters)
 	for range submitters {
 		wg.Go(func() {
 			for {
@@ -60,16 +60,28 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 				if i >= events {
 					return
 				}
-				ev := event(fmt.Sprintf("user-%04d", 1000+i%users), fmt.Sprintf("order:ord-%05d:shipped", i))
-				n := l.submit(t, ev)
+				ev := notify.LabEvent(fmt.Sprintf("user-%04d", 1000+i%users), fmt.Sprintf("order:ord-%05d:shipped", i))
+				n, err := l.SubmitErr(ev)
+				if err != nil {
+					errs.Add(err)
+					return
+				}
 				ids[i] = n.ID
 				if i%dupEvery == 0 {
-					require.Equal(t, n.ID, l.submit(t, ev).ID)
+					again, err := l.SubmitErr(ev)
+					if err == nil && again.ID != n.ID {
+						err = fmt.Errorf("duplicate of %s named notification %d, the first %d", ev.EventKey, again.ID, n.ID)
+					}
+					if err != nil {
+						errs.Add(err)
+						return
+					}
 				}
 			}
 		})
 	}
 	wg.Wait()
+	errs.Check(t) // on the test goroutine
 	intake := time.Since(begin)
 
 	// The fault plan, per task, on the task's first call of each kind.
@@ -83,7 +95,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2024, 12))
 	var channel, key string
 	_, err = pgx.ForEachRow(rows, []any{&channel, &key}, func() error {
-		p, srv := plans[channel], l.channels[channel]
+		p, srv := plans[channel], l.Channels[channel]
 		p.tasks++
 		switch r := rng.Float64(); {
 		case r < 0.10:
@@ -107,13 +119,13 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	var run sync.WaitGroup
 	run.Go(func() {
-		_ = l.Deps.Jobs.Work(runCtx, claim.PoolOptions{Workers: 32, Kinds: kinds, PollInterval: 50 * time.Millisecond})
+		_ = l.Jobs.Work(runCtx, claim.PoolOptions{Workers: 32, Kinds: kinds, PollInterval: 50 * time.Millisecond})
 	})
 	run.Go(func() {
-		_ = l.Deps.Jobs.RunRecovery(runCtx, claim.RecoveryOptions{Interval: 100 * time.Millisecond, Concurrency: 4})
+		_ = l.Jobs.RunRecovery(runCtx, claim.RecoveryOptions{Interval: 100 * time.Millisecond, Concurrency: 4})
 	})
 	require.Eventually(t, func() bool {
-		return l.count(t, `SELECT count(*) FROM job WHERE kind = ANY($1) AND state IN ('ready', 'running', 'unknown')`, kinds) == 0
+		return l.Count(t, `SELECT count(*) FROM job WHERE kind = ANY($1) AND state IN ('ready', 'running', 'unknown')`, kinds) == 0
 	}, 2*time.Minute, 50*time.Millisecond, "every task terminal or in review")
 	delivery := time.Since(begin)
 	stop()
@@ -135,7 +147,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	messages := map[string]int{} // per delivery key, from the channels' ledgers
 	for _, ch := range notify.Channels {
 		states[ch.Name] = map[string]int{}
-		for _, e := range l.channels[ch.Name].Effects() {
+		for _, e := range l.Channels[ch.Name].Effects() {
 			messages[e.Reference]++
 		}
 	}
@@ -151,11 +163,11 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 			t.Fatalf("%s %s ended %s", tk.channel, tk.key, tk.state)
 		}
 	}
-	require.Zero(t, l.count(t, `SELECT count(*) FROM notify_attempt WHERE outcome = 'pending'`), "every call has its outcome")
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_attempt WHERE outcome = 'pending'`), "every call has its outcome")
 	for _, ch := range notify.Channels {
-		p, srv, st := plans[ch.Name], l.channels[ch.Name], states[ch.Name]
-		sends := l.count(t, `SELECT count(*) FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id WHERE t.channel = $1 AND a.op = 'send'`, ch.Name)
-		queries := l.count(t, `SELECT count(*) FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id WHERE t.channel = $1 AND a.op = 'query'`, ch.Name)
+		p, srv, st := plans[ch.Name], l.Channels[ch.Name], states[ch.Name]
+		sends := l.Count(t, `SELECT count(*) FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id WHERE t.channel = $1 AND a.op = 'send'`, ch.Name)
+		queries := l.Count(t, `SELECT count(*) FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id WHERE t.channel = $1 AND a.op = 'query'`, ch.Name)
 		require.Equal(t, srv.Requests(fakeprovider.OpCreate), sends, "%s: every send on record (NTF-I3)", ch.Name)
 		require.Equal(t, srv.Requests(fakeprovider.OpQuery), queries, "%s: every query on record (NTF-I3)", ch.Name)
 		switch ch.Name {
@@ -172,7 +184,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 			require.Equal(t, p.drops, st["needs_review"])
 			require.Equal(t, p.tasks+p.errors, sends)
 		}
-		unknown := l.count(t, `SELECT count(*) FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id
+		unknown := l.Count(t, `SELECT count(*) FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id
 			WHERE t.channel = $1 AND a.op = 'send' AND a.outcome = 'unknown'`, ch.Name)
 		require.Equal(t, p.drops, unknown, "%s: every dropped response is an unknown attempt", ch.Name)
 		t.Logf("%-5s tasks %4d  drops %3d  503s %3d  → delivered %4d, review %3d; sends %4d (unknown %3d), queries %3d, messages %4d",
@@ -180,7 +192,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	}
 	t.Logf("%d events (+%d resubmitted) for %d users in %v; %d tasks delivered or in review in %v (32 workers, test cluster, shared machine)",
 		events, (events+dupEvery-1)/dupEvery, users, intake.Round(time.Millisecond), len(tasks), delivery.Round(time.Millisecond))
-	require.Equal(t, events, l.count(t, `SELECT count(*) FROM notify_notification`))
-	invariant.Assert(t, l.Pool, "notify")
-	invariant.Assert(t, l.Pool, "claim")
+	require.Equal(t, events, l.Count(t, `SELECT count(*) FROM notify_notification`))
+	e2etest.Assert(t, l.Pool, "notify")
+	e2etest.Assert(t, l.Pool, "claim")
 }

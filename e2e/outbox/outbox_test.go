@@ -1,11 +1,9 @@
 package outbox_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os/exec"
 	"strings"
 	"sync"
@@ -18,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -26,49 +23,12 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-// worker is a `fencelab worker` OS process running the demo consumer.
-type worker struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	done  chan struct{} // closed when the process has exited
-	err   error         // its exit status, valid after done
-}
-
-func startWorker(t *testing.T, bin, dbURL string) *worker {
+// startWorker runs `fencelab worker --start-gate` with the demo consumer
+// and waits until it is at its gate.
+func startWorker(t *testing.T, dbURL string) *e2etest.Child {
 	t.Helper()
-	cmd := exec.Command(bin, "worker", "--start-gate")
-	cmd.Env = e2etest.ChildEnv(dbURL, "FENCELAB_OUTBOX_DEMO=1")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	w := &worker{cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			w.lines <- sc.Text()
-		}
-		close(w.lines)
-		w.err = cmd.Wait()
-		close(w.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-w.done
-		if t.Failed() {
-			t.Logf("worker %d stderr:\n%s", cmd.Process.Pid, stderr.String())
-		}
-	})
-	select {
-	case line := <-w.lines:
-		require.Equal(t, "READY", line)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("worker %d did not print READY", cmd.Process.Pid)
-	}
+	w := e2etest.StartChild(t, "worker", e2etest.ChildEnv(dbURL, "FENCELAB_OUTBOX_DEMO=1"), "worker", "--start-gate")
+	require.Equal(t, "READY", w.Line(t, 30*time.Second))
 	return w
 }
 
@@ -128,15 +88,13 @@ func TestOutboxTwoConsumerProcesses(t *testing.T) {
 	t.Parallel()
 	a := e2etest.Start(t, e2etest.Options{})
 	ctx := context.Background()
-	bin := e2etest.Binary(t)
-	workers := map[int]*worker{}
+	workers := map[int]*e2etest.Child{}
 	for range 2 {
-		w := startWorker(t, bin, a.DBURL)
-		workers[w.cmd.Process.Pid] = w
+		w := startWorker(t, a.DBURL)
+		workers[w.Pid()] = w
 	}
 	for _, w := range workers {
-		_, err := io.WriteString(w.stdin, "\n") // open both start gates
-		require.NoError(t, err)
+		w.Send(t) // open both start gates
 	}
 
 	appendRounds(t, a.Pool, 1, 50)
@@ -151,8 +109,7 @@ func TestOutboxTwoConsumerProcesses(t *testing.T) {
 	_, err := fmt.Sscanf(strings.Split(owner, ":")[1], "%d", &victim)
 	require.NoError(t, err)
 	require.Contains(t, workers, victim, "the lease holder is one of our workers")
-	require.NoError(t, workers[victim].cmd.Process.Signal(syscall.SIGKILL))
-	<-workers[victim].done
+	workers[victim].Kill9(t)
 	killedAt := effects(t, a.Pool)
 	_, err = a.Pool.Exec(ctx, `UPDATE outbox_consumer SET lease_until = now() WHERE name = $1 AND owner = $2`,
 		outbox.DemoConsumerName, owner)
@@ -164,9 +121,8 @@ func TestOutboxTwoConsumerProcesses(t *testing.T) {
 	// Let the survivor stop gracefully (it releases its lease).
 	for pid, w := range workers {
 		if pid != victim {
-			require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-			<-w.done
-			require.NoError(t, w.err, "graceful stop")
+			require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, w.Wait(t, e2etest.DefaultWait), "graceful stop")
 		}
 	}
 
@@ -202,7 +158,7 @@ func TestOutboxTwoConsumerProcesses(t *testing.T) {
 	require.Zero(t, wrongCount)
 	require.Equal(t, 2, owners, "both processes applied part of the stream")
 	require.Greater(t, fence2, fence1)
-	invariant.Assert(t, a.Pool, "outbox")
+	e2etest.Assert(t, a.Pool, "outbox")
 }
 
 // The consumer table is an admin view; its lag is also a metric.
@@ -238,5 +194,5 @@ func TestOutboxConsumersEndpointIsAdminOnly(t *testing.T) {
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "ok    OUTBOX-I2")
 	require.Regexp(t, `outbox\.demo\s+outbox\.demo\s+\(0,0\)\s+0\s+100\s`, string(out))
-	invariant.Assert(t, a.Pool, "outbox")
+	e2etest.Assert(t, a.Pool, "outbox")
 }

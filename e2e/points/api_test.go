@@ -12,7 +12,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/points"
 )
@@ -95,7 +94,7 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 	again := l.debit(t, tok, "acct-0042", key, 5000)
 	require.Equal(t, "true", again.Header.Get(idem.ReplayedHeader))
 	require.Equal(t, string(r.Body), string(again.Body))
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 func postTo(id, kind, tok string) e2etest.Req {
@@ -160,7 +159,7 @@ func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 	require.Equal(t, "no-store", get(tok, "acct-0042").Header.Get("Cache-Control"))
 	sys := l.account(t, points.IssuanceAccount)
 	require.Equal(t, points.KindSystem, sys.Kind)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // History is keyset-paginated, newest first, with an opaque cursor: pages
@@ -228,7 +227,7 @@ func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 	require.Equal(t, "forbidden", r.Code())
 	_, r = page(l.admin, "?limit=1")
 	require.Equal(t, http.StatusOK, r.Status)
-	invariant.Assert(t, l.Pool, "points")
+	e2etest.Assert(t, l.Pool, "points")
 }
 
 // A repair that runs while a debit holds the account's row lock waits for
@@ -247,31 +246,22 @@ func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 	key := newKey()
 	gate := l.Faults.Pause(idem.PointBeforeFinish, key)
 	t.Cleanup(gate.Release)
-	debited := make(chan e2etest.Response, 1)
-	go func() { debited <- l.debit(t, tok, "acct-0042", key, 30) }()
+	debited := l.debitAsync(tok, "acct-0042", key, 30)
 	<-gate.Reached() // the debit's UPDATE ran: the row is locked, its entries are uncommitted
 
-	repaired := make(chan e2etest.Response, 1)
-	go func() {
-		repaired <- l.Do(t, e2etest.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.admin})
-	}()
-	require.Eventually(t, func() bool { // the repair is waiting for the row lock
-		var waiting bool
-		_ = l.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%')`).Scan(&waiting)
-		return waiting
-	}, 30*time.Second, 5*time.Millisecond)
+	repaired := l.Go(e2etest.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.admin})
+	e2etest.WaitForLockWaiters(t, l.Pool, "FOR UPDATE", 1) // the repair is waiting for the row lock
 	gate.Release()
 
-	require.Equal(t, http.StatusCreated, (<-debited).Status)
-	r := <-repaired
+	require.Equal(t, http.StatusCreated, debited.Wait(t).Status)
+	r := repaired.Wait(t)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	var rep points.RecomputeReport
 	r.JSON(t, &rep)
 	require.Equal(t, []points.Drift{{AccountID: "acct-0042", Kind: "user", Stored: 975, FromEntries: 970, Drift: 5,
 		Repaired: true, RepairID: rep.Accounts[0].RepairID}}, rep.Accounts)
 	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // Debits and grants on the same accounts from many clients at once never
@@ -314,7 +304,7 @@ func TestDebitsAndGrantsOnOneHotAccountDoNotDeadlock(t *testing.T) {
 		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, s, "%v (a deadlock would be a 503 retry)", statuses)
 	}
 	require.Positive(t, statuses[http.StatusCreated])
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // The demo seed is idempotent: run twice, two accounts with one welcome
@@ -336,7 +326,7 @@ func TestSeedIsIdempotent(t *testing.T) {
 	}
 	require.Equal(t, 1, l.txnsOf(t, points.SeedClient, "welcome-acct-0042"))
 	require.EqualValues(t, 2, l.ledger(t).Txns)
-	invariant.Assert(t, l.Pool, "points")
+	e2etest.Assert(t, l.Pool, "points")
 }
 
 // PTS-I5: the ledger refuses rewrites, and the check notices a disabled
@@ -357,13 +347,13 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 		_, err := l.Pool.Exec(ctx, sql)
 		require.ErrorContains(t, err, "append-only", sql)
 	}
-	invariant.Assert(t, l.Pool, "points")
+	e2etest.Assert(t, l.Pool, "points")
 
 	_, err := l.Pool.Exec(ctx, `ALTER TABLE points_ledger_entry DISABLE TRIGGER points_append_only`)
 	require.NoError(t, err)
 	_, err = l.Pool.Exec(ctx, `UPDATE points_ledger_entry SET amount = amount WHERE account_id = 'acct-0042'`)
 	require.NoError(t, err)
-	res := invariant.Run(ctx, l.Pool, "PTS-I5")
+	res := e2etest.Invariants().Run(ctx, l.Pool, "PTS-I5")
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
 	require.ElementsMatch(t, [][]any{
@@ -401,5 +391,5 @@ func TestKeyReusedAfterItsRecordIsPurgedMakesNoSecondTransaction(t *testing.T) {
 	require.Equal(t, before, l.ledger(t), "nothing written")
 	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
 	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }

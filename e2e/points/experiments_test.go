@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/points"
 )
@@ -73,7 +72,7 @@ func TestPTS02LostResponseRetryIsReplayedNotDebitedTwice(t *testing.T) {
 	require.Equal(t, r.Body, again.Body)
 	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
 	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // PTS-03: the same key with a different amount is another request: 422
@@ -104,7 +103,7 @@ func TestPTS03SameKeyOtherAmountIsRefusedAndWritesNothing(t *testing.T) {
 
 	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
 	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // PTS-04: the same key sent twice at once. Timeline first: the first
@@ -174,7 +173,7 @@ func TestPTS04SameKeyConcurrentlyMakesOneTransaction(t *testing.T) {
 	})
 
 	require.EqualValues(t, 1000-2*30, l.account(t, "acct-0042").Balance)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
 // PTS-05: code corrupts a balance column. PTS-I4 reports exactly that
@@ -188,7 +187,7 @@ func TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger(t *testing.T) {
 	l.openAccount(t, "acct-0043", "user-0043", 500)
 	tok := l.user(t, "user-0042")
 	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", newKey(), 30).Status)
-	invariant.Assert(t, l.Pool, "points")
+	e2etest.Assert(t, l.Pool, "points")
 
 	// The bug: some code adds 29 points behind the ledger's back, and
 	// another one loses 7 on the system side.
@@ -198,7 +197,7 @@ func TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger(t *testing.T) {
 	_, err = l.Pool.Exec(ctx, `UPDATE points_system_shard SET balance = balance - 7 WHERE account_id = 'sys:redemption' AND shard = 5`)
 	require.NoError(t, err)
 
-	res := invariant.Run(ctx, l.Pool, "PTS-I4")
+	res := e2etest.Invariants().Run(ctx, l.Pool, "PTS-I4")
 	require.Len(t, res, 1)
 	require.NoError(t, res[0].Err)
 	require.Equal(t, []string{"account", "kind", "stored", "from_entries", "drift"}, res[0].Columns)
@@ -273,7 +272,7 @@ func TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger(t *testing.T) {
 	cmd.Env = e2etest.ChildEnv(l.DBURL)
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	invariant.Assert(t, l.Pool, "points")
+	e2etest.Assert(t, l.Pool, "points")
 }
 
 func jsonOf(v ...any) string {
@@ -365,5 +364,5 @@ func TestPTS06InterleavedGrantsAndDebitsKeepTheBooksBalanced(t *testing.T) {
 	require.Equal(t, debited, redemption.Balance)
 	require.Zero(t, users+issuance.Balance+redemption.Balance, "the system accounts balance the user accounts")
 	l.requireOneEventPerTxn(t)
-	invariant.Assert(t, l.Pool, "points", "idem")
+	e2etest.Assert(t, l.Pool, "points", "idem")
 }

@@ -67,6 +67,14 @@ func (l *lab) debit(t *testing.T, tok, id, key string, amount int64) e2etest.Res
 	return r
 }
 
+// debitAsync sends a debit on its own goroutine (Wait checks it on the
+// test goroutine).
+func (l *lab) debitAsync(tok, id, key string, amount int64) *e2etest.Async[e2etest.Response] {
+	return e2etest.Go(func() (e2etest.Response, error) {
+		return l.posting(context.Background(), "debits", tok, id, key, amount, "prize-17")
+	})
+}
+
 func (l *lab) grant(t *testing.T, tok, id, key string, amount int64, reason string) e2etest.Response {
 	t.Helper()
 	r, err := l.posting(context.Background(), "grants", tok, id, key, amount, reason)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/shortlink"
 )
@@ -19,49 +18,49 @@ import (
 // counted in the owner's stats.
 func TestCreateFollowRevokeAndCountTheClick(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{tasks: true, settings: map[string]string{shortlink.EnvClickInterval: "10ms", shortlink.EnvStatsTimeout: "5s"}})
-	tok := userToken(t, a, "user-0042")
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{Tasks: true, Settings: map[string]string{shortlink.EnvClickInterval: "10ms", shortlink.EnvStatsTimeout: "5s"}})
+	tok := a.UserToken(t, "user-0042")
 
-	l := mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://book.example.test/ch/9?x=1#top"})
+	l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://book.example.test/ch/9?x=1#top"})
 	require.Len(t, l.Code, shortlink.RandomCodeLen)
 	require.Equal(t, "user-0042", l.Owner)
 	require.Equal(t, shortlink.StateLive, l.State)
 	require.False(t, l.Custom)
 	require.True(t, strings.HasSuffix(l.ShortURL, "/s/"+l.Code), l.ShortURL)
 
-	r := visit(t, a, l.Code)
+	r := a.Visit(t, l.Code)
 	require.Equal(t, http.StatusFound, r.Status)
 	require.Equal(t, "https://book.example.test/ch/9?x=1#top", r.Header.Get("Location"))
 
-	require.Eventually(t, func() bool { return stats(t, a, tok, l.Code).Clicks == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return a.Stats(t, tok, l.Code).Clicks == 1 }, 10*time.Second, 10*time.Millisecond)
 
-	r = revoke(t, a, tok, l.Code)
+	r = a.Revoke(t, tok, l.Code)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	var revoked shortlink.Link
 	r.JSON(t, &revoked)
 	require.Equal(t, shortlink.StateRevoked, revoked.State)
 	require.NotNil(t, revoked.RevokedAt)
 
-	r = visit(t, a, l.Code)
+	r = a.Visit(t, l.Code)
 	require.Equal(t, http.StatusGone, r.Status)
 	require.Equal(t, "link_revoked", r.Code())
 
 	// Revoking again changes nothing: the first revocation time stands.
 	var again shortlink.Link
-	r = revoke(t, a, tok, l.Code)
+	r = a.Revoke(t, tok, l.Code)
 	require.Equal(t, http.StatusOK, r.Status)
 	r.JSON(t, &again)
 	require.True(t, revoked.RevokedAt.Equal(*again.RevokedAt))
 
-	st := stats(t, a, tok, l.Code)
+	st := a.Stats(t, tok, l.Code)
 	require.Equal(t, shortlink.Stats{Code: l.Code, Clicks: 1, Dropped: 0}, st)
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 func TestTargetURLRules(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{})
-	tok := userToken(t, a, "user-0042")
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	tok := a.UserToken(t, "user-0042")
 	bad := map[string]string{
 		"empty":              "",
 		"javascript":         "javascript:alert(1)",
@@ -87,7 +86,7 @@ func TestTargetURLRules(t *testing.T) {
 		"too long":           "https://example.test/" + strings.Repeat("a", shortlink.MaxTargetLen),
 	}
 	for name, target := range bad {
-		r := create(t, a.BadInput(), tok, map[string]any{"target": target}) // bad input on purpose: only the answer is checked
+		r := a.BadInput().Create(t, tok, map[string]any{"target": target})
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, "invalid_target", r.Code(), name)
 	}
@@ -99,21 +98,21 @@ func TestTargetURLRules(t *testing.T) {
 		"https://example.test/" + strings.Repeat("a", shortlink.MaxTargetLen-len("https://example.test/")),
 	}
 	for _, target := range good {
-		l := mustCreate(t, a, tok, shortlink.CreateRequest{Target: target})
-		r := visit(t, a, l.Code)
+		l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: target})
+		r := a.Visit(t, l.Code)
 		require.Equal(t, http.StatusFound, r.Status)
 		require.Equal(t, target, r.Header.Get("Location"), "the Location is the target as given")
 	}
 	var n int
 	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT count(*) FROM shortlink_links`).Scan(&n))
 	require.Equal(t, len(good), n, "no refused target was stored")
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 func TestAliasRules(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{})
-	tok := userToken(t, a, "user-0042")
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	tok := a.UserToken(t, "user-0042")
 	target := "https://example.test/"
 	for alias, code := range map[string]string{
 		"ab":                     "invalid_alias", // too short
@@ -128,59 +127,59 @@ func TestAliasRules(t *testing.T) {
 		"shortlink":              "alias_reserved",
 		"emoji-\U0001F600-alias": "invalid_alias",
 	} {
-		r := create(t, a.BadInput(), tok, shortlink.CreateRequest{Target: target, Alias: alias}) // bad input on purpose
+		r := a.BadInput().Create(t, tok, shortlink.CreateRequest{Target: target, Alias: alias})
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%q: %s", alias, r.Body)
 		require.Equal(t, code, r.Code(), alias)
 	}
 	for _, alias := range []string{"abc", strings.Repeat("Z", 64), "spring_sale-2026", "A-b_9"} {
-		l := mustCreate(t, a, tok, shortlink.CreateRequest{Target: target, Alias: alias})
+		l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: target, Alias: alias})
 		require.Equal(t, alias, l.Code)
 		require.True(t, l.Custom)
-		require.Equal(t, http.StatusFound, visit(t, a, alias).Status)
+		require.Equal(t, http.StatusFound, a.Visit(t, alias).Status)
 	}
 	// Aliases are case-sensitive codes: "abc" and "ABC" are two links.
-	require.Equal(t, http.StatusNotFound, visit(t, a, "ABC").Status)
+	require.Equal(t, http.StatusNotFound, a.Visit(t, "ABC").Status)
 
 	// Malformed bodies are the client's mistake, never a 500.
 	for _, body := range []string{`{"target": 1}`, `{"target":"https://example.test/","extra":true}`, `not json`,
 		`{"target":"https://example.test/","expires_at":"tomorrow"}`} {
-		r := create(t, a.BadInput(), tok, body)
+		r := a.BadInput().Create(t, tok, body)
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", body, r.Body)
 	}
 	past := time.Now().Add(-time.Minute)
-	r := create(t, a, tok, shortlink.CreateRequest{Target: target, ExpiresAt: &past})
+	r := a.Create(t, tok, shortlink.CreateRequest{Target: target, ExpiresAt: &past})
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status)
 	require.Equal(t, "invalid_expiry", r.Code())
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // Only the owner revokes, reads or counts a link; anyone may follow it.
 func TestOnlyTheOwnerMayRevokeReadOrCount(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{})
-	owner, other := userToken(t, a, "user-0042"), userToken(t, a, "user-0043")
-	l := mustCreate(t, a, owner, shortlink.CreateRequest{Target: "https://example.test/mine", Alias: "mine"})
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	owner, other := a.UserToken(t, "user-0042"), a.UserToken(t, "user-0043")
+	l := a.MustCreate(t, owner, shortlink.CreateRequest{Target: "https://example.test/mine", Alias: "mine"})
 
-	r := revoke(t, a, other, "mine")
+	r := a.Revoke(t, other, "mine")
 	require.Equal(t, http.StatusForbidden, r.Status, string(r.Body))
 	require.Equal(t, "forbidden", r.Code())
 	for _, path := range []string{"/shortlink/links/mine", "/shortlink/links/mine/stats"} {
 		require.Equal(t, http.StatusForbidden, a.Do(t, e2etest.Req{Method: "GET", Path: path, Token: other}).Status, path)
 		require.Equal(t, http.StatusUnauthorized, a.Do(t, e2etest.Req{Method: "GET", Path: path}).Status, path)
 	}
-	require.Equal(t, http.StatusUnauthorized, revoke(t, a, "", "mine").Status)
-	require.Equal(t, http.StatusNotFound, revoke(t, a, owner, "nosuchcode").Status)
+	require.Equal(t, http.StatusUnauthorized, a.Revoke(t, "", "mine").Status)
+	require.Equal(t, http.StatusNotFound, a.Revoke(t, owner, "nosuchcode").Status)
 
 	var revokedAt *time.Time
 	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT revoked_at FROM shortlink_links WHERE code = $1`, l.Code).Scan(&revokedAt))
 	require.Nil(t, revokedAt, "the refused revoke changed nothing")
-	require.Equal(t, http.StatusFound, visit(t, a, "mine").Status)
+	require.Equal(t, http.StatusFound, a.Visit(t, "mine").Status)
 
 	// An admin may take a link down (abuse), as everywhere in Fencelab.
 	admin := a.Token(t, "admin-0001", httpx.RoleAdmin)
-	require.Equal(t, http.StatusOK, revoke(t, a, admin, "mine").Status)
-	require.Equal(t, http.StatusGone, visit(t, a, "mine").Status)
-	invariant.Assert(t, a.Pool, "shortlink")
+	require.Equal(t, http.StatusOK, a.Revoke(t, admin, "mine").Status)
+	require.Equal(t, http.StatusGone, a.Visit(t, "mine").Status)
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // 404 for unknown and malformed codes, 410 for expired links; an unknown
@@ -188,15 +187,15 @@ func TestOnlyTheOwnerMayRevokeReadOrCount(t *testing.T) {
 // created it (the cached "unknown" is dropped).
 func TestUnknownExpiredAndLaterCreatedCodes(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{})
-	tok := userToken(t, a, "user-0042")
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	tok := a.UserToken(t, "user-0042")
 	for _, code := range []string{"later", "x", strings.Repeat("a", 65), "bad.code", "%2e%2e"} {
-		r := visit(t, a.BadInput(), code) // mostly codes no link can have: only the answer is checked
+		r := a.BadInput().Visit(t, code) // mostly codes no link can have
 		require.Equal(t, http.StatusNotFound, r.Status, code)
 	}
-	require.Equal(t, "link_not_found", visit(t, a, "later").Code())
-	mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/later", Alias: "later"})
-	require.Equal(t, http.StatusFound, visit(t, a, "later").Status)
+	require.Equal(t, "link_not_found", a.Visit(t, "later").Code())
+	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/later", Alias: "later"})
+	require.Equal(t, http.StatusFound, a.Visit(t, "later").Status)
 
 	// A link that expired a minute ago, stored as creation stores it.
 	_, err := a.Pool.Exec(context.Background(), `
@@ -206,7 +205,7 @@ WITH link AS (
     RETURNING code, target, owner, created_at)
 INSERT INTO shortlink_creations (code, target, owner, created_at) SELECT * FROM link`)
 	require.NoError(t, err)
-	r := visit(t, a, "gone")
+	r := a.Visit(t, "gone")
 	require.Equal(t, http.StatusGone, r.Status)
 	require.Equal(t, "link_expired", r.Code())
 	var l shortlink.Link
@@ -214,19 +213,19 @@ INSERT INTO shortlink_creations (code, target, owner, created_at) SELECT * FROM 
 	require.Equal(t, shortlink.StateExpired, l.State)
 
 	future := time.Now().Add(time.Hour)
-	mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/soon", Alias: "soon", ExpiresAt: &future})
-	require.Equal(t, http.StatusFound, visit(t, a, "soon").Status)
-	invariant.Assert(t, a.Pool, "shortlink")
+	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/soon", Alias: "soon", ExpiresAt: &future})
+	require.Equal(t, http.StatusFound, a.Visit(t, "soon").Status)
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // The database refuses what the service never does: changing a target,
 // un-revoking, deleting a code, rewriting the creation record (SL-I1).
 func TestTheSchemaRefusesToOverwriteALink(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{})
-	tok := userToken(t, a, "user-0042")
-	mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/fixed", Alias: "fixed"})
-	require.Equal(t, http.StatusOK, revoke(t, a, tok, "fixed").Status)
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	tok := a.UserToken(t, "user-0042")
+	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/fixed", Alias: "fixed"})
+	require.Equal(t, http.StatusOK, a.Revoke(t, tok, "fixed").Status)
 	ctx := context.Background()
 	for _, sql := range []string{
 		`UPDATE shortlink_links SET target = 'https://evil.example.test/' WHERE code = 'fixed'`,
@@ -239,23 +238,19 @@ func TestTheSchemaRefusesToOverwriteALink(t *testing.T) {
 		_, err := a.Pool.Exec(ctx, sql)
 		require.Error(t, err, sql)
 	}
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // `fencelab dev` seeds a demo link; seeding twice is harmless.
 func TestSeedCreatesTheDemoLinkOnce(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{})
-	for _, m := range a.Mods {
-		if m.Name == "shortlink" {
-			require.NoError(t, m.Seed(context.Background()))
-			require.NoError(t, m.Seed(context.Background()))
-		}
-	}
-	r := visit(t, a, shortlink.DemoCode)
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	require.NoError(t, a.Seed(context.Background(), "shortlink"))
+	require.NoError(t, a.Seed(context.Background(), "shortlink"))
+	r := a.Visit(t, shortlink.DemoCode)
 	require.Equal(t, http.StatusFound, r.Status)
 	require.Contains(t, r.Header.Get("Location"), "example.test")
-	invariant.Assert(t, a.Pool, "shortlink")
+	e2etest.Assert(t, a.Pool, "shortlink")
 }
 
 // The SQL invariants are not vacuous: each one reports rows broken by hand
@@ -281,10 +276,10 @@ func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
 	} {
 		t.Run(id, func(t *testing.T) {
 			t.Parallel()
-			a := start(t, opts{})
-			tok := userToken(t, a, "user-0042")
+			a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+			tok := a.UserToken(t, "user-0042")
 			future := time.Now().Add(time.Hour)
-			mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/inv", Alias: "inv", ExpiresAt: &future})
+			a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/inv", Alias: "inv", ExpiresAt: &future})
 			require.Len(t, failing(ctx, a), 0)
 			for _, sql := range breakIt {
 				_, err := a.Pool.Exec(ctx, sql)
@@ -296,9 +291,9 @@ func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
 }
 
 // failing lists the shortlink invariants that do not hold.
-func failing(ctx context.Context, a *e2etest.App) []string {
+func failing(ctx context.Context, a *shortlink.Lab) []string {
 	var ids []string
-	for _, r := range invariant.Run(ctx, a.Pool, "shortlink") {
+	for _, r := range e2etest.Invariants().Run(ctx, a.Pool, "shortlink") {
 		if !r.Holds() {
 			ids = append(ids, r.ID)
 		}
@@ -311,11 +306,11 @@ func failing(ctx context.Context, a *e2etest.App) []string {
 // the TTL — while links already cached keep redirecting.
 func TestRedirectAnswers503WhenTheLinkStoreDoesNotAnswerInTime(t *testing.T) {
 	t.Parallel()
-	a := start(t, opts{settings: map[string]string{shortlink.EnvCacheTTL: "1h", shortlink.EnvLookupTimeout: "100ms"}})
-	tok := userToken(t, a, "user-0042")
-	mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/warm", Alias: "warm"})
-	mustCreate(t, a, tok, shortlink.CreateRequest{Target: "https://example.test/cold", Alias: "cold"})
-	require.Equal(t, http.StatusFound, visit(t, a, "warm").Status)
+	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{Settings: map[string]string{shortlink.EnvCacheTTL: "1h", shortlink.EnvLookupTimeout: "100ms"}})
+	tok := a.UserToken(t, "user-0042")
+	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/warm", Alias: "warm"})
+	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/cold", Alias: "cold"})
+	require.Equal(t, http.StatusFound, a.Visit(t, "warm").Status)
 
 	ctx := context.Background()
 	locker, err := a.Pool.Begin(ctx)
@@ -324,13 +319,13 @@ func TestRedirectAnswers503WhenTheLinkStoreDoesNotAnswerInTime(t *testing.T) {
 	_, err = locker.Exec(ctx, `LOCK TABLE shortlink_links IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 
-	r := visit(t, a, "cold")
+	r := a.Visit(t, "cold")
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 	require.Equal(t, "lookup_unavailable", r.Code())
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
-	require.Equal(t, http.StatusFound, visit(t, a, "warm").Status, "a cached answer younger than the TTL is still served")
+	require.Equal(t, http.StatusFound, a.Visit(t, "warm").Status, "a cached answer younger than the TTL is still served")
 
 	require.NoError(t, locker.Rollback(ctx))
-	require.Equal(t, http.StatusFound, visit(t, a, "cold").Status)
-	invariant.Assert(t, a.Pool, "shortlink")
+	require.Equal(t, http.StatusFound, a.Visit(t, "cold").Status)
+	e2etest.Assert(t, a.Pool, "shortlink")
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -105,7 +104,7 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 	requireStatus(t, e.badCall(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=bm90LWEtY3Vyc29y", nil), http.StatusBadRequest, "invalid_cursor")
 	requireStatus(t, e.call(t, "user-c", "GET", "/social/views", nil), http.StatusForbidden, "forbidden")
 	e.catchUp(t)
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestRELAPIListsCountsTimelineAndLag walks the HTTP API: follows,
@@ -247,5 +246,5 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 		require.Contains(t, string(body), m)
 	}
 	e.catchUp(t)
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }

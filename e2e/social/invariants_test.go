@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -23,7 +23,7 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 	e.do(t, rel.OpFollow, "user-a", "user-b")
 	e.do(t, rel.OpFollow, "user-c", "user-b")
 	e.catchUp(t)
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -59,13 +59,13 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 				_, err := tx.Exec(ctx, sql)
 				require.NoError(t, err, c.name)
 			}
-			res := invariant.Run(ctx, tx, c.id)
+			res := e2etest.Invariants().Run(ctx, tx, c.id)
 			require.Len(t, res, 1)
 			require.NoError(t, res[0].Err, c.name)
 			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
 		}()
 	}
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow: the guard trigger
@@ -87,7 +87,7 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 		require.Error(t, err, sql)
 	}
 	require.EqualValues(t, 1, truth(t, e.a.Pool)[pair{"user-a", "user-b"}].Version)
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestRELReadablePostsIsInlined: social_readable_posts is a SQL function

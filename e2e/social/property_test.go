@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -219,7 +219,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 		if step%25 == 24 {
 			deliverSome(false)
 			// Mid-stream: never ahead of the truth, never a block with a follow.
-			invariant.Assert(t, e.a.Pool, "REL-I1", "REL-I2", "REL-I3")
+			e2etest.Assert(t, e.a.Pool, "REL-I1", "REL-I2", "REL-I3")
 		}
 	}
 	deliverSome(true)
@@ -264,7 +264,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 	for _, v := range rel.Views {
 		require.Equal(t, expectedView(tr, v), readView(t, e.a.Pool, v), "seed %d: view %s after replay", seed, v.Name)
 	}
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 	if t.Failed() {
 		return
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -31,7 +31,12 @@ func (e *env) httpOp(t *testing.T, sub string, op rel.Op, other string) opRespon
 		path = fmt.Sprintf("/social/requests/%s/%s", other, op)
 	}
 	// Called from racing goroutines: report with Errorf, never FailNow.
-	resp, err := e.a.Send(context.Background(), e2etest.Req{Method: "POST", Path: path, Token: e.token(t, sub)})
+	tok, err := e.a.Deps.Auth.Mint(sub, httpx.RoleUser, time.Hour)
+	if err != nil {
+		t.Errorf("%s %s: token: %v", op, other, err)
+		return opResponse{}
+	}
+	resp, err := e.a.Send(context.Background(), e2etest.Req{Method: "POST", Path: path, Token: tok})
 	if err != nil {
 		t.Errorf("%s %s: %v", op, other, err)
 		return opResponse{}
@@ -43,25 +48,6 @@ func (e *env) httpOp(t *testing.T, sub string, op rel.Op, other string) opRespon
 		}
 	}
 	return out
-}
-
-// waitForLockWaiter waits until a backend of this database waits for a
-// row lock: the observable state "the second operation is queued behind
-// the first", not a guessed duration.
-func (e *env) waitForLockWaiter(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		require.NoError(t, e.a.Pool.QueryRow(context.Background(), `
-SELECT count(*) FROM pg_stat_activity
- WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n))
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no operation ever waited for the pair's lock")
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState: two
@@ -83,7 +69,7 @@ func TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(t *testing.
 	<-gate.Reached()
 	second := make(chan opResponse, 1)
 	go func() { second <- e.httpOp(t, "user-a", rel.OpFollow, "user-b") }()
-	e.waitForLockWaiter(t)
+	e2etest.WaitForLockWaiters(t, e.a.Pool, "", 1) // the second operation is queued behind the first
 	select {
 	case r := <-second:
 		t.Fatalf("second follow finished while the first held the pair's lock: %+v", r)
@@ -147,7 +133,7 @@ func TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(t *testing.
 	for _, v := range rel.Views {
 		require.Equal(t, expectedView(truth(t, e.a.Pool), v), readView(t, e.a.Pool, v), v.Name)
 	}
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // randomOps runs n random operations among users, ignoring refusals
@@ -207,7 +193,7 @@ func TestREL02ShuffledDuplicatedDeliveryGivesTheInOrderView(t *testing.T) {
 		deliver(t, e.a.Pool, rel.FollowersView, shuffledWithDuplicates(rng, evs), func() int { return 1 + rng.IntN(40) })
 		require.Equal(t, inOrder, readView(t, e.a.Pool, rel.FollowersView), "seed %d, round %d", seed, round)
 	}
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestREL03BlockRevokesReadsTheMomentItCommits: (1) a block while a
@@ -276,12 +262,12 @@ func TestREL03BlockRevokesReadsTheMomentItCommits(t *testing.T) {
 	require.True(t, readView(t, e.a.Pool, rel.FollowersView).Rows[pair{"user-a", "user-ownerp"}].Active, "the view is stale")
 	require.True(t, readView(t, e.a.Pool, rel.FollowingView).Rows[pair{"user-a", "user-ownerp"}].Active, "the view is stale")
 	// REL-I4 holds meanwhile: the disagreement is covered by a pending event.
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 
 	e.catchUp(t)
 	require.False(t, readView(t, e.a.Pool, rel.FollowersView).Rows[pair{"user-a", "user-ownerp"}].Active)
 	requireStatus(t, e.read(t, "user-a", followersOnly.PostID), http.StatusForbidden, "forbidden")
-	invariant.Assert(t, e.a.Pool, "social")
+	e2etest.Assert(t, e.a.Pool, "social")
 }
 
 // TestREL04ResetOffsetAndReplayDoesNotResurrect: follows that ended
@@ -361,7 +347,7 @@ func TestREL04ResetOffsetAndReplayDoesNotResurrect(t *testing.T) {
 		for _, v := range rel.Views {
 			require.Equal(t, want[v.Name], readView(t, e.a.Pool, v), "%s: %s", step.name, v.Name)
 		}
-		invariant.Assert(t, e.a.Pool, "social")
+		e2etest.Assert(t, e.a.Pool, "social")
 	}
 	requireStatus(t, e.read(t, "user-d", e.post(t, "user-cp", rel.Public).PostID), http.StatusForbidden, "forbidden")
 }

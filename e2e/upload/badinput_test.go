@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/upload"
 )
@@ -163,7 +162,7 @@ func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 	})
 
 	l.nothingReferenced(t, digest)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // A chunk whose range is being written (here: locked by the test, as a
@@ -191,7 +190,7 @@ func TestChunkBeingWrittenElsewhereIs409InProgress(t *testing.T) {
 	require.Equal(t, http.StatusCreated, l.put(t, l.alice, s.ID, 1, parts[1], nil).Status)
 	require.Equal(t, http.StatusCreated, l.put(t, l.alice, s.ID, 2, parts[2], nil).Status)
 	require.Equal(t, http.StatusOK, l.complete(t, l.alice, s.ID).Status)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // The empty file is one empty chunk.
@@ -204,5 +203,5 @@ func TestEmptyFileUploads(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status)
 	require.Empty(t, r.Body)
 	require.Equal(t, `"`+sha(nil)+`"`, r.Header.Get("ETag"))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }

@@ -6,6 +6,7 @@ package upload_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/upload"
 )
@@ -50,10 +50,15 @@ func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T)
 	results := make(chan sent, 2*len(parts))
 	next := make(chan int)
 	var wg sync.WaitGroup
+	errs := e2etest.NewErrors(len(parts))
 	for range 4 {
 		wg.Go(func() {
 			for n := range next {
-				r := l.put(t, l.alice, s.ID, n, parts[n], nil)
+				r, err := l.Send(context.Background(), putReq(l.alice, s.ID, n, parts[n], nil))
+				if err != nil {
+					errs.Add(fmt.Errorf("chunk %d: %w", n, err))
+					continue
+				}
 				results <- sent{n, r.Status, string(r.Body)}
 			}
 		})
@@ -63,6 +68,7 @@ func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T)
 	}
 	close(next)
 	wg.Wait()
+	errs.Check(t)                            // on the test goroutine
 	for _, n := range rng.Perm(len(parts)) { // retransmits, after the originals, in another order
 		if resend[n] {
 			r := l.put(t, l.alice, s.ID, n, parts[n], map[string]string{"Content-SHA256": sha(parts[n])})
@@ -125,7 +131,7 @@ func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T)
 	require.Equal(t, len(parts), l.count(t, `SELECT count(*) FROM upload_chunk WHERE session_id = $1`, s.ID))
 	require.Equal(t, 1, l.count(t, `SELECT refs FROM upload_blob WHERE sha256 = $1`, digest))
 	t.Logf("UP-01: %d chunks in random order, %d stored, %d retransmits answered 200, 1 forged retransmit 409", len(parts), created, duplicates)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // UP-03: a processing run's lease lapses mid-run (forced with SQL), a
@@ -194,7 +200,7 @@ func TestUP03ProcessingLeaseExpiresSecondRunnerTakesOverOnePublish(t *testing.T)
 			require.Positive(t, l.count(t, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'rejected_stale' AND owner = 'runner-a'`, f.JobID),
 				"runner A's refused write is on record")
 			require.Equal(t, http.StatusOK, l.read(t, l.alice, f.ID, nil).Status)
-			invariant.Assert(t, l.Pool, "upload", "claim")
+			e2etest.Assert(t, l.Pool, "upload", "claim")
 		})
 	}
 }
@@ -251,7 +257,7 @@ func TestUP04ReadBeforePublishIs409NotReady(t *testing.T) {
 	require.Equal(t, "application/octet-stream", info.ContentType)
 	require.EqualValues(t, len(data), info.Summary.Bytes)
 	require.Equal(t, "1.0 MiB", info.Summary.Human)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // UP-05: the client declares a SHA-256 its bytes do not have. Every chunk
@@ -285,5 +291,5 @@ func TestUP05WrongDeclaredSHA256FailsCompletionNothingReferenced(t *testing.T) {
 	require.Empty(t, l.blobFiles(t))
 	require.False(t, l.partialExists(s.ID), "the failed bytes are removed")
 	require.Zero(t, l.count(t, `SELECT count(*) FROM file_object`))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }

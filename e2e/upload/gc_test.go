@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/upload"
 )
@@ -24,23 +23,6 @@ func (l *lab) age(t *testing.T, tables ...string) {
 	t.Helper()
 	for _, table := range tables {
 		l.exec(t, `UPDATE `+table+` SET touched_at = now() - interval '2 hours'`)
-	}
-}
-
-// waitForLockWait returns once a backend of the test's database is waiting
-// on a lock while running a statement that contains fragment: the racing
-// request has reached the row the other side holds.
-func (l *lab) waitForLockWait(t *testing.T, fragment string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n := l.count(t, `SELECT count(*) FROM pg_stat_activity
-		                 WHERE datname = current_database() AND wait_event_type = 'Lock' AND position($1 in query) > 0`, fragment)
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no statement %q came to wait on a lock", fragment)
-		time.Sleep(5 * time.Millisecond) // polling an observable state, not standing in for it
 	}
 }
 
@@ -56,13 +38,12 @@ func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 	l.age(t, "upload_blob")
 
 	gate := l.Faults.Pause(faults.BeforeCommit, s.ID)
-	committed := make(chan e2etest.Response, 1)
-	go func() { committed <- l.commit(t, l.alice, s.ID, "race.bin") }()
+	committed := l.Go(commitReq(l.alice, s.ID, "race.bin"))
 	<-gate.Reached()
 	require.Equal(t, upload.GCReport{}, l.gc(t), "GC skips the row a commit holds")
 	require.FileExists(t, l.store.BlobPath(digest))
 	gate.Release()
-	r := <-committed
+	r := committed.Wait(t)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	var f upload.File
 	r.JSON(t, &f)
@@ -71,7 +52,7 @@ func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 	require.Equal(t, upload.GCReport{}, l.gc(t), "a referenced blob is never reclaimed")
 	l.publish(t, f)
 	require.Equal(t, data, l.read(t, l.alice, f.ID, nil).Body)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // UP-F2, the other side: GC has decided — the blob is marked 'deleting'
@@ -86,18 +67,17 @@ func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 	l.age(t, "upload_blob")
 
 	gate := l.Faults.Pause(faults.BeforeUnlink, digest)
-	collected := make(chan upload.GCReport, 1)
-	go func() { collected <- l.gc(t) }()
+	collected := l.Go(l.gcReq())
 	<-gate.Reached()
 	require.FileExists(t, l.store.BlobPath(digest), "decided, not yet unlinked")
 	r := l.commit(t, l.alice, s.ID, "late.bin")
 	require.Equal(t, http.StatusGone, r.Status, string(r.Body))
 	require.Equal(t, "upload_expired", r.Code())
 	gate.Release()
-	require.Equal(t, upload.GCReport{BlobsReclaimed: 1}, <-collected)
+	require.Equal(t, upload.GCReport{BlobsReclaimed: 1}, gcReportOf(t, collected.Wait(t)))
 	l.nothingReferenced(t, digest)
 	require.Equal(t, upload.SessionCompleted, l.sessionState(t, s.ID), "the refused commit changed nothing")
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // A completion of the same bytes arrives while GC is unlinking the old
@@ -116,15 +96,13 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 		require.Equal(t, http.StatusCreated, l.put(t, l.bob, second.ID, n, c, nil).Status)
 	}
 	gate := l.Faults.Pause(faults.BeforeUnlink, digest)
-	collected := make(chan upload.GCReport, 1)
-	go func() { collected <- l.gc(t) }()
+	collected := l.Go(l.gcReq())
 	<-gate.Reached()
-	completed := make(chan e2etest.Response, 1)
-	go func() { completed <- l.complete(t, l.bob, second.ID) }()
-	l.waitForLockWait(t, "INSERT INTO upload_blob")
+	completed := l.Go(completeReq(l.bob, second.ID))
+	e2etest.WaitForLockWaiters(t, l.Pool, "INSERT INTO upload_blob", 1)
 	gate.Release()
-	require.Equal(t, 1, (<-collected).BlobsReclaimed)
-	r := <-completed
+	require.Equal(t, 1, gcReportOf(t, collected.Wait(t)).BlobsReclaimed)
+	r := completed.Wait(t)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 
 	onDisk, err := os.ReadFile(l.store.BlobPath(digest))
@@ -132,7 +110,7 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 	require.Equal(t, digest, sha(onDisk))
 	r = l.commit(t, l.bob, second.ID, "again.bin")
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // Abandoned and aborted sessions, and files nobody announced, are
@@ -183,7 +161,7 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 
 	_, err := l.store.StatBlob(ctx, youngDigest)
 	require.NoError(t, err)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // A process that died after renaming the blob and before marking the
@@ -204,7 +182,7 @@ func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 	require.Equal(t, upload.SessionOpen, l.sessionState(t, s.ID))
 	require.FileExists(t, l.store.BlobPath(digest))
 	require.False(t, l.partialExists(s.ID))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 
 	l.Faults.Disarm(faults.AfterBytesWritten)
 	r = l.complete(t, l.alice, s.ID)
@@ -215,7 +193,7 @@ func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 	r.JSON(t, &f)
 	l.publish(t, f)
 	require.Equal(t, data, l.read(t, l.alice, f.ID, nil).Body)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 // The invariants are not vacuous: each one reports the damage it exists
@@ -227,12 +205,12 @@ func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
 	data, digest := payload(15, 100<<10)
 	f := l.committed(t, l.alice, data, 25<<10, "guarded.bin")
 	l.publish(t, f)
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 	path := l.store.BlobPath(digest)
 
 	violated := func(id, problem string) {
 		t.Helper()
-		res := invariant.Run(ctx, l.Pool, id)
+		res := e2etest.Invariants().Run(ctx, l.Pool, id)
 		require.Len(t, res, 1)
 		require.NoError(t, res[0].Err)
 		require.False(t, res[0].Holds(), "%s must report: %s", id, problem)
@@ -247,7 +225,7 @@ func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
 		breakIt()
 		violated(id, problem)
 		repair()
-		invariant.Assert(t, l.Pool, "upload")
+		e2etest.Assert(t, l.Pool, "upload")
 	}
 
 	damage("UP-F1", "does not hash to its name",
@@ -305,6 +283,6 @@ func TestABlobStoreServesOneDatabase(t *testing.T) {
 	r = second.Do(t, e2etest.Req{Method: "POST", Path: "/upload/gc", Token: second.admin, Fault: true})
 	require.Equal(t, http.StatusInternalServerError, r.Status)
 	require.FileExists(t, first.store.BlobPath(f.SHA256))
-	invariant.Assert(t, first.Pool, "upload")
-	invariant.Assert(t, second.Pool, "upload")
+	e2etest.Assert(t, first.Pool, "upload")
+	e2etest.Assert(t, second.Pool, "upload")
 }

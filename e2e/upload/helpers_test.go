@@ -106,19 +106,31 @@ func (l *lab) open(t *testing.T, tok string, data []byte, chunkSize int, declare
 
 func (l *lab) put(t *testing.T, tok, id string, n int, body []byte, headers map[string]string) e2etest.Response {
 	t.Helper()
-	return l.Do(t, e2etest.Req{Method: "PUT", Path: fmt.Sprintf("/upload/sessions/%s/chunks/%d", id, n), Token: tok,
-		Body: body, Headers: headers})
+	return l.Do(t, putReq(tok, id, n, body, headers))
+}
+
+func putReq(tok, id string, n int, body []byte, headers map[string]string) e2etest.Req {
+	return e2etest.Req{Method: "PUT", Path: fmt.Sprintf("/upload/sessions/%s/chunks/%d", id, n), Token: tok,
+		Body: body, Headers: headers}
 }
 
 func (l *lab) complete(t *testing.T, tok, id string) e2etest.Response {
 	t.Helper()
-	return l.Do(t, e2etest.Req{Method: "POST", Path: "/upload/sessions/" + id + "/complete", Token: tok})
+	return l.Do(t, completeReq(tok, id))
+}
+
+func completeReq(tok, id string) e2etest.Req {
+	return e2etest.Req{Method: "POST", Path: "/upload/sessions/" + id + "/complete", Token: tok}
 }
 
 func (l *lab) commit(t *testing.T, tok, id, name string) e2etest.Response {
 	t.Helper()
-	return l.Do(t, e2etest.Req{Method: "POST", Path: "/upload/sessions/" + id + "/commit", Token: tok,
-		Body: upload.CommitRequest{Name: name, Metadata: []byte(`{"album":"lab"}`)}})
+	return l.Do(t, commitReq(tok, id, name))
+}
+
+func commitReq(tok, id, name string) e2etest.Req {
+	return e2etest.Req{Method: "POST", Path: "/upload/sessions/" + id + "/commit", Token: tok,
+		Body: upload.CommitRequest{Name: name, Metadata: []byte(`{"album":"lab"}`)}}
 }
 
 func (l *lab) read(t *testing.T, tok, fileID string, headers map[string]string) e2etest.Response {
@@ -128,7 +140,15 @@ func (l *lab) read(t *testing.T, tok, fileID string, headers map[string]string) 
 
 func (l *lab) gc(t *testing.T) upload.GCReport {
 	t.Helper()
-	r := l.Do(t, e2etest.Req{Method: "POST", Path: "/upload/gc", Token: l.admin})
+	return gcReportOf(t, l.Do(t, l.gcReq()))
+}
+
+func (l *lab) gcReq() e2etest.Req {
+	return e2etest.Req{Method: "POST", Path: "/upload/gc", Token: l.admin}
+}
+
+func gcReportOf(t *testing.T, r e2etest.Response) upload.GCReport {
+	t.Helper()
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	var rep upload.GCReport
 	r.JSON(t, &rep)

@@ -1,15 +1,12 @@
 package upload_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +15,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/upload"
@@ -26,28 +22,8 @@ import (
 
 // server is one `fencelab serve` OS process.
 type server struct {
-	cmd    *exec.Cmd
-	url    string
-	lines  chan string
-	exited chan error
-	stderr *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*e2etest.Child
+	url string
 }
 
 // startServe runs `fencelab serve` on dbURL with its blob store at dir and
@@ -55,31 +31,9 @@ func (s *syncBuffer) String() string {
 func startServe(t *testing.T, dbURL, dir string, args ...string) *server {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
-	cmd := exec.Command(e2etest.Binary(t), append([]string{"serve"}, args...)...)
-	cmd.Env = e2etest.ChildEnv(dbURL, "FENCELAB_ADDR="+addr, "FENCELAB_WORKERS=0", "FENCELAB_ACCESS_LOG=false",
+	env := e2etest.ChildEnv(dbURL, "FENCELAB_ADDR="+addr, "FENCELAB_WORKERS=0", "FENCELAB_ACCESS_LOG=false",
 		upload.EnvDir+"="+dir)
-	stdin, err := cmd.StdinPipe() // held open: a pause waits for a line on it
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	s := &server{cmd: cmd, url: "http://" + addr, lines: make(chan string, 16), exited: make(chan error, 1), stderr: &syncBuffer{}}
-	cmd.Stderr = s.stderr
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			s.lines <- sc.Text()
-		}
-		close(s.lines)
-		s.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = stdin.Close()
-		if t.Failed() {
-			t.Logf("serve stderr:\n%s", s.stderr.String())
-		}
-	})
+	s := &server{Child: e2etest.StartChild(t, "serve", env, append([]string{"serve"}, args...)...), url: "http://" + addr}
 	// Readiness, not a timing boundary: poll until the process answers.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -90,19 +44,22 @@ func startServe(t *testing.T, dbURL, dir string, args ...string) *server {
 				return s
 			}
 		}
-		require.True(t, time.Now().Before(deadline), "serve did not become ready; stderr:\n%s", s.stderr.String())
+		require.True(t, time.Now().Before(deadline), "serve did not become ready; stderr:\n%s", s.Stderr())
 		select {
-		case err := <-s.exited:
-			t.Fatalf("serve exited: %v; stderr:\n%s", err, s.stderr.String())
+		case <-s.Done():
+			t.Fatalf("serve exited: %v; stderr:\n%s", s.Err(), s.Stderr())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-func (s *server) do(t *testing.T, method, path, tok string, body []byte) (int, []byte, error) {
-	t.Helper()
+// do sends one request; it reports every error to the caller (it runs on
+// goroutines too, where require cannot stop the test).
+func (s *server) do(method, path, tok string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequest(method, s.url+path, bytes.NewReader(body))
-	require.NoError(t, err)
+	if err != nil {
+		return 0, nil, err
+	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -135,32 +92,27 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	data, digest := payload(2, 2<<20+777)
 	const chunkSize = 512 << 10
 	parts := chunks(data, chunkSize)
-	status, body, err := srv.do(t, "POST", "/upload/sessions", tok, fmt.Appendf(nil,
+	status, body, err := srv.do("POST", "/upload/sessions", tok, fmt.Appendf(nil,
 		`{"total_size":%d,"chunk_count":%d,"chunk_size":%d,"sha256":%q}`, len(data), len(parts), chunkSize, digest))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(body))
 	sessionID := between(string(body), `"id":"`, `"`)
 	for n, c := range parts {
-		status, body, err := srv.do(t, "PUT", fmt.Sprintf("/upload/sessions/%s/chunks/%d", sessionID, n), tok, c)
+		status, body, err := srv.do("PUT", fmt.Sprintf("/upload/sessions/%s/chunks/%d", sessionID, n), tok, c)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, status, string(body))
 	}
 	completeErr := make(chan error, 1)
 	go func() {
-		_, _, err := srv.do(t, "POST", "/upload/sessions/"+sessionID+"/complete", tok, nil)
+		_, _, err := srv.do("POST", "/upload/sessions/"+sessionID+"/complete", tok, nil)
 		completeErr <- err
 	}()
-	select {
-	case line := <-srv.lines:
-		require.Equal(t, "PAUSED "+faults.AfterBytesWritten+" "+sessionID, line)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve did not reach %s; stderr:\n%s", faults.AfterBytesWritten, srv.stderr.String())
-	}
-	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGKILL))
-	exit := <-srv.exited
+	require.Equal(t, "PAUSED "+faults.AfterBytesWritten+" "+sessionID, srv.Line(t, e2etest.DefaultWait))
+	require.NoError(t, srv.Cmd.Process.Signal(syscall.SIGKILL))
+	exit := srv.Wait(t, e2etest.DefaultWait)
 	require.Error(t, exit)
 	require.Contains(t, exit.Error(), "killed")
-	require.Error(t, <-completeErr, "the client never got an answer")
+	require.Error(t, e2etest.WaitOrTimeout(t, completeErr), "the client never got an answer")
 
 	// The same database and blob directory, served by a fresh process.
 	l := newLab(t, opts{dbURL: dbURL, dir: dir, settings: map[string]string{upload.EnvGrace: "1h"}})
@@ -170,7 +122,7 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	require.Equal(t, upload.SessionOpen, l.sessionState(t, sessionID), "no metadata committed")
 	require.Equal(t, 0, l.count(t, `SELECT refs FROM upload_blob WHERE sha256 = $1 AND state = 'present'`, digest))
 	require.Zero(t, l.count(t, `SELECT count(*) FROM file_object`))
-	invariant.Assert(t, l.Pool, "upload")
+	e2etest.Assert(t, l.Pool, "upload")
 
 	// A committed file, as old as the orphan will be: GC must keep it.
 	kept, keptDigest := payload(22, 300<<10)
@@ -197,8 +149,8 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	require.Equal(t, http.StatusGone, r.Status, string(r.Body))
 	require.Equal(t, upload.GCReport{}, l.gc(t), "a second run finds nothing")
 	t.Logf("UP-02: serve pid %d killed at %s; orphan %s… reclaimed after the grace period, %d blob(s) kept",
-		srv.cmd.Process.Pid, faults.AfterBytesWritten, digest[:12], len(l.blobFiles(t)))
-	invariant.Assert(t, l.Pool, "upload")
+		srv.Pid(), faults.AfterBytesWritten, digest[:12], len(l.blobFiles(t)))
+	e2etest.Assert(t, l.Pool, "upload")
 }
 
 func between(s, from, to string) string {

@@ -8,6 +8,7 @@ package flashsale
 
 import (
 	"context"
+	"slices"
 
 	"github.com/labstack/echo/v4"
 
@@ -22,18 +23,30 @@ const (
 	DemoUnits = 40
 )
 
-// New builds the flash-sale module from the shared dependencies.
-func New(d app.Deps) (app.Module, error) {
+// Module is the flash sale: reservations (chapter 6) and orders with an
+// uncertain payment channel (chapter 7), one module because orders build
+// on the reservations' Inventory.
+func Module() app.Module {
+	return app.Module{
+		Name:        "flashsale",
+		Invariants:  slices.Concat(reserve.Invariants, order.Invariants),
+		Errors:      slices.Concat(reserve.Errors, order.Errors),
+		Experiments: slices.Concat(reserve.Experiments, order.Experiments),
+		Build:       build,
+	}
+}
+
+// build makes the flash-sale runtime from the shared dependencies.
+func build(d app.Deps) (app.Runtime, error) {
 	res, err := reserve.New(d)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	ord, err := order.New(d, res.Inventory())
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
-	return app.Module{
-		Name:   "flashsale",
+	return app.Runtime{
 		Routes: func(e *echo.Echo) { res.Routes(e); ord.Routes(e) },
 		Kinds:  append(res.Kinds(), ord.Kinds()...),
 		Seed: func(ctx context.Context) error {

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/labstack/echo/v4"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,12 +23,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
@@ -42,7 +41,8 @@ const Secret = "lab-secret-0123456789abcdef"
 type Process struct {
 	*lab.App
 	Deps app.Deps
-	Mods []app.Module
+	Mods []app.Running
+	Proc *app.Process
 	Echo *echo.Echo // the router: its Routes() are what the HTTP contract must cover
 }
 
@@ -54,8 +54,9 @@ func (p *Process) BadInput() *Process {
 	return &b
 }
 
-// Serve builds every module on dbURL and serves them on a loopback
-// listener until t ends. log receives the app's warnings.
+// Serve builds every module on dbURL exactly as `serve` does (app.Build
+// over services.Modules) and serves them on a loopback listener until t
+// ends. log receives the app's warnings.
 func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	t.Helper()
 	cfg := app.Defaults()
@@ -70,40 +71,26 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(cfg.MaxConns), ApplicationName: "fencelab-lab"})
-	if err != nil {
-		t.Fatalf("labenv: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	auth, err := httpx.NewAuth([]byte(cfg.TokenSecret))
-	if err != nil {
-		t.Fatalf("labenv: %v", err)
-	}
 	fs := faults.New()
-	d := app.Deps{Config: cfg, Pool: pool, Log: log, Metrics: app.NewMetrics(pool), Auth: auth, Faults: fs}
-	d.Jobs = app.NewJobs(pool, log, d.Metrics, fs)
-	mods, err := services.All(d)
+	p, err := app.Build(context.Background(), cfg, services.Modules(), app.BuildOptions{Faults: fs, Log: log, Role: "lab"})
 	if err != nil {
-		t.Fatalf("labenv: build modules: %v", err)
+		t.Fatalf("labenv: build the process: %v", err)
 	}
-	e := app.NewHTTP(d, mods)
+	e := p.HTTP()
 	srv := httptest.NewServer(e)
 	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	wait := func() {}
 	if o.Tasks {
-		wg.Add(2)
-		go func() { defer wg.Done(); app.RunTasks(runCtx, log, mods) }()
-		go func() { defer wg.Done(); _ = app.RunJobs(runCtx, d, claim.PoolOptions{}) }()
+		wait = p.Background(runCtx)
 	}
-	t.Cleanup(func() { stop(); wg.Wait(); srv.Close() })
+	t.Cleanup(func() { stop(); wait(); srv.Close(); p.Close() })
+	d := p.Deps
 	a := &lab.App{
-		URL: srv.URL, DBURL: dbURL, DataDir: cfg.DataDir, Pool: pool, Faults: fs,
-		Jobs: d.Jobs, Auth: auth, Metrics: d.Metrics,
+		URL: srv.URL, DBURL: dbURL, DataDir: cfg.DataDir, Pool: d.Pool, Faults: fs,
+		Jobs: d.Jobs, Auth: d.Auth, Metrics: d.Metrics,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1000}},
 		Seed: func(ctx context.Context, name string) error {
-			for _, m := range mods {
+			for _, m := range p.Mods {
 				if m.Name == name && m.Seed != nil {
 					return m.Seed(ctx)
 				}
@@ -111,7 +98,7 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 			return fmt.Errorf("labenv: no module %q with a seed", name)
 		},
 	}
-	return &Process{App: a, Deps: d, Mods: mods, Echo: e}
+	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p, Echo: e}
 }
 
 // ChildEnv is the environment of a fencelab child process on dbURL, with
@@ -163,6 +150,9 @@ func NewCluster(ctx context.Context, givenURL string) (*Cluster, error) {
 	return &Cluster{srv: srv, own: givenURL == "", root: root, binary: bin,
 		template: fmt.Sprintf("fencelab_lab_tmpl_%d", os.Getpid())}, nil
 }
+
+// Invariants is the deployable's registry.
+func (c *Cluster) Invariants() *invariant.Registry { return services.Invariants() }
 
 // Close removes the template and, when the cluster is the lab's own, stops it.
 func (c *Cluster) Close() error {

@@ -21,10 +21,12 @@ var (
 	ErrNotInReview = errors.New("notify: task is not in review")
 )
 
-func init() {
-	httpx.MapError(ErrUnknownUser, http.StatusNotFound, "unknown_user")
-	httpx.MapError(ErrNotificationNotFound, http.StatusNotFound, "notification_not_found")
-	httpx.MapError(ErrTaskNotFound, http.StatusNotFound, "task_not_found")
-	httpx.MapError(ErrNotYours, http.StatusForbidden, "forbidden")
-	httpx.MapError(ErrNotInReview, http.StatusConflict, "not_in_review")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrUnknownUser, http.StatusNotFound, "unknown_user"),
+	httpx.Map(ErrNotificationNotFound, http.StatusNotFound, "notification_not_found"),
+	httpx.Map(ErrTaskNotFound, http.StatusNotFound, "task_not_found"),
+	httpx.Map(ErrNotYours, http.StatusForbidden, "forbidden"),
+	httpx.Map(ErrNotInReview, http.StatusConflict, "not_in_review"),
 }

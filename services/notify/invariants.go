@@ -8,12 +8,12 @@ const chapter = "notifications"
 // history live in its claim job (job, job_event); the checks join them to
 // the module's tables. The claim engine's own invariants (CLAIM-I1..I4)
 // hold for the same jobs.
-func init() {
-	invariant.Register(
-		invariant.Invariant{
-			ID: "NTF-I1", Module: "notify", Chapter: chapter,
-			Statement: "one (user_id, event_key) makes one logical notification, however many submissions and however concurrent",
-			SQL: `
+var Invariants = []invariant.Invariant{
+
+	{
+		ID: "NTF-I1", Module: "notify", Chapter: chapter,
+		Statement: "one (user_id, event_key) makes one logical notification, however many submissions and however concurrent",
+		SQL: `
 SELECT 'more than one notification for one (user, event)' AS problem, user_id || ' ' || event_key AS detail, count(*)::text AS n
   FROM notify_notification GROUP BY user_id, event_key HAVING count(*) > 1
 UNION ALL
@@ -21,11 +21,11 @@ SELECT 'the unique constraint on (user_id, event_key) is missing', NULL, NULL
  WHERE NOT EXISTS (SELECT 1 FROM pg_constraint
                     WHERE conrelid = 'notify_notification'::regclass AND conname = 'notify_notification_one_per_event'
                       AND contype = 'u')`,
-		},
-		invariant.Invariant{
-			ID: "NTF-I2", Module: "notify", Chapter: chapter,
-			Statement: "at most one task per (notification, channel); one token per task at a time; a superseded holder cannot change the task's state (its already-sent call cannot be recalled)",
-			SQL: `
+	},
+	{
+		ID: "NTF-I2", Module: "notify", Chapter: chapter,
+		Statement: "at most one task per (notification, channel); one token per task at a time; a superseded holder cannot change the task's state (its already-sent call cannot be recalled)",
+		SQL: `
 SELECT 'more than one task for one (notification, channel)' AS problem, notification_id || '/' || channel AS detail, count(*)::text AS n
   FROM notify_task GROUP BY notification_id, channel HAVING count(*) > 1
 UNION ALL
@@ -55,15 +55,15 @@ SELECT 'task state changed by a superseded holder', t.id::text, e.event || ' at 
  WHERE e.event IN ('succeeded', 'retry_scheduled', 'failed', 'unknown', 'cancelled',
                    'resolved_found', 'resolved_absent', 'needs_review')
    AND e.fence IS DISTINCT FROM g.fence`,
-		},
-		invariant.Invariant{
-			ID: "NTF-I3", Module: "notify", Chapter: chapter,
-			Statement: "every channel call leaves a delivery-attempt row; unknown attempts stay queryable and are never overwritten by later results (append-only)",
-			// Request counts at the channels are the ground truth the
-			// experiments compare with these rows; what SQL can see is that
-			// rows are only ever added and finished once, and that nothing
-			// was delivered without a recorded call (or a person) saying so.
-			SQL: `
+	},
+	{
+		ID: "NTF-I3", Module: "notify", Chapter: chapter,
+		Statement: "every channel call leaves a delivery-attempt row; unknown attempts stay queryable and are never overwritten by later results (append-only)",
+		// Request counts at the channels are the ground truth the
+		// experiments compare with these rows; what SQL can see is that
+		// rows are only ever added and finished once, and that nothing
+		// was delivered without a recorded call (or a person) saying so.
+		SQL: `
 SELECT 'notify_attempt is not append-only: trigger missing or disabled' AS problem, NULL AS detail, NULL AS n
  WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'notify_attempt'::regclass
                       AND tgname = 'notify_attempt_append_only' AND tgenabled <> 'D')
@@ -83,13 +83,13 @@ SELECT 'delivered without a recorded call under that token saying so', t.id::tex
    AND NOT EXISTS (SELECT 1 FROM notify_review_decision d
                     WHERE d.task_id = t.id AND d.action = 'delivered' AND d.job_fence = e.fence
                       AND e.owner = 'review:' || d.decided_by)`,
-		},
-		invariant.Invariant{
-			ID: "NTF-I4", Module: "notify", Chapter: chapter,
-			Statement: "retry after a timeout follows the channel's capability: idempotency key → resend with the same key; query only → query first, resend only on an authoritative absent; neither → stop, needs_review",
-			// "May have delivered": a send whose outcome is success, unknown
-			// or pending. sms and push are the channels without keys.
-			SQL: `
+	},
+	{
+		ID: "NTF-I4", Module: "notify", Chapter: chapter,
+		Statement: "retry after a timeout follows the channel's capability: idempotency key → resend with the same key; query only → query first, resend only on an authoritative absent; neither → stop, needs_review",
+		// "May have delivered": a send whose outcome is success, unknown
+		// or pending. sms and push are the channels without keys.
+		SQL: `
 SELECT 'call without the task''s key' AS problem, a.task_id || '#' || a.attempt_no AS detail, a.key_sent AS n
   FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id
  WHERE a.key_sent <> t.delivery_key
@@ -120,11 +120,11 @@ UNION ALL
 SELECT 'a channel without a lookup was queried', a.task_id || '#' || a.attempt_no, t.channel
   FROM notify_attempt a JOIN notify_task t ON t.id = a.task_id
  WHERE a.op = 'query' AND t.channel <> 'sms'`,
-		},
-		invariant.Invariant{
-			ID: "NTF-I5", Module: "notify", Chapter: chapter,
-			Statement: "a preference turned off before the claim cancels the task at claim time (checked in the claim transaction), never sends",
-			SQL: `
+	},
+	{
+		ID: "NTF-I5", Module: "notify", Chapter: chapter,
+		Statement: "a preference turned off before the claim cancels the task at claim time (checked in the claim transaction), never sends",
+		SQL: `
 SELECT 'sent under or after the claim that cancelled it' AS problem, t.id::text AS detail, 'send #' || a.attempt_no || ' at fence ' || a.fence AS n
   FROM notify_task t
   JOIN job_event e ON e.job_id = t.job_id AND e.event = 'cancelled'
@@ -137,6 +137,5 @@ UNION ALL
 SELECT 'cancelled at a claim that was never made', t.id::text, 'fence ' || e.fence
   FROM notify_task t JOIN job_event e ON e.job_id = t.job_id AND e.event = 'cancelled'
  WHERE NOT EXISTS (SELECT 1 FROM job_event c WHERE c.job_id = e.job_id AND c.event = 'claimed' AND c.fence = e.fence)`,
-		},
-	)
+	},
 }

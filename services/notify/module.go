@@ -21,20 +21,27 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 )
 
-// New builds the module from the shared dependencies.
-func New(d app.Deps) (app.Module, error) {
+// Module is notify: intake, preferences, delivery by channel contract, review.
+func Module() app.Module {
+	return app.Module{
+		Name: "notify", Chapter: "notify",
+		Invariants: Invariants, Experiments: Experiments, Errors: Errors, Build: build,
+	}
+}
+
+// build builds the module from the shared dependencies.
+func build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	s, err := NewService(d, cfg)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
 	h := &handlers{svc: s}
-	return app.Module{
-		Name:   "notify",
+	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth, keys) },
 		Kinds:  s.kinds(),
 		Seed:   s.seed,

@@ -34,19 +34,21 @@ var (
 	ErrInvalidLimit     = errors.New("points: invalid limit")
 )
 
-func init() {
-	httpx.MapError(ErrInsufficientBalance, http.StatusConflict, "insufficient_balance")
-	httpx.MapError(ErrAccountNotFound, http.StatusNotFound, "account_not_found")
-	httpx.MapError(ErrNotOwner, http.StatusForbidden, "forbidden")
-	httpx.MapError(ErrNotUserAccount, http.StatusUnprocessableEntity, "not_a_user_account")
-	httpx.MapError(ErrAccountExists, http.StatusConflict, "account_exists")
-	httpx.MapError(ErrDuplicateTxn, http.StatusConflict, "duplicate_transaction")
-	httpx.MapError(ErrInvalidAmount, http.StatusUnprocessableEntity, "invalid_amount")
-	httpx.MapError(ErrInvalidReason, http.StatusUnprocessableEntity, "invalid_reason")
-	httpx.MapError(ErrInvalidAccountID, http.StatusBadRequest, "invalid_account_id")
-	httpx.MapError(ErrInvalidOwner, http.StatusUnprocessableEntity, "invalid_owner")
-	httpx.MapError(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor")
-	httpx.MapError(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrInsufficientBalance, http.StatusConflict, "insufficient_balance"),
+	httpx.Map(ErrAccountNotFound, http.StatusNotFound, "account_not_found"),
+	httpx.Map(ErrNotOwner, http.StatusForbidden, "forbidden"),
+	httpx.Map(ErrNotUserAccount, http.StatusUnprocessableEntity, "not_a_user_account"),
+	httpx.Map(ErrAccountExists, http.StatusConflict, "account_exists"),
+	httpx.Map(ErrDuplicateTxn, http.StatusConflict, "duplicate_transaction"),
+	httpx.Map(ErrInvalidAmount, http.StatusUnprocessableEntity, "invalid_amount"),
+	httpx.Map(ErrInvalidReason, http.StatusUnprocessableEntity, "invalid_reason"),
+	httpx.Map(ErrInvalidAccountID, http.StatusBadRequest, "invalid_account_id"),
+	httpx.Map(ErrInvalidOwner, http.StatusUnprocessableEntity, "invalid_owner"),
+	httpx.Map(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor"),
+	httpx.Map(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit"),
 }
 
 func errAmount(got int64) error {

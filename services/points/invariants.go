@@ -5,14 +5,14 @@ import "github.com/fencelab/fencelab/core/invariant"
 const chapter = "points account"
 
 // The invariants of spec 20. Each query returns the rows that break it.
-func init() {
-	invariant.Register(
-		invariant.Invariant{
-			ID: "PTS-I1", Module: "points", Chapter: chapter,
-			Statement: "a user account's balance is never negative",
-			// The rows, and the first line of defence itself: a dropped or
-			// NOT VALID constraint is a violation even before a row breaks it.
-			SQL: `
+var Invariants = []invariant.Invariant{
+
+	{
+		ID: "PTS-I1", Module: "points", Chapter: chapter,
+		Statement: "a user account's balance is never negative",
+		// The rows, and the first line of defence itself: a dropped or
+		// NOT VALID constraint is a violation even before a row breaks it.
+		SQL: `
 SELECT 'negative balance' AS problem, id AS account, balance
   FROM points_account WHERE kind = 'user' AND balance < 0
 UNION ALL
@@ -20,20 +20,20 @@ SELECT 'balance_non_negative constraint missing or not validated', 'points_accou
  WHERE NOT EXISTS (SELECT 1 FROM pg_constraint
                     WHERE conrelid = 'points_account'::regclass AND conname = 'balance_non_negative'
                       AND contype = 'c' AND convalidated)`,
-		},
-		invariant.Invariant{
-			ID: "PTS-I2", Module: "points", Chapter: chapter,
-			Statement: "one (client, idempotency key) makes at most one ledger transaction, and a recorded 201 names the transaction it made",
-			// The unique key re-checked; then both directions between the
-			// idempotency records (while retained) and the ledger: every
-			// recorded 201 has its transaction, the one its body names, and
-			// no transaction exists under a key whose record told the client
-			// something else — except duplicate_transaction, the answer to a
-			// key re-used after its first record was purged, which says
-			// exactly that the transaction exists. (A record still in flight
-			// cannot belong to a committed transaction but in that re-use, so
-			// only finished records are compared.)
-			SQL: `
+	},
+	{
+		ID: "PTS-I2", Module: "points", Chapter: chapter,
+		Statement: "one (client, idempotency key) makes at most one ledger transaction, and a recorded 201 names the transaction it made",
+		// The unique key re-checked; then both directions between the
+		// idempotency records (while retained) and the ledger: every
+		// recorded 201 has its transaction, the one its body names, and
+		// no transaction exists under a key whose record told the client
+		// something else — except duplicate_transaction, the answer to a
+		// key re-used after its first record was purged, which says
+		// exactly that the transaction exists. (A record still in flight
+		// cannot belong to a committed transaction but in that re-use, so
+		// only finished records are compared.)
+		SQL: `
 SELECT 'more than one transaction' AS problem, client_id, idem_key, count(*)::text AS detail
   FROM points_ledger_txn GROUP BY client_id, idem_key HAVING count(*) > 1
 UNION ALL
@@ -51,11 +51,11 @@ SELECT 'transaction under a key whose record answered otherwise', t.client_id, t
   JOIN idem_request r ON r.subject = t.client_id AND r.key = t.idem_key AND r.scope = 'points.' || t.kind
  WHERE r.state = 'done' AND r.status <> 201
    AND NOT (r.status = 409 AND convert_from(r.body, 'UTF8')::jsonb ->> 'code' = 'duplicate_transaction')`,
-		},
-		invariant.Invariant{
-			ID: "PTS-I3", Module: "points", Chapter: chapter,
-			Statement: "every ledger transaction has at least two entries and they sum to zero; every entry names an account",
-			SQL: `
+	},
+	{
+		ID: "PTS-I3", Module: "points", Chapter: chapter,
+		Statement: "every ledger transaction has at least two entries and they sum to zero; every entry names an account",
+		SQL: `
 SELECT 'unbalanced or single-sided transaction' AS problem, t.id::text AS txn, count(e.txn_id) AS entries,
        coalesce(sum(e.amount), 0) AS total
   FROM points_ledger_txn t LEFT JOIN points_ledger_entry e ON e.txn_id = t.id
@@ -65,21 +65,21 @@ UNION ALL
 SELECT 'entry of an unknown account', e.txn_id || ' ' || e.account_id, 1, e.amount
   FROM points_ledger_entry e
  WHERE NOT EXISTS (SELECT 1 FROM points_account a WHERE a.id = e.account_id)`,
-		},
-		invariant.Invariant{
-			ID: "PTS-I4", Module: "points", Chapter: chapter,
-			Statement: "every account's stored balance equals the sum of its entries (repair: POST /points/admin/recompute?repair=true)",
-			SQL:       sqlDriftAll,
-		},
-		invariant.Invariant{
-			ID: "PTS-I5", Module: "points", Chapter: chapter,
-			Statement: "ledger entries, transactions and repairs are never updated or deleted",
-			// The guard must exist and fire always (tgenabled 'A', so even
-			// session_replication_role = replica cannot silence it). And the
-			// evidence: an entry rewritten after its transaction carries
-			// another xmin than the transaction row that was inserted with it
-			// (PostgreSQL keeps the original xmin through freezing).
-			SQL: `
+	},
+	{
+		ID: "PTS-I4", Module: "points", Chapter: chapter,
+		Statement: "every account's stored balance equals the sum of its entries (repair: POST /points/admin/recompute?repair=true)",
+		SQL:       sqlDriftAll,
+	},
+	{
+		ID: "PTS-I5", Module: "points", Chapter: chapter,
+		Statement: "ledger entries, transactions and repairs are never updated or deleted",
+		// The guard must exist and fire always (tgenabled 'A', so even
+		// session_replication_role = replica cannot silence it). And the
+		// evidence: an entry rewritten after its transaction carries
+		// another xmin than the transaction row that was inserted with it
+		// (PostgreSQL keeps the original xmin through freezing).
+		SQL: `
 SELECT 'append-only trigger missing or not always enabled' AS problem, want.tbl || ' ' || want.tg AS detail
   FROM (VALUES ('points_ledger_entry'), ('points_ledger_txn'), ('points_repair')) AS t (tbl)
  CROSS JOIN LATERAL (VALUES (t.tbl, 'points_append_only'), (t.tbl, 'points_append_only_truncate')) AS want (tbl, tg)
@@ -89,6 +89,5 @@ UNION ALL
 SELECT 'entry rewritten after its transaction', e.txn_id || ' ' || e.account_id
   FROM points_ledger_entry e JOIN points_ledger_txn t ON t.id = e.txn_id
  WHERE NOT (e.xmin = t.xmin)`,
-		},
-	)
+	},
 }

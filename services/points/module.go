@@ -41,17 +41,24 @@ func LoadConfig(c app.Config) (Config, error) {
 	return cfg, r.Err()
 }
 
-// New builds the module from the shared dependencies.
-func New(d app.Deps) (app.Module, error) {
+// Module is points: the points ledger.
+func Module() app.Module {
+	return app.Module{
+		Name: "points", Chapter: "points",
+		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
+	}
+}
+
+// build builds the module from the shared dependencies.
+func build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	svc := NewService(d.Pool, cfg)
 	h := &handlers{svc: svc}
 	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
-	return app.Module{
-		Name:   "points",
+	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth, keys) },
 		Seed:   svc.seed,
 	}, nil

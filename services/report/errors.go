@@ -17,7 +17,9 @@ var (
 	ErrAlreadyWritten = errors.New("report: already written")
 )
 
-func init() {
-	httpx.MapError(ErrInvalidDate, http.StatusBadRequest, "invalid_date")
-	httpx.MapError(ErrNoReport, http.StatusNotFound, "report_not_found")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrInvalidDate, http.StatusBadRequest, "invalid_date"),
+	httpx.Map(ErrNoReport, http.StatusNotFound, "report_not_found"),
 }

@@ -10,8 +10,10 @@ import (
 
 func isNoRows(err error) bool { return errors.Is(err, pg.ErrNotFound) }
 
-func init() {
-	invariant.Register(invariant.Invariant{
+// Invariants are the package's SQL invariants; its module lists them in
+// app.Module.Invariants.
+var Invariants = []invariant.Invariant{
+	{
 		ID:      "LOCK-I2",
 		Module:  "report",
 		Chapter: lease.Chapter,
@@ -48,5 +50,5 @@ SELECT o.report_date, NULL, o.written_fence, o.written_by, 'row was not written 
   LEFT JOIN fence_guard g ON g.resource = 'report_output:' || to_char(o.report_date, 'YYYY-MM-DD')
  WHERE g.max_fence IS DISTINCT FROM o.written_fence
     OR g.lease_name IS DISTINCT FROM 'report:' || to_char(o.report_date, 'YYYY-MM-DD')`,
-	})
+	},
 }

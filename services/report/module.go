@@ -6,19 +6,26 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 )
 
-// New builds the report module: GET /reports/{date} and the daily-report
+// Module is report: the daily report written through the fence guard (LOCK-I2): chapter 1 applied.
+func Module() app.Module {
+	return app.Module{
+		Name: "report", Chapter: "lease",
+		Invariants: Invariants, Errors: Errors, Build: build,
+	}
+}
+
+// build builds the report module: GET /reports/{date} and the daily-report
 // background task, configured by LoadConfig.
-func New(d app.Deps) (app.Module, error) {
+func build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	svc, err := NewService(d, cfg)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
-	return app.Module{
-		Name:   "report",
+	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, d.Auth, handlers{svc}) },
 		Tasks:  []app.Task{svc.Task()},
 	}, nil

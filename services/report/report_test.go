@@ -37,10 +37,10 @@ func TestBadConfigIsAnErrorNotAPanic(t *testing.T) {
 		{Holder: string(make([]byte, 201))},
 		{Holder: "worker\x00a"},
 	} {
-		_, err := report.NewService(app.Deps{}, c)
+		_, err := report.NewService(app.Standalone(nil), c)
 		require.Error(t, err, "%+v", c)
 	}
-	svc, err := report.NewService(app.Deps{}, report.Config{})
+	svc, err := report.NewService(app.Standalone(nil), report.Config{})
 	require.NoError(t, err, "zero values take the defaults")
 	require.NotEmpty(t, svc.Holder())
 }

@@ -35,17 +35,19 @@ var (
 	ErrStatsUnavailable = errors.New("shortlink: stats store did not answer in time")
 )
 
-func init() {
-	httpx.MapError(ErrInvalidTarget, http.StatusUnprocessableEntity, "invalid_target")
-	httpx.MapError(ErrInvalidAlias, http.StatusUnprocessableEntity, "invalid_alias")
-	httpx.MapError(ErrReservedAlias, http.StatusUnprocessableEntity, "alias_reserved")
-	httpx.MapError(ErrInvalidExpiry, http.StatusUnprocessableEntity, "invalid_expiry")
-	httpx.MapError(ErrAliasTaken, http.StatusConflict, "alias_taken")
-	httpx.MapError(ErrCodeExhausted, http.StatusServiceUnavailable, "code_exhausted")
-	httpx.MapError(ErrNotFound, http.StatusNotFound, "link_not_found")
-	httpx.MapError(ErrRevoked, http.StatusGone, "link_revoked")
-	httpx.MapError(ErrExpired, http.StatusGone, "link_expired")
-	httpx.MapError(ErrNotOwner, http.StatusForbidden, "forbidden")
-	httpx.MapError(ErrLookupUnavailable, http.StatusServiceUnavailable, "lookup_unavailable")
-	httpx.MapError(ErrStatsUnavailable, http.StatusServiceUnavailable, "stats_unavailable")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrInvalidTarget, http.StatusUnprocessableEntity, "invalid_target"),
+	httpx.Map(ErrInvalidAlias, http.StatusUnprocessableEntity, "invalid_alias"),
+	httpx.Map(ErrReservedAlias, http.StatusUnprocessableEntity, "alias_reserved"),
+	httpx.Map(ErrInvalidExpiry, http.StatusUnprocessableEntity, "invalid_expiry"),
+	httpx.Map(ErrAliasTaken, http.StatusConflict, "alias_taken"),
+	httpx.Map(ErrCodeExhausted, http.StatusServiceUnavailable, "code_exhausted"),
+	httpx.Map(ErrNotFound, http.StatusNotFound, "link_not_found"),
+	httpx.Map(ErrRevoked, http.StatusGone, "link_revoked"),
+	httpx.Map(ErrExpired, http.StatusGone, "link_expired"),
+	httpx.Map(ErrNotOwner, http.StatusForbidden, "forbidden"),
+	httpx.Map(ErrLookupUnavailable, http.StatusServiceUnavailable, "lookup_unavailable"),
+	httpx.Map(ErrStatsUnavailable, http.StatusServiceUnavailable, "stats_unavailable"),
 }

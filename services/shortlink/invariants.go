@@ -8,14 +8,14 @@ const chapter = "short links"
 // properties: TestSL02 measures the revocation window against the TTL and
 // TestSL03 (with `fencelab bench shortlink`) the redirect under a sick stats
 // store. What SQL can see of them is checked here.
-func init() {
-	invariant.Register(
-		invariant.Invariant{
-			ID: "SL-I1", Module: "shortlink", Chapter: chapter,
-			Statement: "a code maps to at most one target and is never overwritten; every caller told \"created\" finds its own target under that code",
-			// shortlink_creations holds one row per caller told "created";
-			// each must match the link, and each link has exactly one.
-			SQL: `
+var Invariants = []invariant.Invariant{
+
+	{
+		ID: "SL-I1", Module: "shortlink", Chapter: chapter,
+		Statement: "a code maps to at most one target and is never overwritten; every caller told \"created\" finds its own target under that code",
+		// shortlink_creations holds one row per caller told "created";
+		// each must match the link, and each link has exactly one.
+		SQL: `
 SELECT 'stored link differs from what its creator was told' AS problem, l.code, c.owner, c.target AS told, l.target AS stored
   FROM shortlink_links l JOIN shortlink_creations c ON c.code = l.code
  WHERE (c.target, c.owner) IS DISTINCT FROM (l.target, l.owner)
@@ -28,15 +28,15 @@ SELECT 'link without a creation record', l.code, l.owner, NULL, l.target
 UNION ALL
 SELECT 'creation record whose link is gone', c.code, c.owner, c.target, NULL
   FROM shortlink_creations c WHERE NOT EXISTS (SELECT 1 FROM shortlink_links l WHERE l.code = c.code)`,
-		},
-		invariant.Invariant{
-			ID: "SL-I2", Module: "shortlink", Chapter: chapter,
-			Statement: "after a revoke commits, a 302 to the old target happens only within a window bounded by the cache TTL (measured by TestSL02); none at or after expiry",
-			// Every stored click is a 302 that was served, stamped with the
-			// instant its expiry was checked against. None may fall at or
-			// after the expiry, nor later after a revocation than the
-			// largest TTL the configuration accepts (1h).
-			SQL: `
+	},
+	{
+		ID: "SL-I2", Module: "shortlink", Chapter: chapter,
+		Statement: "after a revoke commits, a 302 to the old target happens only within a window bounded by the cache TTL (measured by TestSL02); none at or after expiry",
+		// Every stored click is a 302 that was served, stamped with the
+		// instant its expiry was checked against. None may fall at or
+		// after the expiry, nor later after a revocation than the
+		// largest TTL the configuration accepts (1h).
+		SQL: `
 SELECT 'click at or after expiry' AS problem, l.code, c.clicked_at, l.expires_at AS limit_at
   FROM shortlink_clicks c JOIN shortlink_links l ON l.code = c.code
  WHERE c.clicked_at >= l.expires_at
@@ -44,14 +44,14 @@ UNION ALL
 SELECT 'click more than the largest TTL after revocation', l.code, c.clicked_at, l.revoked_at
   FROM shortlink_clicks c JOIN shortlink_links l ON l.code = c.code
  WHERE c.clicked_at > l.revoked_at + interval '1 hour'`,
-		},
-		invariant.Invariant{
-			ID: "SL-I3", Module: "shortlink", Chapter: chapter,
-			Statement: "stats failures never change a redirect's status and the redirect never waits on the stats side (measured by TestSL03 and the benchmark)",
-			// What the schema can promise: a click write touches nothing
-			// but the clicks table (no foreign key, no trigger), and stats
-			// rows only name links that exist.
-			SQL: `
+	},
+	{
+		ID: "SL-I3", Module: "shortlink", Chapter: chapter,
+		Statement: "stats failures never change a redirect's status and the redirect never waits on the stats side (measured by TestSL03 and the benchmark)",
+		// What the schema can promise: a click write touches nothing
+		// but the clicks table (no foreign key, no trigger), and stats
+		// rows only name links that exist.
+		SQL: `
 SELECT 'foreign key on shortlink_clicks' AS problem, conname::text AS detail
   FROM pg_constraint WHERE conrelid = 'shortlink_clicks'::regclass AND contype = 'f'
 UNION ALL
@@ -63,11 +63,11 @@ SELECT 'click of an unknown code', c.code
 UNION ALL
 SELECT 'drop count of an unknown code', d.code
   FROM shortlink_click_drops d WHERE NOT EXISTS (SELECT 1 FROM shortlink_links l WHERE l.code = d.code)`,
-		},
-		invariant.Invariant{
-			ID: "SL-I4", Module: "shortlink", Chapter: chapter,
-			Statement: "a click written more than once by retries is one row; every dropped click is counted",
-			SQL: `
+	},
+	{
+		ID: "SL-I4", Module: "shortlink", Chapter: chapter,
+		Statement: "a click written more than once by retries is one row; every dropped click is counted",
+		SQL: `
 SELECT 'duplicate click id' AS problem, id::text AS detail, count(*) AS n
   FROM shortlink_clicks GROUP BY id HAVING count(*) > 1
 UNION ALL
@@ -78,6 +78,5 @@ SELECT 'no unique index on shortlink_clicks (id)', NULL, 0
 UNION ALL
 SELECT 'drop count not positive', code, dropped
   FROM shortlink_click_drops WHERE dropped <= 0`,
-		},
-	)
+	},
 }

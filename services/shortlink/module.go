@@ -19,11 +19,19 @@ import (
 // DemoCode is the link `fencelab dev` seeds.
 const DemoCode = "demo"
 
-// New builds the module from the shared dependencies.
-func New(d app.Deps) (app.Module, error) {
+// Module is shortlink: short links: creation, redirects, click counting.
+func Module() app.Module {
+	return app.Module{
+		Name: "shortlink", Chapter: "shortlink",
+		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
+	}
+}
+
+// build builds the module from the shared dependencies.
+func build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	svc := NewService(d, cfg)
 	tasks := []app.Task{{Name: "click-writer", Run: svc.clicks.Run}}
@@ -31,8 +39,7 @@ func New(d app.Deps) (app.Module, error) {
 		tasks = append(tasks, app.Task{Name: "invalidation-listener", Run: svc.listen})
 	}
 	h := &handlers{svc: svc}
-	return app.Module{
-		Name:   "shortlink",
+	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth) },
 		Tasks:  tasks,
 		Seed:   svc.seed,

@@ -16,6 +16,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// invariants are this package's own.
+var invariants = invariant.MustRegistry(invariant.Core, Invariants)
+
 // newTestService builds the service on a fresh database, without its
 // background tasks.
 func newTestService(t *testing.T, edit func(*Config)) *Service {
@@ -24,7 +27,7 @@ func newTestService(t *testing.T, edit func(*Config)) *Service {
 	if edit != nil {
 		edit(&cfg)
 	}
-	return NewService(app.Deps{Pool: pgtest.New(t)}, cfg)
+	return NewService(app.Standalone(pgtest.New(t)), cfg)
 }
 
 // A random code that collides with an existing one is redrawn, never
@@ -52,7 +55,7 @@ func TestRandomCodeCollisionDrawsAnotherCode(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "https://first.example.test/", first.Target)
 	require.Equal(t, "user-0001", first.Owner)
-	invariant.Assert(t, s.db, "shortlink")
+	invariants.Assert(t, s.db, "shortlink")
 }
 
 // A cached live link stops at its expiry exactly: the expiry travels with
@@ -75,7 +78,7 @@ func TestCachedLinkStopsAtItsExpiry(t *testing.T) {
 	_, err = s.Visit(ctx, "brief")
 	require.ErrorIs(t, err, ErrExpired)
 	require.Equal(t, hits+2, value(t, s.m.hit), "both answers came from the cache")
-	invariant.Assert(t, s.db, "shortlink")
+	invariants.Assert(t, s.db, "shortlink")
 }
 
 func TestConfigRefusesMalformedSettings(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 
 	"github.com/fencelab/fencelab/core/httpx"
 )
@@ -73,10 +72,6 @@ var errStoredMeanwhile = errors.New("upload: chunk stored meanwhile")
 // errBody wraps failures to read a request body (the client went away, or
 // was too slow): the client's problem, answered with a 400.
 var errBody = errors.New("upload: chunk body incomplete")
-
-func init() {
-	httpx.MapError(errBody, http.StatusBadRequest, "body_incomplete")
-}
 
 func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) error {
 	part, err := s.store.OpenPartial(ctx, sess.ID, true)

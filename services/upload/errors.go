@@ -68,32 +68,35 @@ var (
 	ErrAlreadyPublished = errors.New("upload: file already published")
 )
 
-func init() {
-	httpx.MapError(ErrInvalidDeclaration, http.StatusUnprocessableEntity, "invalid_declaration")
-	httpx.MapError(ErrFileTooLarge, http.StatusRequestEntityTooLarge, "file_too_large")
-	httpx.MapError(ErrTooManyChunks, http.StatusUnprocessableEntity, "too_many_chunks")
-	httpx.MapError(ErrChunkSizeTooLarge, http.StatusUnprocessableEntity, "chunk_size_too_large")
-	httpx.MapError(ErrSessionNotFound, http.StatusNotFound, "session_not_found")
-	httpx.MapError(ErrNotOwner, http.StatusForbidden, "forbidden")
-	httpx.MapError(ErrSessionNotOpen, http.StatusConflict, "session_not_open")
-	httpx.MapError(ErrSessionGone, http.StatusGone, "session_gone")
-	httpx.MapError(ErrChunkOutOfRange, http.StatusUnprocessableEntity, "chunk_out_of_range")
-	httpx.MapError(ErrChunkTooLarge, http.StatusRequestEntityTooLarge, "chunk_too_large")
-	httpx.MapError(ErrChunkSize, http.StatusUnprocessableEntity, "chunk_size_mismatch")
-	httpx.MapError(ErrChunkConflict, http.StatusConflict, "chunk_conflict")
-	httpx.MapError(ErrChunkInProgress, http.StatusConflict, "chunk_in_progress")
-	httpx.MapError(ErrChunkChecksum, http.StatusUnprocessableEntity, "chunk_checksum_mismatch")
-	httpx.MapError(ErrChecksumHeader, http.StatusBadRequest, "invalid_checksum_header")
-	httpx.MapError(ErrMissingChunks, http.StatusConflict, "missing_chunks")
-	httpx.MapError(ErrSHA256Mismatch, http.StatusUnprocessableEntity, "sha256_mismatch")
-	httpx.MapError(ErrSizeMismatch, http.StatusUnprocessableEntity, "size_mismatch")
-	httpx.MapError(ErrNotCompleted, http.StatusConflict, "not_completed")
-	httpx.MapError(ErrAlreadyCommitted, http.StatusConflict, "already_committed")
-	httpx.MapError(ErrUploadExpired, http.StatusGone, "upload_expired")
-	httpx.MapError(ErrInvalidName, http.StatusUnprocessableEntity, "invalid_name")
-	httpx.MapError(ErrInvalidMetadata, http.StatusUnprocessableEntity, "invalid_metadata")
-	httpx.MapError(ErrFileNotFound, http.StatusNotFound, "file_not_found")
-	httpx.MapError(ErrNotReady, http.StatusConflict, "not_ready")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(errBody, http.StatusBadRequest, "body_incomplete"),
+	httpx.Map(ErrInvalidDeclaration, http.StatusUnprocessableEntity, "invalid_declaration"),
+	httpx.Map(ErrFileTooLarge, http.StatusRequestEntityTooLarge, "file_too_large"),
+	httpx.Map(ErrTooManyChunks, http.StatusUnprocessableEntity, "too_many_chunks"),
+	httpx.Map(ErrChunkSizeTooLarge, http.StatusUnprocessableEntity, "chunk_size_too_large"),
+	httpx.Map(ErrSessionNotFound, http.StatusNotFound, "session_not_found"),
+	httpx.Map(ErrNotOwner, http.StatusForbidden, "forbidden"),
+	httpx.Map(ErrSessionNotOpen, http.StatusConflict, "session_not_open"),
+	httpx.Map(ErrSessionGone, http.StatusGone, "session_gone"),
+	httpx.Map(ErrChunkOutOfRange, http.StatusUnprocessableEntity, "chunk_out_of_range"),
+	httpx.Map(ErrChunkTooLarge, http.StatusRequestEntityTooLarge, "chunk_too_large"),
+	httpx.Map(ErrChunkSize, http.StatusUnprocessableEntity, "chunk_size_mismatch"),
+	httpx.Map(ErrChunkConflict, http.StatusConflict, "chunk_conflict"),
+	httpx.Map(ErrChunkInProgress, http.StatusConflict, "chunk_in_progress"),
+	httpx.Map(ErrChunkChecksum, http.StatusUnprocessableEntity, "chunk_checksum_mismatch"),
+	httpx.Map(ErrChecksumHeader, http.StatusBadRequest, "invalid_checksum_header"),
+	httpx.Map(ErrMissingChunks, http.StatusConflict, "missing_chunks"),
+	httpx.Map(ErrSHA256Mismatch, http.StatusUnprocessableEntity, "sha256_mismatch"),
+	httpx.Map(ErrSizeMismatch, http.StatusUnprocessableEntity, "size_mismatch"),
+	httpx.Map(ErrNotCompleted, http.StatusConflict, "not_completed"),
+	httpx.Map(ErrAlreadyCommitted, http.StatusConflict, "already_committed"),
+	httpx.Map(ErrUploadExpired, http.StatusGone, "upload_expired"),
+	httpx.Map(ErrInvalidName, http.StatusUnprocessableEntity, "invalid_name"),
+	httpx.Map(ErrInvalidMetadata, http.StatusUnprocessableEntity, "invalid_metadata"),
+	httpx.Map(ErrFileNotFound, http.StatusNotFound, "file_not_found"),
+	httpx.Map(ErrNotReady, http.StatusConflict, "not_ready"),
 }
 
 // MissingChunksError is ErrMissingChunks with the indexes still missing.

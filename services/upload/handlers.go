@@ -64,7 +64,7 @@ func (h *handlers) putChunk(c echo.Context) error {
 	req := c.Request()
 	res, err := h.svc.PutChunk(req.Context(), httpx.PrincipalOf(c), c.Param("id"), n, req.Body, req.ContentLength, sum)
 	if errors.Is(err, ErrChunkInProgress) {
-		p := *httpx.ToProblem(err)
+		p := *httpx.ProblemOf(c, err)
 		p.RetryAfter = 1
 		return &p
 	}
@@ -117,7 +117,7 @@ func (h *handlers) complete(c echo.Context) error {
 	sess, err := h.svc.Complete(c.Request().Context(), httpx.PrincipalOf(c), c.Param("id"))
 	var missing *MissingChunksError
 	if errors.As(err, &missing) {
-		return httpx.ToProblem(err).With("missing_chunks", missing.Missing).With("missing_count", missing.Total)
+		return httpx.ProblemOf(c, err).With("missing_chunks", missing.Missing).With("missing_count", missing.Total)
 	}
 	if err != nil {
 		return err

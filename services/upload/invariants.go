@@ -29,20 +29,20 @@ const (
 )
 
 // The invariants of spec 50 ("Chunked upload").
-func init() {
-	invariant.Register(
-		invariant.Invariant{
-			ID: "UP-F1", Module: "upload", Chapter: chapter,
-			Statement: "bytes neither lost nor wrong: every file at blobs/sha256/<hex> hashes to <hex> " +
-				"(checked for a bounded sample per run); every blob referenced by file_object exists",
-			Check: checkBlobFiles,
-		},
-		invariant.Invariant{
-			ID: "UP-F2", Module: "upload", Chapter: chapter,
-			Statement: "orphans are reclaimable and only orphans are reclaimed: refs count the file_object rows, " +
-				"a referenced blob is never being deleted, and committed sessions and files name each other " +
-				"(GC after the grace period: TestUP02)",
-			SQL: `
+var Invariants = []invariant.Invariant{
+
+	{
+		ID: "UP-F1", Module: "upload", Chapter: chapter,
+		Statement: "bytes neither lost nor wrong: every file at blobs/sha256/<hex> hashes to <hex> " +
+			"(checked for a bounded sample per run); every blob referenced by file_object exists",
+		Check: checkBlobFiles,
+	},
+	{
+		ID: "UP-F2", Module: "upload", Chapter: chapter,
+		Statement: "orphans are reclaimable and only orphans are reclaimed: refs count the file_object rows, " +
+			"a referenced blob is never being deleted, and committed sessions and files name each other " +
+			"(GC after the grace period: TestUP02)",
+		SQL: `
 SELECT 'refs differ from the file_object rows naming the blob' AS problem, b.sha256 AS subject,
        b.refs || ' recorded, ' || coalesce(f.n, 0) || ' rows' AS detail
   FROM upload_blob b
@@ -59,14 +59,14 @@ UNION ALL
 SELECT 'file of a session that is not committed to it', f.id::text, s.state
   FROM file_object f JOIN upload_session s ON s.id = f.session_id
  WHERE s.state <> 'committed' OR s.file_id IS DISTINCT FROM f.id`,
-		},
-		invariant.Invariant{
-			ID: "UP-F3", Module: "upload", Chapter: chapter,
-			Statement: "processing runs under a lease with a fence; a superseded run cannot publish; a file is published exactly once",
-			// A publish commits with its job's fenced completion, so a
-			// published file's job succeeded under the very fence and owner
-			// recorded on the file, and no claim came after it.
-			SQL: `
+	},
+	{
+		ID: "UP-F3", Module: "upload", Chapter: chapter,
+		Statement: "processing runs under a lease with a fence; a superseded run cannot publish; a file is published exactly once",
+		// A publish commits with its job's fenced completion, so a
+		// published file's job succeeded under the very fence and owner
+		// recorded on the file, and no claim came after it.
+		SQL: `
 SELECT 'published, but not by the run that completed its job' AS problem, f.id::text AS file,
        f.published_fence AS fence, f.published_by AS run, j.fence AS job_fence, coalesce(j.owner, '') AS job_owner, j.state AS job_state
   FROM file_object f LEFT JOIN job j ON j.id = f.job_id
@@ -84,12 +84,12 @@ UNION ALL
 SELECT 'file without its processing job', f.id::text, NULL, NULL, NULL, NULL, NULL
   FROM file_object f
  WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.id = f.job_id AND j.kind = '` + KindProcess + `' AND j.business_key = f.id::text)`,
-		},
-		invariant.Invariant{
-			ID: "UP-F4", Module: "upload", Chapter: chapter,
-			Statement: "a file is readable only once published; earlier reads get 409 not_ready, never partial bytes " +
-				"(the 409 is measured by TestUP04; here: every readable file is a complete, present blob)",
-			SQL: `
+	},
+	{
+		ID: "UP-F4", Module: "upload", Chapter: chapter,
+		Statement: "a file is readable only once published; earlier reads get 409 not_ready, never partial bytes " +
+			"(the 409 is measured by TestUP04; here: every readable file is a complete, present blob)",
+		SQL: `
 SELECT 'published file whose blob is not complete and present' AS problem, f.id::text AS file,
        f.size AS size, b.size AS blob_size, coalesce(b.state, 'missing') AS blob_state
   FROM file_object f LEFT JOIN upload_blob b ON b.sha256 = f.blob_sha256
@@ -97,11 +97,11 @@ SELECT 'published file whose blob is not complete and present' AS problem, f.id:
 UNION ALL
 SELECT 'published before it was committed', f.id::text, f.size, NULL, NULL
   FROM file_object f WHERE f.published_at < f.created_at`,
-		},
-		invariant.Invariant{
-			ID: "UP-F5", Module: "upload", Chapter: chapter,
-			Statement: "the completed file's size and SHA-256 equal the declared ones, or completion fails and nothing is referenced",
-			SQL: `
+	},
+	{
+		ID: "UP-F5", Module: "upload", Chapter: chapter,
+		Statement: "the completed file's size and SHA-256 equal the declared ones, or completion fails and nothing is referenced",
+		SQL: `
 SELECT 'completed session whose blob is not the declared one' AS problem, s.id::text AS subject, coalesce(s.blob_sha256, '') AS detail
   FROM upload_session s
  WHERE s.state IN ('completed', 'committed') AND s.blob_sha256 IS DISTINCT FROM s.sha256
@@ -127,8 +127,7 @@ UNION ALL
 SELECT 'chunk outside the declared layout', c.session_id::text, 'chunk ' || c.n || ': ' || c.size || ' bytes'
   FROM upload_chunk c JOIN upload_session s ON s.id = c.session_id
  WHERE c.n >= s.chunk_count OR c.size <> least(s.chunk_size, s.total_size - c.n::bigint * s.chunk_size)`,
-		},
-	)
+	},
 }
 
 // checkBlobFiles is UP-F1: it reads the blob directory recorded in

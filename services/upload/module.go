@@ -10,22 +10,29 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 )
 
-// New builds the module from the shared dependencies: the local blob store
+// Module is upload: chunked upload: sessions, chunks, content-addressed blobs.
+func Module() app.Module {
+	return app.Module{
+		Name: "upload", Chapter: "upload",
+		Invariants: Invariants, Errors: Errors, Build: build,
+	}
+}
+
+// build builds the module from the shared dependencies: the local blob store
 // under Config.Dir, the routes, and two job kinds — processing (one job per
 // committed file) and GC (periodic).
-func New(d app.Deps) (app.Module, error) {
+func build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	store, err := NewLocalStore(cfg.Dir)
 	if err != nil {
-		return app.Module{}, err
+		return app.Runtime{}, err
 	}
 	svc := NewService(d, cfg, store)
 	h := &handlers{svc: svc, cfg: cfg}
-	return app.Module{
-		Name:              "upload",
+	return app.Runtime{
 		Routes:            func(e *echo.Echo) { routes(e, h, d.Auth) },
 		LargeBodyPrefixes: []string{largeBodyPrefix},
 		Kinds: []claim.Kind{

@@ -18,8 +18,16 @@ import (
 // starts an in-process loopback fake provider on first use.
 const EnvToolURL = "FENCELAB_WORKFLOW_TOOL_URL"
 
-// New builds the workflow module: the workflow kind and POST /workflows.
-func New(d app.Deps) (app.Module, error) {
+// Module is workflow: the workflow kind and its tool, run across a database failover.
+func Module() app.Module {
+	return app.Module{
+		Name: "workflow", Chapter: "failover",
+		Build: build,
+	}
+}
+
+// build builds the workflow module: the workflow kind and POST /workflows.
+func build(d app.Deps) (app.Runtime, error) {
 	var tool Tool
 	if url := app.Env(EnvToolURL, ""); url != "" {
 		tool = fakeprovider.NewClient(url, 10*time.Second)
@@ -27,8 +35,7 @@ func New(d app.Deps) (app.Module, error) {
 		tool = &loopbackTool{}
 	}
 	s := &service{jobs: d.Jobs}
-	return app.Module{
-		Name:   "workflow",
+	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, d.Auth, s) },
 		Kinds:  []claim.Kind{NewKind(tool)},
 	}, nil

@@ -35,17 +35,19 @@ var (
 	ErrPaymentMismatch = errors.New("flashsale: the report does not match the order's payment")
 )
 
-func init() {
-	httpx.MapError(ErrNotFound, http.StatusNotFound, "order_not_found")
-	httpx.MapError(ErrNotOwner, http.StatusForbidden, "forbidden")
-	httpx.MapError(ErrReservationNotHeld, http.StatusConflict, "reservation_not_held")
-	httpx.MapError(ErrPaymentInProgress, http.StatusConflict, "payment_in_progress")
-	httpx.MapError(ErrNotPayable, http.StatusConflict, "order_not_payable")
-	httpx.MapError(ErrHoldEnded, http.StatusConflict, "hold_ended")
-	httpx.MapError(ErrCallbackSignature, http.StatusUnauthorized, "callback_signature_invalid")
-	httpx.MapError(ErrCallbackStale, http.StatusUnauthorized, "callback_signature_stale")
-	httpx.MapError(ErrCallbackMalformed, http.StatusBadRequest, "callback_malformed")
-	httpx.MapError(ErrCallbackConflict, http.StatusConflict, "callback_event_conflict")
-	httpx.MapError(ErrCallbackOrder, http.StatusNotFound, "callback_order_not_found")
-	httpx.MapError(ErrPaymentMismatch, http.StatusUnprocessableEntity, "payment_mismatch")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrNotFound, http.StatusNotFound, "order_not_found"),
+	httpx.Map(ErrNotOwner, http.StatusForbidden, "forbidden"),
+	httpx.Map(ErrReservationNotHeld, http.StatusConflict, "reservation_not_held"),
+	httpx.Map(ErrPaymentInProgress, http.StatusConflict, "payment_in_progress"),
+	httpx.Map(ErrNotPayable, http.StatusConflict, "order_not_payable"),
+	httpx.Map(ErrHoldEnded, http.StatusConflict, "hold_ended"),
+	httpx.Map(ErrCallbackSignature, http.StatusUnauthorized, "callback_signature_invalid"),
+	httpx.Map(ErrCallbackStale, http.StatusUnauthorized, "callback_signature_stale"),
+	httpx.Map(ErrCallbackMalformed, http.StatusBadRequest, "callback_malformed"),
+	httpx.Map(ErrCallbackConflict, http.StatusConflict, "callback_event_conflict"),
+	httpx.Map(ErrCallbackOrder, http.StatusNotFound, "callback_order_not_found"),
+	httpx.Map(ErrPaymentMismatch, http.StatusUnprocessableEntity, "payment_mismatch"),
 }

@@ -12,15 +12,15 @@ import (
 const chapter = "flash-sale orders and payment"
 
 // The invariants of spec 30 Part B, registered under the flash sale's
-// module so that invariant.Assert(t, pool, "flashsale") checks both parts.
+// module so that e2etest.Assert(t, pool, "flashsale") checks both parts.
 // Each query returns the rows that break it: (problem, order_id, detail).
-func init() {
-	invariant.Register(
-		invariant.Invariant{
-			ID: "ORD-O1", Module: reserve.Module, Chapter: chapter,
-			Statement: "orders move only along the state machine, each move conditional on the current state; " +
-				"a refused move is logged and changes nothing (the applied moves chain from CREATED to the state)",
-			SQL: `
+var Invariants = []invariant.Invariant{
+
+	{
+		ID: "ORD-O1", Module: reserve.Module, Chapter: chapter,
+		Statement: "orders move only along the state machine, each move conditional on the current state; " +
+			"a refused move is logged and changes nothing (the applied moves chain from CREATED to the state)",
+		SQL: `
 SELECT 'state machine table differs from the spec' AS problem, NULL::bigint AS order_id,
        format('%s → %s %s', coalesce(m.from_state, s.from_state), coalesce(m.to_state, s.to_state),
               CASE WHEN m.from_state IS NULL THEN 'missing' ELSE 'extra' END) AS detail
@@ -55,12 +55,12 @@ SELECT 'guard trigger ' || want.name || ' is missing or disabled', NULL, NULL
                ('flashsale_order_move_fixed', 'flashsale_order_move')) AS want (name, tbl)
  WHERE NOT EXISTS (SELECT 1 FROM pg_trigger g
                     WHERE g.tgname = want.name AND g.tgrelid = to_regclass(want.tbl) AND g.tgenabled <> 'D')`,
-		},
-		invariant.Invariant{
-			ID: "ORD-O2", Module: reserve.Module, Chapter: chapter,
-			Statement: "a channel call without a definite answer never fails an order or returns its unit: " +
-				"every PAYING → FAILED/CLOSED rests on a definite report (failed, rejected, closed, none), and only such moves release a unit",
-			SQL: `
+	},
+	{
+		ID: "ORD-O2", Module: reserve.Module, Chapter: chapter,
+		Statement: "a channel call without a definite answer never fails an order or returns its unit: " +
+			"every PAYING → FAILED/CLOSED rests on a definite report (failed, rejected, closed, none), and only such moves release a unit",
+		SQL: `
 SELECT 'given up without a definite answer' AS problem, t.order_id,
        format('transition %s: %s → %s (%s) on %s', t.id, t.from_state, t.to_state, t.cause,
               coalesce(e.source || ' ' || e.status, 'no report')) AS detail
@@ -77,12 +77,12 @@ UNION ALL
 SELECT 'order given up still holds its unit', o.id, format('order %s, reservation %s %s', o.state, r.id, r.state)
   FROM flashsale_order o JOIN flashsale_reservation r ON r.id = o.reservation_id
  WHERE o.state IN ('FAILED', 'CLOSED') AND r.state = 'HELD'`,
-		},
-		invariant.Invariant{
-			ID: "ORD-O3", Module: reserve.Module, Chapter: chapter,
-			Statement: "one payment's success, delivered any number of times in any order, causes at most one transition, " +
-				"one inventory confirmation and one order_paid outbox event",
-			SQL: `
+	},
+	{
+		ID: "ORD-O3", Module: reserve.Module, Chapter: chapter,
+		Statement: "one payment's success, delivered any number of times in any order, causes at most one transition, " +
+			"one inventory confirmation and one order_paid outbox event",
+		SQL: `
 SELECT 'success applied more than once' AS problem, order_id, format('%s moves into PAID/PAID_LATE', count(*)) AS detail
   FROM flashsale_order_transition WHERE applied AND to_state IN ('PAID', 'PAID_LATE')
  GROUP BY order_id HAVING count(*) > 1
@@ -110,12 +110,12 @@ UNION ALL
 SELECT 'no unique inbox key on flashsale_payment_event (provider_event_id)', NULL, NULL
  WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_payment_event_inbox' AND contype = 'u'
                       AND conrelid = 'flashsale_payment_event'::regclass)`,
-		},
-		invariant.Invariant{
-			ID: "ORD-O4", Module: reserve.Module, Chapter: chapter,
-			Statement: "money that arrives after the hold was released buys a free unit (CONFIRMED_LATE) or is refunded once (REFUNDING → REFUNDED): " +
-				"money is never kept without a unit, and no unit is confirmed for two orders",
-			SQL: `
+	},
+	{
+		ID: "ORD-O4", Module: reserve.Module, Chapter: chapter,
+		Statement: "money that arrives after the hold was released buys a free unit (CONFIRMED_LATE) or is refunded once (REFUNDING → REFUNDED): " +
+			"money is never kept without a unit, and no unit is confirmed for two orders",
+		SQL: `
 SELECT 'money kept without a unit' AS problem, o.id AS order_id,
        format('state %s, charged %s, refunded %s, reservation %s %s', o.state, o.charged, o.refunded, r.id, r.state) AS detail
   FROM flashsale_order o JOIN flashsale_reservation r ON r.id = o.reservation_id
@@ -136,12 +136,12 @@ UNION ALL
 SELECT 'no unique order per reservation', NULL, NULL
  WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_order_one_per_reservation' AND contype = 'u'
                       AND conrelid = 'flashsale_order'::regclass)`,
-		},
-		invariant.Invariant{
-			ID: "ORD-O5", Module: reserve.Module, Chapter: chapter,
-			Statement: "callbacks are authenticated (HMAC signature, timestamp window) before they are recorded or applied: " +
-				"every recorded callback has its verified signature record, and every move names a report of its own order",
-			SQL: `
+	},
+	{
+		ID: "ORD-O5", Module: reserve.Module, Chapter: chapter,
+		Statement: "callbacks are authenticated (HMAC signature, timestamp window) before they are recorded or applied: " +
+			"every recorded callback has its verified signature record, and every move names a report of its own order",
+		SQL: `
 SELECT 'callback without a verified signature record' AS problem, e.order_id,
        format('event %s (%s): signed %s, verified %s, window %ss', e.id, e.provider_event_id, e.signed_at, e.verified_at, e.window_seconds) AS detail
   FROM flashsale_payment_event e
@@ -156,12 +156,12 @@ UNION ALL
 SELECT 'callback inbox constraint flashsale_payment_event_signed is missing', NULL, NULL
  WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_payment_event_signed' AND contype = 'c'
                       AND conrelid = 'flashsale_payment_event'::regclass)`,
-		},
-		invariant.Invariant{
-			ID: "ORD-M1", Module: reserve.Module, Chapter: chapter,
-			Statement: fmt.Sprintf("money: Σ over orders of (charged − refunded) = %d × confirmed orders (refunds still owed aside), "+
-				"where charged and refunded are what the channel reported", Price),
-			SQL: `
+	},
+	{
+		ID: "ORD-M1", Module: reserve.Module, Chapter: chapter,
+		Statement: fmt.Sprintf("money: Σ over orders of (charged − refunded) = %d × confirmed orders (refunds still owed aside), "+
+			"where charged and refunded are what the channel reported", Price),
+		SQL: `
 SELECT 'charged is not what the channel reported' AS problem, o.id AS order_id,
        format('charged %s on effect %s; report %s: %s %s of effect %s', o.charged, o.effect_id, e.id, e.source, e.status, e.effect_id) AS detail
   FROM flashsale_order o LEFT JOIN flashsale_payment_event e ON e.id = o.charge_event_id
@@ -182,8 +182,7 @@ SELECT 'money equation', NULL,
                count(*) FILTER (WHERE state IN ('PAID', 'CONFIRMED_LATE')) AS confirmed
           FROM flashsale_order) m
  WHERE m.net - m.owed <> ` + fmt.Sprint(Price) + ` * m.confirmed`,
-		},
-	)
+	},
 }
 
 // movesValues renders Moves as SQL VALUES rows, so that ORD-O1 compares

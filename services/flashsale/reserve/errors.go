@@ -31,15 +31,17 @@ var (
 	ErrNoUser             = errors.New("flashsale: a hold needs a user")
 )
 
-func init() {
-	httpx.MapError(ErrSoldOut, http.StatusConflict, "sold_out")
-	httpx.MapError(ErrAlreadyHolding, http.StatusConflict, "already_holding")
-	httpx.MapError(ErrRequestKeyReused, http.StatusUnprocessableEntity, "request_key_reused")
-	httpx.MapError(ErrUnknownSKU, http.StatusNotFound, "unknown_sku")
-	httpx.MapError(ErrNotFound, http.StatusNotFound, "reservation_not_found")
-	httpx.MapError(ErrNotOwner, http.StatusForbidden, "forbidden")
-	httpx.MapError(ErrInvalidSKU, http.StatusUnprocessableEntity, "invalid_sku")
-	httpx.MapError(ErrRequestKeyMissing, http.StatusUnprocessableEntity, "request_key_missing")
-	httpx.MapError(ErrInvalidRequestKey, http.StatusUnprocessableEntity, "invalid_request_key")
-	httpx.MapError(ErrRequestKeyMismatch, http.StatusUnprocessableEntity, "request_key_mismatch")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrSoldOut, http.StatusConflict, "sold_out"),
+	httpx.Map(ErrAlreadyHolding, http.StatusConflict, "already_holding"),
+	httpx.Map(ErrRequestKeyReused, http.StatusUnprocessableEntity, "request_key_reused"),
+	httpx.Map(ErrUnknownSKU, http.StatusNotFound, "unknown_sku"),
+	httpx.Map(ErrNotFound, http.StatusNotFound, "reservation_not_found"),
+	httpx.Map(ErrNotOwner, http.StatusForbidden, "forbidden"),
+	httpx.Map(ErrInvalidSKU, http.StatusUnprocessableEntity, "invalid_sku"),
+	httpx.Map(ErrRequestKeyMissing, http.StatusUnprocessableEntity, "request_key_missing"),
+	httpx.Map(ErrInvalidRequestKey, http.StatusUnprocessableEntity, "invalid_request_key"),
+	httpx.Map(ErrRequestKeyMismatch, http.StatusUnprocessableEntity, "request_key_mismatch"),
 }

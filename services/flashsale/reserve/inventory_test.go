@@ -21,6 +21,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// invariants are this layer's own (the orders layer is not under test here).
+var invariants = invariant.MustRegistry(invariant.Core, reserve.Invariants)
+
 // bundle is one test's database and inventory.
 type bundle struct {
 	pool   *pgxpool.Pool
@@ -110,7 +113,7 @@ func TestHoldAnswersReplayReuseUnknownHoldingAndSoldOut(t *testing.T) {
 	require.ErrorIs(t, err, reserve.ErrSoldOut)
 
 	require.Equal(t, reserve.Stock{SKU: sku, Stock: 2, Available: 0, Held: 2}, b.stock(t))
-	invariant.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, reserve.Module)
 }
 
 // The precheck is only a hint: when two holds of one user race past it,
@@ -163,7 +166,7 @@ func TestRacingHoldsAreDecidedByTheConstraints(t *testing.T) {
 			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM flashsale_reservation`).Scan(&n))
 			require.Equal(t, 1, n)
 			require.Equal(t, 4, b.stock(t).Available, "the loser's take was undone with its statement")
-			invariant.Assert(t, b.pool, reserve.Module)
+			invariants.Assert(t, b.pool, reserve.Module)
 		})
 	}
 }
@@ -191,7 +194,7 @@ func TestConfirmMovesAHoldOnceAndLeavesTheStock(t *testing.T) {
 	require.Zero(t, n, "a confirmed reservation is never released")
 	err = b.inTx(t, func(tx pgx.Tx) error { _, err := b.inv.Confirm(context.Background(), tx, 999); return err })
 	require.ErrorIs(t, err, reserve.ErrNotFound)
-	invariant.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, reserve.Module)
 }
 
 // A confirmation in flight holds the reservation's row: the release job
@@ -217,7 +220,7 @@ func TestReleaseSkipsAHoldBeingConfirmed(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, reserve.StateConfirmed, b.get(t, r.ID).State)
-	invariant.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, reserve.Module)
 }
 
 // ORD-O4's inventory half: a payment that succeeds after its hold was
@@ -252,7 +255,7 @@ func TestRetakeAfterReleaseTakesAFreeUnitOnce(t *testing.T) {
 	require.NotNil(t, got.ReleasedAt)
 	require.NotNil(t, got.RetakenAt)
 	require.Equal(t, reserve.Stock{SKU: sku, Stock: 2, Available: 1, Confirmed: 1}, b.stock(t))
-	invariant.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, reserve.Module)
 }
 
 func TestRetakeRefusalsChangeNothingAndKeepTheCallersTransaction(t *testing.T) {
@@ -288,7 +291,7 @@ func TestRetakeRefusalsChangeNothingAndKeepTheCallersTransaction(t *testing.T) {
 			require.ErrorIs(t, retakeErr, tc.want)
 			require.Equal(t, reserve.StateReleased, b.get(t, r.ID).State)
 			require.Equal(t, before, b.stock(t))
-			invariant.Assert(t, b.pool, reserve.Module)
+			invariants.Assert(t, b.pool, reserve.Module)
 		})
 	}
 }
@@ -311,7 +314,7 @@ func TestReleaseReturnsAHoldsUnitOnce(t *testing.T) {
 	n, err := b.inv.ReleaseExpired(ctx, b.pool, 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	invariant.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, reserve.Module)
 }
 
 // The database refuses what no code path may do, whoever tries: a second
@@ -341,7 +344,7 @@ func TestSchemaRefusesIllegalWrites(t *testing.T) {
 		var ce *pg.ConstraintError
 		require.True(t, errors.As(pg.MapError(err), &ce), "%s: %v", sql, err)
 	}
-	invariant.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, reserve.Module)
 }
 
 func TestConfigRefusesALimitBeyondThePool(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 )
 
@@ -446,7 +445,7 @@ var ClientLeavesMidHold = lab.Experiment{
 			require.Equal(x, StateHeld, r1.State)
 			require.Equal(x, 1, a.Count(x, `SELECT count(*) FROM flashsale_reservation`))
 			require.Equal(x, labUnits-1, available(x, a, labSKU))
-			invariant.Assert(x, a.Pool, Module) // each sale's own database
+			x.Assert(a.Pool, Module) // each sale's own database
 		}
 
 		// Leaving the wait line.

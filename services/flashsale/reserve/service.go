@@ -215,10 +215,14 @@ func newMetrics(reg prometheus.Registerer, inDB *concurrency) *metrics {
 	return m
 }
 
+// problems answers the layer's own errors, for the outcome label (the
+// process's table answers the same for these sentinels).
+var problems = httpx.NewErrors(Errors)
+
 // outcome counts a refused or failed request by its problem code.
 func (m *metrics) outcome(err error) {
 	code := "error"
-	switch p := httpx.ToProblem(err); {
+	switch p := problems.Problem(err); {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		code = "client_left"
 	case p.Status < 500 || p.Code == "overloaded":

@@ -21,9 +21,11 @@ var (
 	ErrStrategyUnavailable = errors.New("feed: the push strategy cannot serve this reader")
 )
 
-func init() {
-	httpx.MapError(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor")
-	httpx.MapError(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit")
-	httpx.MapError(ErrInvalidStrategy, http.StatusBadRequest, "invalid_strategy")
-	httpx.MapError(ErrStrategyUnavailable, http.StatusConflict, "strategy_unavailable")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor"),
+	httpx.Map(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit"),
+	httpx.Map(ErrInvalidStrategy, http.StatusBadRequest, "invalid_strategy"),
+	httpx.Map(ErrStrategyUnavailable, http.StatusConflict, "strategy_unavailable"),
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/outbox"
 )
 
 // Settings (environment, or app.Config.Settings in tests).
@@ -71,29 +70,29 @@ func ConfigFrom(c app.Config) (Config, error) {
 
 // New builds feed's service and its part of the social module: the route,
 // the fan-out consumer, the response log's pruning and the metrics.
-func New(d app.Deps) (*Service, app.Module, error) {
+func New(d app.Deps) (*Service, app.Runtime, error) {
 	cfg, err := ConfigFrom(d.Config)
 	if err != nil {
-		return nil, app.Module{}, err
+		return nil, app.Runtime{}, err
 	}
 	if d.Config.TokenSecret == "" {
-		return nil, app.Module{}, fmt.Errorf("social/feed: the token secret is empty: cursors would be unsigned")
+		return nil, app.Runtime{}, fmt.Errorf("social/feed: the token secret is empty: cursors would be unsigned")
 	}
 	s, err := NewService(d.Pool, cfg, d.Log)
 	if err != nil {
-		return nil, app.Module{}, err
+		return nil, app.Runtime{}, err
 	}
 	if d.Metrics != nil {
 		for _, c := range collectors() {
 			if err := d.Metrics.Register(c); err != nil {
-				return nil, app.Module{}, fmt.Errorf("social/feed: register metrics: %w", err)
+				return nil, app.Runtime{}, fmt.Errorf("social/feed: register metrics: %w", err)
 			}
 		}
 	}
-	m := app.Module{Name: "social.feed"}
-	t, err := outbox.Task(d, s.Consumer())
+	m := app.Runtime{}
+	t, err := app.ConsumerTask(d, s.Consumer())
 	if err != nil {
-		return nil, app.Module{}, err
+		return nil, app.Runtime{}, err
 	}
 	m.Tasks = append(m.Tasks, t)
 	if cfg.ResponseLog {

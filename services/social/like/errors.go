@@ -20,7 +20,9 @@ var (
 	ErrInvalidUser = rel.ErrInvalidUser
 )
 
-func init() {
-	httpx.MapError(ErrItemNotFound, http.StatusNotFound, "item_not_found")
-	httpx.MapError(ErrInvalidItem, http.StatusBadRequest, "invalid_item_id")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrItemNotFound, http.StatusNotFound, "item_not_found"),
+	httpx.Map(ErrInvalidItem, http.StatusBadRequest, "invalid_item_id"),
 }

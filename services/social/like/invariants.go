@@ -91,27 +91,28 @@ SELECT 'count beyond its error bound' AS problem, item_id::text AS item, NULL::t
        format('count %s, liked facts %s, off by %s with %s events pending', count, truth, abs(count - truth), unapplied) AS detail
   FROM state WHERE abs(count - truth) > unapplied`
 
-func init() {
-	invariant.Register(
-		invariant.Invariant{
-			ID: "LIKE-I1", Module: "social", Chapter: chapter,
-			Statement: "at most one fact row per (user, item); liked is the current state; version +1 per state change",
-			SQL:       sqlLIKE1,
-		},
-		invariant.Invariant{
-			ID: "LIKE-I2", Module: "social", Chapter: chapter,
-			Statement: "every state change writes exactly one outbox event",
-			SQL:       sqlLIKE2,
-		},
-		invariant.Invariant{
-			ID: "LIKE-I3", Module: "social", Chapter: chapter,
-			Statement: "once the consumer has caught up, count = number of liked facts for every item",
-			SQL:       sqlLIKE3,
-		},
-		invariant.Invariant{
-			ID: "LIKE-I4", Module: "social", Chapter: chapter,
-			Statement: "at any time, for every item, abs(count - truth) <= the number of that item's events not yet applied (social_like_unapplied, served as error_bound)",
-			SQL:       sqlLIKE4,
-		},
-	)
+// Invariants are the package's SQL invariants; its module lists them in
+// app.Module.Invariants.
+var Invariants = []invariant.Invariant{
+
+	{
+		ID: "LIKE-I1", Module: "social", Chapter: chapter,
+		Statement: "at most one fact row per (user, item); liked is the current state; version +1 per state change",
+		SQL:       sqlLIKE1,
+	},
+	{
+		ID: "LIKE-I2", Module: "social", Chapter: chapter,
+		Statement: "every state change writes exactly one outbox event",
+		SQL:       sqlLIKE2,
+	},
+	{
+		ID: "LIKE-I3", Module: "social", Chapter: chapter,
+		Statement: "once the consumer has caught up, count = number of liked facts for every item",
+		SQL:       sqlLIKE3,
+	},
+	{
+		ID: "LIKE-I4", Module: "social", Chapter: chapter,
+		Statement: "at any time, for every item, abs(count - truth) <= the number of that item's events not yet applied (social_like_unapplied, served as error_bound)",
+		SQL:       sqlLIKE4,
+	},
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -33,28 +32,27 @@ import (
 // New builds like's service and its part of the social module: routes,
 // the counter consumer (a task in serve and worker), metrics. Setting:
 // FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK, items per recompute transaction.
-func New(d app.Deps) (*Service, app.Module, error) {
+func New(d app.Deps) (*Service, app.Runtime, error) {
 	chunk := DefaultChunk
 	set := app.NewSettingsReader(d.Config, "social/like")
 	set.Int("FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK", &chunk, 1, 100000)
 	if err := set.Err(); err != nil {
-		return nil, app.Module{}, err
+		return nil, app.Runtime{}, err
 	}
 	s := NewService(d.Pool, d.Faults, d.Log, chunk)
 	if d.Metrics != nil {
 		for _, c := range collectors() {
 			if err := d.Metrics.Register(c); err != nil {
-				return nil, app.Module{}, fmt.Errorf("social/like: register metrics: %w", err)
+				return nil, app.Runtime{}, fmt.Errorf("social/like: register metrics: %w", err)
 			}
 		}
 	}
-	task, err := outbox.Task(d, s.Counter())
+	task, err := app.ConsumerTask(d, s.Counter())
 	if err != nil {
-		return nil, app.Module{}, err
+		return nil, app.Runtime{}, err
 	}
 	h := &handlers{svc: s}
-	return s, app.Module{
-		Name:   "social.like",
+	return s, app.Runtime{
 		Tasks:  []app.Task{task},
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth) },
 		Seed:   s.seed,

@@ -174,7 +174,7 @@ func (s *Service) Likes(ctx context.Context, viewer string, item int64) (Likes, 
 // Counter is the outbox consumer that keeps social_like_count: +1 per like
 // event, -1 per unlike event, exactly once each (the outbox's inbox and
 // position commit with the counts), except events a recompute counted.
-// Run it with outbox.Task in any number of processes; one holds its lease.
+// Run it with app.ConsumerTask in any number of processes; one holds its lease.
 func (s *Service) Counter() outbox.Consumer {
 	return outbox.Consumer{Name: ConsumerName, Topics: []string{Topic}, HandleBatch: s.apply}
 }

@@ -37,20 +37,22 @@ var (
 	ErrRaced = errors.New("social: relation changed under its lock; retry")
 )
 
-func init() {
-	httpx.MapError(ErrUserNotFound, http.StatusNotFound, "user_not_found")
-	httpx.MapError(ErrSelf, http.StatusUnprocessableEntity, "self_relation")
-	httpx.MapError(ErrBlocked, http.StatusForbidden, "blocked")
-	httpx.MapError(ErrYouBlock, http.StatusConflict, "you_block")
-	httpx.MapError(ErrNotPending, http.StatusConflict, "not_pending")
-	httpx.MapError(ErrPostNotFound, http.StatusNotFound, "post_not_found")
-	httpx.MapError(ErrForbidden, http.StatusForbidden, "forbidden")
-	httpx.MapError(ErrNotAuthor, http.StatusForbidden, "not_author")
-	httpx.MapError(ErrInvalidVisibility, http.StatusUnprocessableEntity, "invalid_visibility")
-	httpx.MapError(ErrInvalidBody, http.StatusUnprocessableEntity, "invalid_body")
-	httpx.MapError(ErrInvalidUser, http.StatusBadRequest, "invalid_user")
-	httpx.MapError(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor")
-	httpx.MapError(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit")
-	httpx.MapError(ErrInvalidPostID, http.StatusBadRequest, "invalid_post_id")
-	httpx.MapError(ErrRaced, http.StatusServiceUnavailable, "retry")
+// Errors is how the package's sentinels are answered over HTTP (the
+// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
+var Errors = []httpx.ErrorMapping{
+	httpx.Map(ErrUserNotFound, http.StatusNotFound, "user_not_found"),
+	httpx.Map(ErrSelf, http.StatusUnprocessableEntity, "self_relation"),
+	httpx.Map(ErrBlocked, http.StatusForbidden, "blocked"),
+	httpx.Map(ErrYouBlock, http.StatusConflict, "you_block"),
+	httpx.Map(ErrNotPending, http.StatusConflict, "not_pending"),
+	httpx.Map(ErrPostNotFound, http.StatusNotFound, "post_not_found"),
+	httpx.Map(ErrForbidden, http.StatusForbidden, "forbidden"),
+	httpx.Map(ErrNotAuthor, http.StatusForbidden, "not_author"),
+	httpx.Map(ErrInvalidVisibility, http.StatusUnprocessableEntity, "invalid_visibility"),
+	httpx.Map(ErrInvalidBody, http.StatusUnprocessableEntity, "invalid_body"),
+	httpx.Map(ErrInvalidUser, http.StatusBadRequest, "invalid_user"),
+	httpx.Map(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor"),
+	httpx.Map(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit"),
+	httpx.Map(ErrInvalidPostID, http.StatusBadRequest, "invalid_post_id"),
+	httpx.Map(ErrRaced, http.StatusServiceUnavailable, "retry"),
 }

@@ -125,27 +125,28 @@ func viewChecks(tmpl string) string {
 	return strings.Join(parts, "\nUNION ALL\n")
 }
 
-func init() {
-	invariant.Register(
-		invariant.Invariant{
-			ID: "REL-I1", Module: "social", Chapter: chapter,
-			Statement: "one row per (follower, followee) with a monotonically increasing version; every change writes exactly one outbox event carrying that version",
-			SQL:       sqlREL1,
-		},
-		invariant.Invariant{
-			ID: "REL-I2", Module: "social", Chapter: chapter,
-			Statement: "a blocked pair has no active or pending follow in either direction",
-			SQL:       sqlREL2,
-		},
-		invariant.Invariant{
-			ID: "REL-I3", Module: "social", Chapter: chapter,
-			Statement: "a derived view applies an event only if its version is newer than what it holds; replaying events in any order and any number of times converges to the truth table",
-			SQL:       viewChecks(sqlREL3View),
-		},
-		invariant.Invariant{
-			ID: "REL-I4", Module: "social", Chapter: chapter,
-			Statement: "the read path (AccessCheck on the truth table) and every derived view agree on permission, or the view's allowed lag is declared and measured",
-			SQL:       viewChecks(sqlREL4View) + "\nUNION ALL\n" + sqlREL4Lag,
-		},
-	)
+// Invariants are the package's SQL invariants; its module lists them in
+// app.Module.Invariants.
+var Invariants = []invariant.Invariant{
+
+	{
+		ID: "REL-I1", Module: "social", Chapter: chapter,
+		Statement: "one row per (follower, followee) with a monotonically increasing version; every change writes exactly one outbox event carrying that version",
+		SQL:       sqlREL1,
+	},
+	{
+		ID: "REL-I2", Module: "social", Chapter: chapter,
+		Statement: "a blocked pair has no active or pending follow in either direction",
+		SQL:       sqlREL2,
+	},
+	{
+		ID: "REL-I3", Module: "social", Chapter: chapter,
+		Statement: "a derived view applies an event only if its version is newer than what it holds; replaying events in any order and any number of times converges to the truth table",
+		SQL:       viewChecks(sqlREL3View),
+	},
+	{
+		ID: "REL-I4", Module: "social", Chapter: chapter,
+		Statement: "the read path (AccessCheck on the truth table) and every derived view agree on permission, or the view's allowed lag is declared and measured",
+		SQL:       viewChecks(sqlREL4View) + "\nUNION ALL\n" + sqlREL4Lag,
+	},
 }

@@ -24,25 +24,24 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/outbox"
 )
 
 // New builds rel's service and its part of the social module: routes,
 // the view consumers, metrics and the demo seed.
-func New(d app.Deps) (*Service, app.Module, error) {
+func New(d app.Deps) (*Service, app.Runtime, error) {
 	s := NewService(d.Pool, d.Faults, d.Log)
 	if d.Metrics != nil {
 		for _, c := range collectors(d.Pool) {
 			if err := d.Metrics.Register(c); err != nil {
-				return nil, app.Module{}, fmt.Errorf("social/rel: register metrics: %w", err)
+				return nil, app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
 			}
 		}
 	}
-	m := app.Module{Name: "social.rel", Seed: s.seed}
+	m := app.Runtime{Seed: s.seed}
 	for _, v := range Views {
-		t, err := outbox.Task(d, v.Consumer())
+		t, err := app.ConsumerTask(d, v.Consumer())
 		if err != nil {
-			return nil, app.Module{}, err
+			return nil, app.Runtime{}, err
 		}
 		m.Tasks = append(m.Tasks, t)
 	}

@@ -7,71 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/claim"
-	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
 )
-
-// Module is core/outbox in the deployable: GET /outbox/consumers (admin),
-// the lag metrics, and — with FENCELAB_OUTBOX_DEMO=1 — the demo consumer
-// the two-process experiment and the benchmark run. Modules run their own
-// consumers through Task.
-func Module(d app.Deps) (app.Module, error) {
-	if d.Metrics != nil {
-		cs := []prometheus.Collector{metricApplied, metricRedelivered, metricAcquired, metricLost, metricBatch}
-		if d.Pool != nil {
-			cs = append(cs, newLagCollector(d.Pool))
-		}
-		for _, c := range cs {
-			if err := d.Metrics.Register(c); err != nil {
-				return app.Module{}, fmt.Errorf("outbox: register metrics: %w", err)
-			}
-		}
-	}
-	m := app.Module{
-		Name: "outbox",
-		Routes: func(e *echo.Echo) {
-			e.GET("/outbox/consumers", consumersHandler(d.Pool), d.Auth.Require(httpx.RoleAdmin))
-		},
-	}
-	retention := DefaultRetention
-	r := app.NewSettingsReader(d.Config, "outbox")
-	r.Duration("FENCELAB_OUTBOX_RETENTION", &retention, time.Minute, 366*24*time.Hour)
-	if err := r.Err(); err != nil {
-		return app.Module{}, err
-	}
-	// The purge is a periodic claim job: one run per slot across processes.
-	m.Kinds = append(m.Kinds, claim.Kind{Name: "outbox.purge", Every: min(retention/24, 10*time.Minute),
-		Handle: func(ctx context.Context, j *claim.Job) error {
-			n, err := Purge(ctx, d.Pool, retention)
-			if err == nil {
-				err = j.SetResult(map[string]int64{"deleted": n})
-			}
-			return err
-		}})
-	if app.EnvBool("FENCELAB_OUTBOX_DEMO", false) {
-		t, err := Task(d, DemoConsumer())
-		if err != nil {
-			return app.Module{}, err
-		}
-		m.Tasks = append(m.Tasks, t)
-	}
-	return m, nil
-}
-
-// Task runs c in this process as a background task. Every process that
-// runs it competes for the consumer's lease; one applies events at a time.
-func Task(d app.Deps, c Consumer) (app.Task, error) {
-	r, err := NewRunner(d.Pool, c, Options{Faults: d.Faults, Log: d.Log})
-	if err != nil {
-		return app.Task{}, err
-	}
-	return app.Task{Name: "outbox:" + c.Name, Run: r.Run}, nil
-}
 
 // Lease identifies the runner applying a batch.
 type Lease struct {

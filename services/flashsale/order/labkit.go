@@ -1,8 +1,8 @@
-// Package orders_test runs the experiments of spec 30 Part B (orders and
-// an uncertain payment channel) against the real app, real PostgreSQL and
-// a real fake payment channel on loopback. The channel's effect ledger is
-// the ground truth for "money taken" and "refunded once".
-package orders_test
+package order
+
+// The kit the orders chapter's experiments drive the app with — a real fake
+// payment channel on loopback whose effect ledger is the ground truth for
+// "money taken" and "refunded once". The e2e tests use it too.
 
 import (
 	"bytes"
@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,244 +24,261 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/invariant"
-	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/flashsale"
-	"github.com/fencelab/fencelab/services/flashsale/order"
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
-func TestMain(m *testing.M) { e2etest.Main(m) }
+// LabSecret signs the channel's callbacks in every experiment.
+const LabSecret = "orders-e2e-callback-secret-0042"
 
-// secret signs the channel's callbacks in every experiment.
-const secret = "orders-e2e-callback-secret-0042"
+// labSKU is the sale every experiment uses (the dev seed's SKU).
+const labSKU = "sku-lab-01"
 
-const sku = flashsale.DemoSKU
-
-// lab is the app plus its payment channel.
-type lab struct {
-	*e2etest.App
-	pay *fakeprovider.Server
+// Lab is the app plus its payment channel: the kit the chapter's
+// experiments (and its e2e tests) drive an order with.
+type Lab struct {
+	*lab.App
+	Pay *fakeprovider.Server
+	x   *lab.X // the timeline the kit narrates into
 }
 
 // start runs a payment channel that settles only when the test says so
 // (the payment network's answer is the experiment's to time) and the app
 // pointed at it, with reconciliation looking at every PAYING order at
 // once. settings override FENCELAB_FLASHSALE_* for this app.
-func start(t *testing.T, settings map[string]string) *lab {
+func StartLab(x *lab.X, settings map[string]string) *Lab {
+	t := x
 	t.Helper()
 	srv, err := fakeprovider.Start(fakeprovider.Capabilities{
 		Name: "pay", IdempotencyKeys: true, Query: true, Close: true, Refund: true,
-		Async: true, ManualSettle: true, CallbackSecret: []byte(secret),
+		Async: true, ManualSettle: true, CallbackSecret: []byte(LabSecret),
 	})
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	s := map[string]string{
-		order.EnvPayURL: srv.URL(), order.EnvCallbackSecret: secret, order.EnvReconcileAfter: "0s",
+		EnvPayURL: srv.URL(), EnvCallbackSecret: LabSecret, EnvReconcileAfter: "0s",
 	}
 	for k, v := range settings {
 		s[k] = v
 	}
-	a := e2etest.Start(t, e2etest.Options{Settings: s})
-	for _, m := range a.Mods {
-		if m.Name == "flashsale" {
-			require.NoError(t, m.Seed(context.Background()))
-		}
-	}
-	srv.SetCallbackURL(a.URL + order.CallbackPath)
-	return &lab{App: a, pay: srv}
+	a := x.Start(lab.Options{Settings: s})
+	require.NoError(t, a.Seed(context.Background(), "flashsale"))
+	srv.SetCallbackURL(a.URL + CallbackPath)
+	return &Lab{App: a, Pay: srv, x: x}
 }
 
-func (l *lab) user(t *testing.T, sub string) string { return l.Token(t, sub, httpx.RoleUser) }
-func (l *lab) admin(t *testing.T) string            { return l.Token(t, "admin-0001", httpx.RoleAdmin) }
+func (l *Lab) User(t lab.T, sub string) string { return l.Token(t, sub, httpx.RoleUser) }
+func (l *Lab) Admin(t lab.T) string            { return l.Token(t, "admin-0001", httpx.RoleAdmin) }
 
-// addSKU puts units of sku on sale through part A's inventory (a sale
+// AddSKU puts units of sku on sale through part A's inventory (a sale
 // small enough to sell out in one line of a test).
-func (l *lab) addSKU(t *testing.T, sku string, units int) {
+func (l *Lab) AddSKU(t lab.T, sku string, units int) {
 	t.Helper()
 	_, err := reserve.NewInventory(reserve.InventoryOptions{}).CreateSKU(context.Background(), l.Pool, sku, units)
 	require.NoError(t, err)
 }
 
-// reserve holds a unit of sku for the token's user.
-func (l *lab) reserve(t *testing.T, tok, sku, key string) reserve.Reservation {
+// Reserve holds a unit of sku for the token's user.
+func (l *Lab) Reserve(t lab.T, tok, sku, key string) reserve.Reservation {
 	t.Helper()
-	r := l.Do(t, e2etest.Req{Method: http.MethodPost, Path: "/flashsale/reservations", Token: tok,
+	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations", Token: tok,
 		Body: reserve.ReserveRequest{SKU: sku, RequestKey: key}})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	var res reserve.Reservation
 	r.JSON(t, &res)
+	l.x.Step(lab.Step{Actor: "buyer", Action: "hold " + sku, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", res.ID)})
 	return res
 }
 
-// order creates the order of a reservation.
-func (l *lab) order(t *testing.T, tok string, reservationID int64) order.Order {
+// Order creates the order of a reservation.
+func (l *Lab) Order(t lab.T, tok string, reservationID int64) Order {
 	t.Helper()
-	r := l.Do(t, createReq(tok, reservationID, nil))
+	r := l.Do(t, CreateReq(tok, reservationID, nil))
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var o order.Order
+	var o Order
 	r.JSON(t, &o)
-	require.Equal(t, order.StateCreated, o.State)
+	require.Equal(t, StateCreated, o.State)
+	l.x.Step(lab.Step{Actor: "buyer", Action: fmt.Sprintf("order reservation %d", reservationID), Outcome: lab.Accepted,
+		Note: fmt.Sprintf("order %d CREATED", o.ID)})
 	return o
 }
 
-func createReq(tok string, reservationID int64, headers map[string]string) e2etest.Req {
-	return e2etest.Req{Method: http.MethodPost, Path: "/flashsale/orders", Token: tok, Headers: headers,
-		Body: order.CreateRequest{ReservationID: reservationID}}
+func CreateReq(tok string, reservationID int64, headers map[string]string) lab.Req {
+	return lab.Req{Method: http.MethodPost, Path: "/flashsale/orders", Token: tok, Headers: headers,
+		Body: CreateRequest{ReservationID: reservationID}}
 }
 
-func payReq(tok string, id int64) e2etest.Req {
-	return e2etest.Req{Method: http.MethodPost, Path: "/flashsale/orders/" + itoa(id) + "/pay", Token: tok}
+func PayReq(tok string, id int64) lab.Req {
+	return lab.Req{Method: http.MethodPost, Path: "/flashsale/orders/" + itoa(id) + "/pay", Token: tok}
 }
 
-// payPending pays an order whose charge the channel accepts and leaves
+// PayPending pays an order whose charge the channel accepts and leaves
 // pending, and returns the charge (the ledger's row).
-func (l *lab) payPending(t *testing.T, tok string, id int64) fakeprovider.Effect {
+func (l *Lab) PayPending(t lab.T, tok string, id int64) fakeprovider.Effect {
 	t.Helper()
-	r := l.Do(t, payReq(tok, id))
+	r := l.Do(t, PayReq(tok, id))
 	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	var o order.Order
+	var o Order
 	r.JSON(t, &o)
-	require.Equal(t, order.StatePaying, o.State)
-	e := l.charge(t, o)
+	require.Equal(t, StatePaying, o.State)
+	e := l.Charge(t, o)
 	require.Equal(t, fakeprovider.StatusPending, e.Status)
 	require.Equal(t, e.ID, o.EffectID, "the pay answer names the charge")
+	l.x.Step(lab.Step{Actor: "buyer", Action: fmt.Sprintf("pay order %d", id), Outcome: "PAYING", Note: "charge " + e.ID + " pending at the channel"})
 	return e
 }
 
-// charge is the order's one charge in the channel's ledger.
-func (l *lab) charge(t *testing.T, o order.Order) fakeprovider.Effect {
+// Charge is the order's one charge in the channel's ledger.
+func (l *Lab) Charge(t lab.T, o Order) fakeprovider.Effect {
 	t.Helper()
-	effects := l.pay.EffectsFor(o.PaymentRef)
+	effects := l.Pay.EffectsFor(o.PaymentRef)
 	require.Len(t, effects, 1, "one charge per order, whatever was retried")
 	require.Equal(t, o.ChargeKey(), effects[0].Key)
-	require.Equal(t, order.Price, effects[0].Amount)
+	require.Equal(t, Price, effects[0].Amount)
 	return effects[0]
 }
 
-// view reads GET /flashsale/orders/{id}.
-func (l *lab) view(t *testing.T, tok string, id int64) order.View {
+// View reads GET /flashsale/orders/{id}.
+func (l *Lab) View(t lab.T, tok string, id int64) View {
 	t.Helper()
-	r := l.Do(t, e2etest.Req{Method: http.MethodGet, Path: "/flashsale/orders/" + itoa(id), Token: tok})
+	r := l.Do(t, lab.Req{Method: http.MethodGet, Path: "/flashsale/orders/" + itoa(id), Token: tok})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var v order.View
+	var v View
 	r.JSON(t, &v)
 	return v
 }
 
-// reconcile runs POST /flashsale/admin/reconcile once.
-func (l *lab) reconcile(t *testing.T) order.ReconcileResult {
+// Reconcile runs POST /flashsale/admin/reconcile once.
+func (l *Lab) Reconcile(t lab.T) ReconcileResult {
 	t.Helper()
-	r := l.Do(t, e2etest.Req{Method: http.MethodPost, Path: "/flashsale/admin/reconcile", Token: l.admin(t)})
+	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: "/flashsale/admin/reconcile", Token: l.Admin(t)})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var res order.ReconcileResult
+	var res ReconcileResult
 	r.JSON(t, &res)
+	l.x.Step(lab.Step{Actor: "reconciler", Action: "query the channel for PAYING orders", Outcome: fmt.Sprint(res.Outcomes)})
 	return res
 }
 
-// settle is the payment network answering: the channel settles the charge
+// Settle is the payment network answering: the channel settles the charge
 // and its callback has been delivered (or given up) when settle returns.
-func (l *lab) settle(t *testing.T, effectID, status string) {
+func (l *Lab) Settle(t lab.T, effectID, status string) {
 	t.Helper()
-	require.NoError(t, l.pay.Settle(effectID, status))
-	l.pay.WaitCallbacks()
+	require.NoError(t, l.Pay.Settle(effectID, status))
+	l.Pay.WaitCallbacks()
+	l.x.Step(lab.Step{Actor: "channel", Action: "settle charge " + effectID, Outcome: status, Note: "callback delivered"})
 }
 
-// expireHold forces a hold past its expiry (the boundary, by SQL) and runs
+// ExpireHold forces a hold past its expiry (the boundary, by SQL) and runs
 // the release, which returns its unit.
-func (l *lab) expireHold(t *testing.T, reservationID int64) {
+func (l *Lab) ExpireHold(t lab.T, reservationID int64) {
 	t.Helper()
 	_, err := l.Pool.Exec(context.Background(),
 		`UPDATE flashsale_reservation SET expires_at = now() - interval '1 second' WHERE id = $1`, reservationID)
 	require.NoError(t, err)
-	r := l.Do(t, e2etest.Req{Method: http.MethodPost, Path: "/flashsale/admin/release-expired", Token: l.admin(t)})
+	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: "/flashsale/admin/release-expired", Token: l.Admin(t)})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.JSONEq(t, `{"released":1}`, string(r.Body))
+	l.x.Step(lab.Step{Actor: "release", Action: fmt.Sprintf("hold %d expires; its unit goes back", reservationID), Outcome: lab.Accepted})
 }
 
-// runRefundJobs claims and runs every due refund job once.
-func (l *lab) runRefundJobs(t *testing.T) []*claim.Job {
+// RunRefundJobs claims and runs every due refund job once.
+func (l *Lab) RunRefundJobs(t lab.T) []*claim.Job {
 	t.Helper()
 	ctx := context.Background()
-	jobs, err := l.Deps.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{order.RefundKind}, Limit: 10})
+	jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{RefundKind}, Limit: 10})
 	require.NoError(t, err)
 	for _, j := range jobs {
-		require.NoError(t, l.Deps.Jobs.Execute(ctx, j))
+		require.NoError(t, l.Jobs.Execute(ctx, j))
+		l.x.Step(lab.Step{Actor: "worker", Action: fmt.Sprintf("refund job %d", j.ID), Outcome: lab.Accepted, Fence: j.Fence})
 	}
 	return jobs
 }
 
-// callback posts a body to the callback route with a signature header.
-func (l *lab) callback(t *testing.T, body []byte, signature string) e2etest.Response {
+// Callback posts a body to the callback route with a signature header.
+func (l *Lab) Callback(t lab.T, body []byte, signature string) lab.Response {
+	t.Helper()
+	return l.callback(t, body, signature, false)
+}
+
+// ForgedCallback is Callback with a signature made to be refused: the
+// request breaks the HTTP contract on purpose (a missing or malformed
+// Fake-Signature), so only its answer is checked against the contract.
+func (l *Lab) ForgedCallback(t lab.T, body []byte, signature string) lab.Response {
+	t.Helper()
+	return l.callback(t, body, signature, true)
+}
+
+func (l *Lab) callback(t lab.T, body []byte, signature string, forged bool) lab.Response {
 	t.Helper()
 	h := map[string]string{}
 	if signature != "" {
 		h[fakeprovider.SignatureHeader] = signature
 	}
-	return l.Do(t, e2etest.Req{Method: http.MethodPost, Path: order.CallbackPath, Body: body, Headers: h})
-}
-
-// forgedCallback is callback for a signature made to be refused: the
-// request breaks the contract on purpose, so only its answer is checked.
-func (l *lab) forgedCallback(t *testing.T, body []byte, signature string) e2etest.Response {
-	t.Helper()
-	h := map[string]string{}
-	if signature != "" {
-		h[fakeprovider.SignatureHeader] = signature
+	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: CallbackPath, Body: body, Headers: h, Invalid: forged})
+	var cb fakeprovider.Callback
+	_ = json.Unmarshal(body, &cb)
+	outcome := lab.Accepted
+	switch {
+	case r.Status >= 300:
+		outcome = lab.Refused
+	case strings.Contains(string(r.Body), `"duplicate":true`):
+		outcome = lab.Replayed
 	}
-	return l.Do(t, e2etest.Req{Method: http.MethodPost, Path: order.CallbackPath, Body: body, Headers: h, Invalid: true})
+	l.x.Step(lab.Step{Actor: "channel", Action: "callback " + cb.Type + " " + cb.ID, Outcome: outcome,
+		Note: fmt.Sprintf("%d %s", r.Status, r.Code())})
+	return r
 }
 
-// signedCallback is a callback the channel could send, signed now.
-func signedCallback(t *testing.T, id, typ string, e fakeprovider.Effect) ([]byte, string) {
+// SignedCallback is a callback the channel could send, signed now.
+func SignedCallback(t lab.T, id, typ string, e fakeprovider.Effect) ([]byte, string) {
 	t.Helper()
 	body, err := json.Marshal(fakeprovider.Callback{ID: id, Type: typ, Created: time.Now().UTC(), Effect: e})
 	require.NoError(t, err)
-	return body, fakeprovider.Sign([]byte(secret), time.Now(), body)
+	return body, fakeprovider.Sign([]byte(LabSecret), time.Now(), body)
 }
 
 // delivery is one callback as the channel sent it.
-type delivery struct {
-	body      []byte
-	signature string
+type Delivery struct {
+	Body      []byte
+	Signature string
 }
 
-// capture points the channel's callbacks at a recorder instead of the app
+// Capture points the channel's callbacks at a recorder instead of the app
 // (answering 200, as the app would), so the experiment can deliver them
 // itself: duplicated, shuffled, replayed. restore points them back.
-func (l *lab) capture(t *testing.T) (got func() []delivery, restore func()) {
+func (l *Lab) Capture(t lab.T) (got func() []Delivery, restore func()) {
 	t.Helper()
 	var mu sync.Mutex
-	var ds []delivery
+	var ds []Delivery
 	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
-		ds = append(ds, delivery{body: b, signature: r.Header.Get(fakeprovider.SignatureHeader)})
+		ds = append(ds, Delivery{Body: b, Signature: r.Header.Get(fakeprovider.SignatureHeader)})
 		mu.Unlock()
 	}))
 	t.Cleanup(rec.Close)
-	l.pay.SetCallbackURL(rec.URL)
-	return func() []delivery {
-			l.pay.WaitCallbacks()
+	l.Pay.SetCallbackURL(rec.URL)
+	return func() []Delivery {
+			l.Pay.WaitCallbacks()
 			mu.Lock()
 			defer mu.Unlock()
-			return append([]delivery(nil), ds...)
+			return append([]Delivery(nil), ds...)
 		}, func() {
-			l.pay.SetCallbackURL(l.URL + order.CallbackPath)
+			l.Pay.SetCallbackURL(l.URL + CallbackPath)
 		}
 }
 
-// assertSettled is what every experiment ends with: the flash sale's
+// AssertSettled is what every experiment ends with: the flash sale's
 // invariants (FS-R* and ORD-*), and the money equation against the
 // channel's ledger — for every order, what we recorded as charged and
 // refunded is what the channel's ledger holds for its reference, each
 // charge refunded at most once, and Σ(charged − refunded) = 1990 ×
 // confirmed orders.
-func (l *lab) assertSettled(t *testing.T) {
+func (l *Lab) AssertSettled(t lab.T) {
 	t.Helper()
-	invariant.Assert(t, l.Pool, "flashsale")
+	l.x.Env.Invariants().Assert(t, l.Pool, "flashsale")
 	refunds := map[string]int{}
-	for _, rf := range l.pay.Refunds() {
+	for _, rf := range l.Pay.Refunds() {
 		refunds[rf.EffectID]++
 	}
 	rows, err := l.Pool.Query(context.Background(), `SELECT id, pay_ref, state, charged, refunded FROM flashsale_order ORDER BY id`)
@@ -280,7 +296,7 @@ func (l *lab) assertSettled(t *testing.T) {
 	var net, confirmed int64
 	for _, o := range orders {
 		var taken, returned int64
-		for _, e := range l.pay.EffectsFor(o.ref) {
+		for _, e := range l.Pay.EffectsFor(o.ref) {
 			if e.Status == fakeprovider.StatusSucceeded || e.Status == fakeprovider.StatusRefunded {
 				taken += e.Amount
 			}
@@ -290,16 +306,16 @@ func (l *lab) assertSettled(t *testing.T) {
 		require.Equal(t, taken, o.charged, "order %d (%s): charged vs the channel's ledger", o.id, o.state)
 		require.Equal(t, returned, o.refunded, "order %d (%s): refunded vs the channel's ledger", o.id, o.state)
 		net += taken - returned
-		if order.State(o.state).Confirmed() {
+		if State(o.state).Confirmed() {
 			confirmed++
 		}
 	}
-	require.Equal(t, order.Price*confirmed, net, "Σ(charged − refunded) over the ledger = 1990 × confirmed orders")
+	require.Equal(t, Price*confirmed, net, "Σ(charged − refunded) over the ledger = 1990 × confirmed orders")
 }
 
-// snapshot renders every row the experiments' "nothing changes" is about
+// Snapshot renders every row the experiments' "nothing changes" is about
 // (the inbox's delivery counts aside) and the channel's ledger.
-func (l *lab) snapshot(t *testing.T) string {
+func (l *Lab) Snapshot(t lab.T) string {
 	t.Helper()
 	var sb strings.Builder
 	for _, q := range []string{
@@ -318,12 +334,12 @@ func (l *lab) snapshot(t *testing.T) string {
 		require.NoError(t, err)
 		fmt.Fprintf(&sb, "%s\n%v\n", q, all)
 	}
-	fmt.Fprintf(&sb, "ledger %+v\nrefunds %+v\n", l.pay.Effects(), l.pay.Refunds())
+	fmt.Fprintf(&sb, "ledger %+v\nrefunds %+v\n", l.Pay.Effects(), l.Pay.Refunds())
 	return sb.String()
 }
 
-// count runs a counting query.
-func (l *lab) count(t *testing.T, sql string, args ...any) int {
+// Count runs a counting query.
+func (l *Lab) Count(t lab.T, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, l.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
@@ -331,7 +347,7 @@ func (l *lab) count(t *testing.T, sql string, args ...any) int {
 }
 
 // applied lists an order's applied moves as "FROM→TO".
-func applied(v order.View) []string {
+func Applied(v View) []string {
 	var out []string
 	for _, tr := range v.Transitions {
 		if tr.Applied {
@@ -342,7 +358,7 @@ func applied(v order.View) []string {
 }
 
 // units lists the inventory changes committed with an order's moves.
-func units(v order.View) []string {
+func Units(v View) []string {
 	var out []string
 	for _, tr := range v.Transitions {
 		if tr.Unit != "" {
@@ -354,12 +370,12 @@ func units(v order.View) []string {
 
 func itoa(id int64) string { return strconv.FormatInt(id, 10) }
 
-// paidEvents counts the order_paid outbox events of an order.
-func (l *lab) paidEvents(t *testing.T, id int64) int {
-	return l.count(t, `SELECT count(*) FROM outbox_event WHERE topic = $1 AND key = $2`, order.TopicOrderPaid, itoa(id))
+// PaidEvents counts the order_paid outbox events of an
+func (l *Lab) PaidEvents(t lab.T, id int64) int {
+	return l.Count(t, `SELECT count(*) FROM outbox_event WHERE topic = $1 AND key = $2`, TopicOrderPaid, itoa(id))
 }
 
-func (l *lab) reservation(t *testing.T, id int64) reserve.Reservation {
+func (l *Lab) Reservation(t lab.T, id int64) reserve.Reservation {
 	t.Helper()
 	r, err := reserve.NewInventory(reserve.InventoryOptions{}).Get(context.Background(), l.Pool, id)
 	require.NoError(t, err)
@@ -370,7 +386,7 @@ func (l *lab) reservation(t *testing.T, id int64) reserve.Reservation {
 // request until land is called, then forwards it — after its caller has
 // given up, as a slow network would. Everything else passes straight
 // through.
-type slowCreates struct {
+type SlowCreates struct {
 	srv    *httptest.Server
 	target atomic.Value // string: the channel's URL
 	gate   chan struct{}
@@ -380,8 +396,8 @@ type slowCreates struct {
 	landed sync.WaitGroup
 }
 
-func newSlowCreates(t *testing.T) *slowCreates {
-	s := &slowCreates{gate: make(chan struct{}), seen: make(chan struct{})}
+func NewSlowCreates(t lab.T) *SlowCreates {
+	s := &SlowCreates{gate: make(chan struct{}), seen: make(chan struct{})}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/effects" {
@@ -413,16 +429,16 @@ func newSlowCreates(t *testing.T) *slowCreates {
 	return s
 }
 
-func (s *slowCreates) URL() string          { return s.srv.URL }
-func (s *slowCreates) to(channelURL string) { s.target.Store(channelURL) }
+func (s *SlowCreates) URL() string          { return s.srv.URL }
+func (s *SlowCreates) To(channelURL string) { s.target.Store(channelURL) }
 
 // land lets the held charges through (once one has arrived) and waits
 // until they reached the channel.
-func (s *slowCreates) land(t *testing.T) {
+func (s *SlowCreates) Land(t lab.T) {
 	select {
 	case <-s.seen:
 	case <-time.After(30 * time.Second):
-		t.Fatal("no charge request reached the proxy")
+		t.Fatalf("no charge request reached the proxy")
 	}
 	s.once.Do(func() { close(s.gate) })
 	s.landed.Wait()

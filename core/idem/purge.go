@@ -7,8 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/pg"
 )
 
@@ -29,35 +27,9 @@ var purged = prometheus.NewCounter(prometheus.CounterOpts{
 
 func count(scope, outcome string) { requests.WithLabelValues(scope, outcome).Inc() }
 
-// Module is core/idem in the deployable: its metrics and the retention
-// purge, a periodic claim job (one run per slot across all processes).
-// Modules build their own Keys with New.
-func Module(d app.Deps) (app.Module, error) {
-	if d.Metrics != nil {
-		for _, c := range []prometheus.Collector{requests, purged} {
-			if err := d.Metrics.Register(c); err != nil {
-				return app.Module{}, fmt.Errorf("idem: register metrics: %w", err)
-			}
-		}
-	}
-	retention := DefaultRetention
-	r := app.NewSettingsReader(d.Config, "idem")
-	r.Duration("FENCELAB_IDEM_RETENTION", &retention, time.Minute, 366*24*time.Hour)
-	if err := r.Err(); err != nil {
-		return app.Module{}, err
-	}
-	return app.Module{
-		Name: "idem",
-		Kinds: []claim.Kind{{Name: "idem.purge", Every: min(retention/24, 10*time.Minute),
-			Handle: func(ctx context.Context, j *claim.Job) error {
-				n, err := Purge(ctx, d.Pool, retention)
-				if err == nil {
-					err = j.SetResult(map[string]int64{"deleted": n})
-				}
-				return err
-			}}},
-	}, nil
-}
+// Collectors are the package's metrics; the process registers them once
+// (services/ops).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{requests, purged} }
 
 // PurgeBatch bounds one purge statement, so the purge never holds many
 // row locks or a long transaction.

@@ -1,7 +1,0 @@
-package main
-
-import feedbench "github.com/fencelab/fencelab/bench/feed"
-
-// `fencelab bench feed` (registered from its own file so that modules
-// adding benchmarks in parallel do not collide).
-func init() { benches["feed"] = feedbench.Run }

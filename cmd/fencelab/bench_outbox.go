@@ -1,5 +1,0 @@
-package main
-
-import outboxbench "github.com/fencelab/fencelab/bench/outbox"
-
-func init() { benches["outbox"] = outboxbench.Run }

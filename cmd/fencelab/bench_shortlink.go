@@ -1,7 +1,0 @@
-package main
-
-import shortlinkbench "github.com/fencelab/fencelab/bench/shortlink"
-
-// `fencelab bench shortlink` (registered here rather than in the benches
-// literal so that modules adding benchmarks in parallel do not collide).
-func init() { benches["shortlink"] = shortlinkbench.Run }

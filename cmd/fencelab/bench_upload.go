@@ -1,7 +1,0 @@
-package main
-
-import uploadbench "github.com/fencelab/fencelab/bench/upload"
-
-// `fencelab bench upload` (registered from its own file so that modules
-// adding benchmarks in parallel do not collide).
-func init() { benches["upload"] = uploadbench.Run }

@@ -1,0 +1,136 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/lab"
+)
+
+// Module is everything one module brings to the deployable, as plain
+// fields. The static part (name, chapter, invariants, error mappings,
+// experiments, benches) is readable without a database — `fencelab check
+// --list`, `fencelab lab list` and the docs read it — and Build makes the
+// runtime part from the process's dependencies. services.Modules is the
+// one list of them.
+type Module struct {
+	Name string
+	// Chapter is the slug of the module's chapter in lab.Chapters ("" for
+	// a module spanning several: its invariants and experiments say which).
+	Chapter string
+	// Invariants are the module's SQL invariants (`fencelab check`,
+	// invariant.Registry.Assert in tests).
+	Invariants []invariant.Invariant
+	// Errors map the module's sentinel errors to HTTP answers.
+	Errors []httpx.ErrorMapping
+	// Experiments are the module's runnable claims of the book.
+	Experiments []lab.Experiment
+	// Benches are its `fencelab bench NAME` load generators.
+	Benches []Bench
+	// Build makes the runtime part from the shared dependencies; nil for a
+	// module that brings only static parts.
+	Build func(d Deps) (Runtime, error)
+}
+
+// Runtime is the part of a module built for one process.
+type Runtime struct {
+	// Routes mounts the module's HTTP routes.
+	Routes func(e *echo.Echo)
+	// Tasks are background loops run by `serve` and `worker`.
+	Tasks []Task
+	// Seed writes the module's demo data for `dev`; it must be idempotent.
+	Seed func(ctx context.Context) error
+	// LargeBodyPrefixes are route prefixes that enforce their own body
+	// limits (uploads) and skip the global JSON limit.
+	LargeBodyPrefixes []string
+	// Kinds are the module's durable job kinds (claim engine), periodic
+	// ones included; `serve`, `dev` and `worker` run them (see RunJobs).
+	Kinds []claim.Kind
+}
+
+// Merge combines runtimes into one (a module built from parts): routes,
+// tasks, kinds and large-body prefixes of every part, seeds in order.
+func Merge(parts ...Runtime) Runtime {
+	var r Runtime
+	for _, p := range parts {
+		r.Tasks = append(r.Tasks, p.Tasks...)
+		r.Kinds = append(r.Kinds, p.Kinds...)
+		r.LargeBodyPrefixes = append(r.LargeBodyPrefixes, p.LargeBodyPrefixes...)
+	}
+	r.Routes = func(e *echo.Echo) {
+		for _, p := range parts {
+			if p.Routes != nil {
+				p.Routes(e)
+			}
+		}
+	}
+	r.Seed = func(ctx context.Context) error {
+		for _, p := range parts {
+			if p.Seed != nil {
+				if err := p.Seed(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return r
+}
+
+// Running is a module built for this process: its static fields and its
+// runtime part.
+type Running struct {
+	Module
+	Runtime
+}
+
+// Bench is one `fencelab bench NAME`. Run receives the module list so that
+// it builds the very process `serve` runs (app.Build) without importing
+// the package that lists the modules: bench packages import the services
+// they load, and services lists the benches, so an import the other way
+// would be a cycle.
+type Bench struct {
+	Name    string
+	Summary string // one line for `fencelab bench --help`
+	Run     func(mods []Module, args []string) error
+}
+
+// Invariants builds the registry of mods' invariants, with the schema's
+// own (invariant.Core) first.
+func Invariants(mods []Module) (*invariant.Registry, error) {
+	lists := [][]invariant.Invariant{invariant.Core}
+	for _, m := range mods {
+		lists = append(lists, m.Invariants)
+	}
+	return invariant.NewRegistry(lists...)
+}
+
+// Errors builds the error table of mods, in module order.
+func Errors(mods []Module) *httpx.Errors {
+	var lists [][]httpx.ErrorMapping
+	for _, m := range mods {
+		lists = append(lists, m.Errors)
+	}
+	return httpx.NewErrors(lists...)
+}
+
+// Benches returns every module's benches, refusing a name used twice.
+func Benches(mods []Module) ([]Bench, error) {
+	var out []Bench
+	seen := map[string]string{}
+	for _, m := range mods {
+		for _, b := range m.Benches {
+			if prev, dup := seen[b.Name]; dup {
+				return nil, fmt.Errorf("app: bench %q listed by %s and %s", b.Name, prev, m.Name)
+			}
+			seen[b.Name] = m.Name
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,181 @@
+package e2etest
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Child is one `fencelab` OS process under test: its stdout as lines on a
+// channel, its stderr captured (safe to read while it runs), its stdin held
+// open for start gates and --pause-at. Every process-level experiment
+// starts its children with StartChild.
+type Child struct {
+	Name string
+	Cmd  *exec.Cmd
+	// Lines are the child's stdout lines; closed when stdout closes.
+	Lines <-chan string
+
+	stdin  io.WriteCloser
+	stderr lockedBuffer
+	done   chan struct{}
+	err    error // the exit status, valid once done is closed
+}
+
+// lockedBuffer is stderr: exec's copier writes it while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// StartChild starts the fencelab binary (Binary) with args and env. At
+// cleanup the child is killed if still running and, when the test failed,
+// its stderr is logged.
+func StartChild(t testing.TB, name string, env []string, args ...string) *Child {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Env = env
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	lines := make(chan string, 256)
+	c := &Child{Name: name, Cmd: cmd, Lines: lines, stdin: stdin, done: make(chan struct{})}
+	cmd.Stderr = &c.stderr
+	require.NoError(t, cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		c.err = cmd.Wait() // after the last read, as os/exec requires
+		close(c.done)
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		select {
+		case <-c.done:
+		default:
+			_ = cmd.Process.Kill() // only this test's own child
+			go func() {            // unread lines must not keep the reader from Wait
+				for range lines {
+				}
+			}()
+			<-c.done
+		}
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", name, c.Stderr())
+		}
+	})
+	return c
+}
+
+// Stderr is what the child has written to stderr so far.
+func (c *Child) Stderr() string { return c.stderr.String() }
+
+// Done is closed once the child has exited and its stdout is read.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Err is the child's exit status; valid once Done is closed.
+func (c *Child) Err() error { return c.err }
+
+// Pid is the child's process id.
+func (c *Child) Pid() int { return c.Cmd.Process.Pid }
+
+// Line waits for the child's next stdout line.
+func (c *Child) Line(t testing.TB, within time.Duration) string {
+	t.Helper()
+	select {
+	case l, ok := <-c.Lines:
+		require.True(t, ok, "%s exited: %v; stderr:\n%s", c.Name, c.Err(), c.Stderr())
+		return l
+	case <-time.After(within):
+		t.Fatalf("%s printed nothing within %s; stderr:\n%s", c.Name, within, c.Stderr())
+		return ""
+	}
+}
+
+// Expect waits (up to DefaultWait) for the next stdout line and requires
+// it to start with prefix; it returns the line.
+func (c *Child) Expect(t testing.TB, prefix string) string {
+	t.Helper()
+	line := c.Line(t, DefaultWait)
+	require.True(t, strings.HasPrefix(line, prefix), "%s printed %q, want %q", c.Name, line, prefix)
+	return line
+}
+
+// SkipTo waits (up to DefaultWait) for a stdout line equal to want,
+// skipping others.
+func (c *Child) SkipTo(t testing.TB, want string) {
+	t.Helper()
+	deadline := time.After(DefaultWait)
+	for {
+		select {
+		case line, ok := <-c.Lines:
+			require.True(t, ok, "%s closed stdout before printing %q; stderr:\n%s", c.Name, want, c.Stderr())
+			if strings.TrimSpace(line) == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s did not print %q; stderr:\n%s", c.Name, want, c.Stderr())
+		}
+	}
+}
+
+// WaitStderr waits (up to DefaultWait) until the child has logged want.
+func (c *Child) WaitStderr(t testing.TB, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(c.Stderr(), want) }, DefaultWait, 10*time.Millisecond,
+		"%s never logged %q", c.Name, want)
+}
+
+// Send writes one line to the child's stdin: it opens a start gate or
+// releases a --pause-at pause.
+func (c *Child) Send(t testing.TB) {
+	t.Helper()
+	_, err := io.WriteString(c.stdin, "\n")
+	require.NoError(t, err)
+}
+
+// Wait waits up to d for the child to exit and returns its exit status.
+func (c *Child) Wait(t testing.TB, d time.Duration) error {
+	t.Helper()
+	select {
+	case <-c.done:
+		return c.err
+	case <-time.After(d):
+		t.Fatalf("%s did not exit within %s; stderr:\n%s", c.Name, d, c.Stderr())
+		return nil
+	}
+}
+
+// Kill9 kills the child with SIGKILL and waits until it is gone.
+func (c *Child) Kill9(t testing.TB) {
+	t.Helper()
+	require.NoError(t, c.Cmd.Process.Kill())
+	go func() {
+		for range c.Lines {
+		}
+	}()
+	<-c.done
+}

@@ -1,0 +1,63 @@
+package ops
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/httpx"
+)
+
+// Claim is chapter 2's engine as a module: its invariants, and the admin
+// view of a job (GET /jobs/{id}). The engine itself is Deps.Jobs, which
+// app.Build makes and every module enqueues on.
+func Claim() app.Module {
+	return app.Module{
+		Name: "claim", Chapter: "claim",
+		Invariants: claim.Invariants,
+		Errors: []httpx.ErrorMapping{
+			httpx.Map(claim.ErrNotFound, http.StatusNotFound, "job_not_found"),
+			httpx.Map(claim.ErrNotInReview, http.StatusConflict, "not_in_review"),
+		},
+		Build: func(d app.Deps) (app.Runtime, error) {
+			return app.Runtime{Routes: func(e *echo.Echo) {
+				e.GET("/jobs/:id", getJob(d.Jobs), d.Auth.Require(httpx.RoleAdmin, httpx.RoleService))
+			}}, nil
+		},
+	}
+}
+
+// MaxEventsShown bounds the history GET /jobs/{id} returns.
+const MaxEventsShown = 1000
+
+// JobView is the body of GET /jobs/{id}.
+type JobView struct {
+	Job             *claim.Job    `json:"job"`
+	Events          []claim.Event `json:"events"`
+	EventsTruncated bool          `json:"events_truncated,omitempty"`
+}
+
+func getJob(jobs *claim.Client) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		raw := ec.Param("id")
+		id, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || id < 1 || len(raw) > 19 {
+			return httpx.BadRequest("invalid_job_id", "job id must be a positive integer").With("field", "id")
+		}
+		j, events, err := jobs.Get(ec.Request().Context(), id, MaxEventsShown+1)
+		if err != nil {
+			return err
+		}
+		v := JobView{Job: j, Events: events}
+		if len(events) > MaxEventsShown {
+			v.Events, v.EventsTruncated = events[:MaxEventsShown], true
+		}
+		if v.Events == nil {
+			v.Events = []claim.Event{}
+		}
+		return ec.JSON(http.StatusOK, v)
+	}
+}
