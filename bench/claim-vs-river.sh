@@ -7,7 +7,7 @@
 #
 #   bench/claim-vs-river.sh [JOBS] [WORKERS] [ROUNDS]     (defaults 50000 2000 2)
 #
-# DATABASE_URL selects the server; unset, a throwaway local cluster with
+# BENCH_DATABASE_URL selects the server; unset, a throwaway local cluster with
 # PostgreSQL's durable defaults (fsync on) is started and removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ as_pg() {
   if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$bin/$1" "${@:2}"; else "$bin/$1" "${@:2}"; fi
 }
 
-if [[ -z "${DATABASE_URL:-}" ]]; then
+if [[ -z "${BENCH_DATABASE_URL:-}" ]]; then
   PGDATA_DIR="$tmp/pg"
   port=$(( 20000 + RANDOM % 20000 ))
   mkdir -p "$PGDATA_DIR"
@@ -38,7 +38,7 @@ if [[ -z "${DATABASE_URL:-}" ]]; then
   as_pg initdb -D "$PGDATA_DIR" -A trust -U postgres >/dev/null
   as_pg pg_ctl -D "$PGDATA_DIR" -l "$tmp/postgres.log" -w \
     -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-  DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+  BENCH_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
   echo "throwaway cluster on port $port (durable defaults: fsync on)"
 fi
 
@@ -47,9 +47,9 @@ go build -o "$tmp/fencelab" ./cmd/fencelab
 
 ours=() theirs=()
 for round in $(seq "$ROUNDS"); do
-  line=$("$tmp/fencelab" bench claim --jobs "$JOBS" --workers "$WORKERS" --database-url "$DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
+  line=$("$tmp/fencelab" bench claim --jobs "$JOBS" --workers "$WORKERS" --database-url "$BENCH_DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
   ours+=("$(sed -E 's/.*jobs_per_sec=([0-9.]+).*/\1/' <<<"$line")")
-  line=$("$tmp/river" --jobs "$JOBS" --workers "$WORKERS" --database-url "$DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
+  line=$("$tmp/river" --jobs "$JOBS" --workers "$WORKERS" --database-url "$BENCH_DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
   theirs+=("$(sed -E 's/.*jobs_per_sec=([0-9.]+).*/\1/' <<<"$line")")
 done
 

@@ -6,7 +6,7 @@
 #
 #   bench/points-vs-pgbench.sh [CLIENTS] [ACCOUNTS] [SECONDS] [ROUNDS]   (defaults 32 1000 20 2)
 #
-# DATABASE_URL selects the server; unset, a throwaway local cluster with
+# BENCH_DATABASE_URL selects the server; unset, a throwaway local cluster with
 # PostgreSQL's durable defaults (fsync on) is started and removed
 # afterwards. DB_CONNS sets the HTTP server's pool (default: the app's, 12);
 # SHARDS the system-account shards (default 64; 1 is the naive hot row).
@@ -34,7 +34,7 @@ as_pg() {
   if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$pgbin/$1" "${@:2}"; else "$pgbin/$1" "${@:2}"; fi
 }
 
-if [[ -z "${DATABASE_URL:-}" ]]; then
+if [[ -z "${BENCH_DATABASE_URL:-}" ]]; then
   PGDATA_DIR="$tmp/pg"
   port=$(( 20000 + RANDOM % 20000 ))
   mkdir -p "$PGDATA_DIR"
@@ -42,13 +42,13 @@ if [[ -z "${DATABASE_URL:-}" ]]; then
   as_pg initdb -D "$PGDATA_DIR" -A trust -U postgres >/dev/null
   as_pg pg_ctl -D "$PGDATA_DIR" -l "$tmp/postgres.log" -w \
     -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-  DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+  BENCH_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
   echo "throwaway cluster on port $port (durable defaults: fsync on)"
 fi
 
 go build -o "$tmp/fencelab" ./cmd/fencelab
-"$tmp/fencelab" migrate --database-url "$DATABASE_URL" up >/dev/null
-psql -q -v ON_ERROR_STOP=1 -v accounts="$ACCOUNTS" -f bench/pgbench/points-setup.sql "$DATABASE_URL"
+"$tmp/fencelab" migrate --database-url "$BENCH_DATABASE_URL" up >/dev/null
+psql -q -v ON_ERROR_STOP=1 -v accounts="$ACCOUNTS" -f bench/pgbench/points-setup.sql "$BENCH_DATABASE_URL"
 
 # A response body and event payload the size of the server's.
 body='{"id":123456,"kind":"debit","account_id":"bench-123456-00042","amount":7,"reason":"bench","balance":999993,"version":2,"entries":[{"account_id":"bench-123456-00042","amount":-7},{"account_id":"sys:redemption","amount":7}],"created_at":"2026-01-01T00:00:00.000000Z"}'
@@ -57,13 +57,13 @@ pgbench_run() {
     -D accounts="$ACCOUNTS" -D shards="$SHARDS" -D sysacct=sys:redemption -D scope=pgbench.debit \
     -D reason=bench -D fingerprint='\x0000000000000000000000000000000000000000000000000000000000000000' \
     -D lockttl=15000 -D topic=points.debited -D status=201 -D ctype=application/json -D body="$body" \
-    "$DATABASE_URL"
+    "$BENCH_DATABASE_URL"
 }
 
 ours=() theirs=() p99s=()
 for round in $(seq "$ROUNDS"); do
   line=$("$tmp/fencelab" bench points --clients "$CLIENTS" --accounts "$ACCOUNTS" --duration "${SECONDS_}s" \
-           --hot-duration 0 --db-conns "$DB_CONNS" --shards "$SHARDS" --database-url "$DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
+           --hot-duration 0 --db-conns "$DB_CONNS" --shards "$SHARDS" --database-url "$BENCH_DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
   ours+=("$(sed -E 's/.*debits_per_sec=([0-9.]+).*/\1/' <<<"$line")")
   p99s+=("$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$line")")
   out=$(pgbench_run 2>&1 | tee /dev/stderr)

@@ -67,9 +67,10 @@ CREATE TABLE social_like_count (
     updated_at      timestamptz NOT NULL DEFAULT now()
 );
 
--- An item's like events in the order the consumer reads them, so the
--- unapplied events of one item are an index range, not a scan of the lag.
-CREATE INDEX outbox_event_social_like ON outbox_event (key, tx_id, id) WHERE topic = 'social.like';
+-- The index this function reads, outbox_event_social_like, is core's (it is
+-- declared in 0032_outbox_topic_indexes, which runs before this file on a
+-- fresh database; databases migrated before 0032 existed got it here, with
+-- the same definition).
 
 -- social_like_unapplied(item): the item's like events its count does not
 -- include yet, with the sum of their +1/-1 and the oldest one's time. An

@@ -3,7 +3,10 @@
 // parallel: 0001 base, 0010 lease, 0020 claim, 0030 idem+outbox,
 // 0100 points, 0200 flashsale reservations, 0210 flashsale orders,
 // 0300 social rel, 0310 feed, 0320 like, 0400 notify, 0500 shortlink,
-// 0600 upload.
+// 0600 upload. A table's indexes live in its owner's range (docs/DATA.md):
+// 0032 holds outbox_event's per-topic indexes. golang-migrate applies only
+// versions above a database's current one, so a file added below it must be
+// a no-op where the schema already has its effect.
 package migrations
 
 import "embed"

@@ -38,7 +38,7 @@ func Run(_ []app.Module, args []string) error {
 	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 500))")
 	batch := fs.Int("complete-batch", 0, "completions per statement (0: 1000)")
 	completers := fs.Int("completers", 0, "concurrent completion flushers (0: 2)")
-	url := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL; empty: a fresh local cluster (fsync on)")
+	url := fs.String("database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster (fsync on), removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -73,6 +74,7 @@ type config struct {
 	clients    int
 	dbConns    int
 	fresh      bool
+	keepGraph  bool
 }
 
 // Run is the command's entry point.
@@ -84,7 +86,7 @@ func Run(mods []app.Module, args []string) error {
 	c := config{graph: feed.DefaultGraph}
 	var strategies string
 	fs := flag.NewFlagSet("bench feed", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL server (its other databases are left alone); empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.StringVar(&c.url, "database-url", "", "PostgreSQL server, used only when given (never DATABASE_URL); its other databases are left alone and the bench drops the ones it made; empty: a fresh local cluster with durable defaults, removed afterwards")
 	fs.StringVar(&strategies, "strategy", strings.Join(feed.Strategies, ","), "strategies to compare, comma-separated: push, pull, hybrid")
 	fs.IntVar(&c.graph.Users, "users", c.graph.Users, "users in the generated graph")
 	fs.Uint64Var(&c.graph.Seed, "seed", c.graph.Seed, "graph seed")
@@ -99,6 +101,7 @@ func Run(mods []app.Module, args []string) error {
 	fs.IntVar(&c.clients, "clients", 16, "concurrent HTTP clients (closed loop)")
 	fs.IntVar(&c.dbConns, "db-conns", app.Defaults().MaxConns, "the server's database pool (FENCELAB_DB_MAX_CONNS)")
 	fs.BoolVar(&c.fresh, "fresh-graph", false, "reload the graph template even if it exists")
+	fs.BoolVar(&c.keepGraph, "keep-graph", false, "keep the graph template database for the next run on the same --database-url (default: dropped, like every database the bench made)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: fencelab bench feed [--strategy push,pull,hybrid] [flags]\n\nFlags:")
 		fs.PrintDefaults()
@@ -170,6 +173,17 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.template(ctx, graphDB); err != nil {
 		return err
 	}
+	// Remove what the bench made (with a fresh cluster the whole cluster
+	// goes anyway; on a given server this leaves it as it was).
+	defer func() {
+		admin := b.srv.URL("postgres")
+		for _, name := range b.c.strategies {
+			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
+		}
+		if !b.c.keepGraph {
+			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
+		}
+	}()
 	var version, fsync string
 	if err := queryRow(ctx, b.srv.URL(graphDB), `SELECT current_setting('server_version'), current_setting('fsync')`, nil, &version, &fsync); err != nil {
 		return err
@@ -198,7 +212,22 @@ func (b *bench) run(ctx context.Context) error {
 			ms(r.readP50), ms(r.readP99), r.scannedMean, r.scannedP99, r.buffersMean, r.inbox,
 			float64(r.inboxBytes)/(1<<20), r.build.Round(100*time.Millisecond), r.invariants)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// One RESULT line: each strategy's read p99 and rows per post, side by side.
+	kv := []any{"users", b.g.Config.Users, "clients", b.c.clients}
+	verdict := "ok"
+	for _, r := range rows {
+		kv = append(kv, r.strategy+"_read_p99_ms", r.readP99, r.strategy+"_publish_p99_ms", r.publishP99,
+			r.strategy+"_inbox_rows_per_post", r.rowsMean)
+		if r.invariants != "ok" {
+			verdict = "violated"
+		}
+	}
+	fmt.Println()
+	load.Result("feed", append(kv, "invariants", verdict)...)
+	return nil
 }
 
 // template loads the graph once into its own database (truth, pull-built
@@ -387,7 +416,7 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 		return nil, err
 	}
 	pool := p.Deps.Pool
-	fcfg, err := feed.ConfigFrom(cfg)
+	fcfg, err := feed.LoadConfig(cfg)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -617,14 +646,8 @@ func exec(ctx context.Context, url, sql string) error {
 	return err
 }
 
-func quantile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
+// quantile is the q-quantile of d, from the harness's histogram.
+func quantile(d []time.Duration, q float64) time.Duration { return load.Of(d).Quantile(q) }
 
 func quantileF(v []float64, q float64) float64 {
 	if len(v) == 0 {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -62,7 +63,7 @@ func Run(mods []app.Module, args []string) error {
 	limit := fs.Int("limit", reserve.DefaultConfig().Limit, "reservation operations in the database at once (FENCELAB_FLASHSALE_LIMIT)")
 	waitLine := fs.Int("wait-line", reserve.DefaultConfig().WaitLine, "bounded wait line (FENCELAB_FLASHSALE_WAIT_LINE)")
 	backoff := fs.Duration("backoff", 0, "a 503'd buyer waits this (±50%) before retrying; 0: as Retry-After says, plus up to 50%")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -120,6 +121,7 @@ func Run(mods []app.Module, args []string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tsold out in\tall answered\tholds\t409\t503\trequests\taccepted p50\tp99\trefused p50\tp99\t409 p99\t503 p99\tserver: accepted p99\trefused p99\tpeak in db\tinvariants\t")
 	var failures []string
+	soldOut, accepted, refused := load.NewLatencies(), load.NewLatencies(), load.NewLatencies()
 	for run := 1; run <= *runs; run++ {
 		res, err := b.sale(ctx, run, *clients, *units, *backoff)
 		if err != nil {
@@ -130,6 +132,9 @@ func Run(mods []app.Module, args []string) error {
 			inv = "VIOLATED"
 			failures = append(failures, res.violations...)
 		}
+		soldOut.Record(res.soldOut)
+		accepted.Merge(load.Of(res.accepted))
+		refused.Merge(load.Of(res.refused))
 		if res.holds != *units {
 			failures = append(failures, fmt.Sprintf("run %d: %d holds in the database, want %d", run, res.holds, *units))
 		}
@@ -145,6 +150,14 @@ func Run(mods []app.Module, args []string) error {
 	fmt.Println("accepted: 201 answers; refused: every 409 and 503 answer (each attempt is one sample); latency is per HTTP request on its open connection, as the buyer saw it.")
 	fmt.Println("server: the same requests timed inside the server (handler start → last byte written), without kernel queues and the load generator's scheduling.")
 	fmt.Println("peak in db: most reservation operations inside the database at once, counted server-side around the hold (FS-R4: ≤ limit).")
+	verdict := "ok"
+	if len(failures) > 0 {
+		verdict = "violated"
+	}
+	fmt.Println()
+	load.Result("flashsale", "clients", *clients, "units", *units, "runs", *runs,
+		"sold_out_p50_ms", soldOut.Quantile(0.5), "accepted_p99_ms", accepted.Quantile(0.99),
+		"refused_p99_ms", refused.Quantile(0.99), "invariants", verdict)
 	if len(failures) > 0 {
 		return fmt.Errorf("flashsale bench: %s", strings.Join(failures, "; "))
 	}
@@ -464,14 +477,8 @@ func raiseNoFile(want uint64) (uint64, error) {
 	return next.Cur, nil
 }
 
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[(len(s)*p+99)/100-1]
-}
+// pct is the p-th percentile of ds, from the harness's histogram.
+func pct(ds []time.Duration, p int) time.Duration { return load.Of(ds).Quantile(float64(p) / 100) }
 
 // ms rounds a duration for the table.
 func ms(d time.Duration) time.Duration {

@@ -46,7 +46,7 @@ var Bench = app.Bench{Name: "outbox", Summary: "append throughput with the outbo
 func Run(_ []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench outbox", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL; empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster with durable defaults, removed afterwards")
 	fs.IntVar(&c.clients, "clients", 8, "concurrent business transactions in the append phase")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "length of each append phase")
 	fs.IntVar(&c.backlog, "backlog", 50000, "events in the backlog the consumers drain")

@@ -29,12 +29,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
@@ -67,7 +67,7 @@ var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrenc
 func Run(mods []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench points", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL; empty: a fresh local cluster with durable defaults (DATABASE_URL)")
+	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster with durable defaults, removed afterwards")
 	fs.IntVar(&c.clients, "clients", 32, "concurrent HTTP clients (closed loop, keep-alive)")
 	fs.IntVar(&c.accounts, "accounts", 1000, "user accounts the debits spread over (one owner each)")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "length of the measured spread phase")
@@ -155,15 +155,15 @@ func newBench(ctx context.Context, c config, mods []app.Module) (*bench, error) 
 	go func() { _ = hs.Serve(ln) }()
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP
-	tr := &http.Transport{MaxIdleConnsPerHost: c.clients, MaxConnsPerHost: c.clients}
+	client, closeClient := load.Client(c.clients, 30*time.Second)
 	return &bench{
 		c: c, pool: pool, deps: d, base: "http://" + ln.Addr().String(),
 		svc:        points.NewService(pool, points.Config{SystemShards: c.shards}),
-		client:     &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		client:     client,
 		tag:        "bench-" + time.Now().Format("150405"),
 		invariants: p.Invariants,
 		close: func() {
-			tr.CloseIdleConnections()
+			closeClient()
 			_ = hs.Close()
 			stopBackground()
 			waitBackground()
@@ -220,8 +220,10 @@ func (b *bench) run(ctx context.Context) error {
 	if failed > 0 {
 		verdict = "violated"
 	}
-	fmt.Printf("\nRESULT clients=%d accounts=%d duration=%s debits_per_sec=%.0f p50_ms=%.2f p99_ms=%.2f errors=%d invariants=%s\n",
-		b.c.clients, b.c.accounts, b.c.duration, spreadRate, ms(r.quantile(0.5)), ms(spreadP99), r.errors(), verdict)
+	fmt.Println()
+	load.Result("points", "clients", b.c.clients, "accounts", b.c.accounts, "duration", b.c.duration,
+		"debits_per_sec", fmt.Sprintf("%.0f", spreadRate), "p50_ms", r.quantile(0.5), "p99_ms", spreadP99,
+		"errors", r.errors(), "invariants", verdict)
 	if failed > 0 {
 		return fmt.Errorf("bench points: %d invariants violated", failed)
 	}
@@ -297,46 +299,46 @@ func (b *bench) hot(ctx context.Context) error {
 // token and amount.
 type pick func(worker int, rng *rand.Rand) (kind, account, token string, amount int64)
 
-// sample is one answered (or failed) request.
-type sample struct {
-	kind    string
-	status  int // 0: transport error
-	latency time.Duration
-}
-
+// result is one phase: answers counted by route kind and status (0: a
+// transport error), latencies in the harness's histogram.
 type result struct {
-	samples []sample
+	counts  map[string]map[int]int
+	lat     *load.Latencies
 	elapsed time.Duration
 }
 
 // load runs the closed loop for d: every client sends its next request as
 // soon as the previous one is answered, each with a fresh idempotency key.
 func (b *bench) load(ctx context.Context, d time.Duration, next pick) result {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	per := make([][]sample, b.c.clients)
-	var wg sync.WaitGroup
-	start := time.Now()
+	type tally map[string]map[int]int
+	per := make([]tally, b.c.clients)
+	rngs := make([]*rand.Rand, b.c.clients)
 	for w := range b.c.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(b.c.seed, uint64(w)))
-			for ctx.Err() == nil {
-				kind, id, tok, amount := next(w, rng)
-				t0 := time.Now()
-				status := b.post(kind, id, tok, amount)
-				if ctx.Err() != nil && status == 0 {
-					break // cut off by the end of the phase, not an error
-				}
-				per[w] = append(per[w], sample{kind: kind, status: status, latency: time.Since(t0)})
-			}
-		}()
+		per[w], rngs[w] = tally{}, rand.New(rand.NewPCG(b.c.seed, uint64(w)))
 	}
-	wg.Wait()
-	r := result{elapsed: time.Since(start)}
-	for _, s := range per {
-		r.samples = append(r.samples, s...)
+	r := result{counts: map[string]map[int]int{}, lat: load.NewLatencies()}
+	r.elapsed = load.ClosedLoop(ctx, b.c.clients, d, func(ctx context.Context, w int) {
+		kind, id, tok, amount := next(w, rngs[w])
+		t0 := time.Now()
+		status := b.post(kind, id, tok, amount)
+		if ctx.Err() != nil && status == 0 {
+			return // cut off by the end of the phase, not an error
+		}
+		r.lat.Record(time.Since(t0))
+		if per[w][kind] == nil {
+			per[w][kind] = map[int]int{}
+		}
+		per[w][kind][status]++
+	})
+	for _, t := range per {
+		for kind, byStatus := range t {
+			if r.counts[kind] == nil {
+				r.counts[kind] = map[int]int{}
+			}
+			for status, n := range byStatus {
+				r.counts[kind][status] += n
+			}
+		}
 	}
 	return r
 }
@@ -362,54 +364,35 @@ func (b *bench) post(kind, id, tok string, amount int64) int {
 	return resp.StatusCode
 }
 
-func (r result) count(kind string, status int) int {
+func (r result) count(kind string, status int) int { return r.counts[kind][status] }
+
+// total counts answers with status (any kind; -1: every answer).
+func (r result) total(status int) int {
 	n := 0
-	for _, s := range r.samples {
-		if s.kind == kind && s.status == status {
-			n++
+	for _, byStatus := range r.counts {
+		for s, k := range byStatus {
+			if status == -1 || s == status {
+				n += k
+			}
 		}
 	}
 	return n
 }
 
 // rate is answers with status per second.
-func (r result) rate(status int) float64 {
-	n := 0
-	for _, s := range r.samples {
-		if s.status == status {
-			n++
-		}
-	}
-	return float64(n) / r.elapsed.Seconds()
-}
+func (r result) rate(status int) float64 { return float64(r.total(status)) / r.elapsed.Seconds() }
 
 // errors counts answers other than 201.
-func (r result) errors() int {
-	n := 0
-	for _, s := range r.samples {
-		if s.status != http.StatusCreated {
-			n++
-		}
-	}
-	return n
-}
+func (r result) errors() int { return r.total(-1) - r.total(http.StatusCreated) }
 
-func (r result) quantile(q float64) time.Duration {
-	if len(r.samples) == 0 {
-		return 0
-	}
-	ls := make([]time.Duration, len(r.samples))
-	for i, s := range r.samples {
-		ls[i] = s.latency
-	}
-	slices.Sort(ls)
-	return ls[min(len(ls)-1, int(q*float64(len(ls))))]
-}
+func (r result) quantile(q float64) time.Duration { return r.lat.Quantile(q) }
 
 func (r result) print() {
 	statuses := map[int]int{}
-	for _, s := range r.samples {
-		statuses[s.status]++
+	for _, byStatus := range r.counts {
+		for s, k := range byStatus {
+			statuses[s] += k
+		}
 	}
 	codes := make([]int, 0, len(statuses))
 	for c := range statuses {
@@ -424,9 +407,10 @@ func (r result) print() {
 		}
 		fmt.Fprintf(&sb, " %s×%d", name, statuses[c])
 	}
+	all := r.total(-1)
 	fmt.Printf("  %d requests in %s: %.0f req/s, %.0f created/s; latency p50 %.2f ms, p99 %.2f ms, max %.2f ms;%s\n",
-		len(r.samples), r.elapsed.Round(time.Millisecond), float64(len(r.samples))/r.elapsed.Seconds(), r.rate(http.StatusCreated),
+		all, r.elapsed.Round(time.Millisecond), float64(all)/r.elapsed.Seconds(), r.rate(http.StatusCreated),
 		ms(r.quantile(0.5)), ms(r.quantile(0.99)), ms(r.quantile(1)), sb.String())
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func ms(d time.Duration) float64 { return load.Ms(d) }

@@ -35,6 +35,7 @@ import (
 	"github.com/labstack/echo/v4"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
@@ -57,7 +58,7 @@ func Run(mods []app.Module, args []string) error {
 	duration := fs.Duration("duration", 3*time.Second, "length of one measured run")
 	rounds := fs.Int("rounds", 5, "runs per route and phase (alternating); medians are reported")
 	conns := fs.Int("connections", 64, "keep-alive connections (and closed-loop workers) of the load generator")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -147,6 +148,19 @@ func Run(mods []app.Module, args []string) error {
 	fmt.Println()
 	fmt.Printf("stats healthy:       %s\n", afterHealthy.since(before))
 	fmt.Printf("clicks table locked: %s\n", afterLocked.since(afterHealthy))
+	ofCeiling := func(res map[string][]*vegeta.Metrics) float64 {
+		ratios := make([]float64, len(res[routes[1]]))
+		for i := range ratios {
+			ratios[i] = res[routes[1]][i].Throughput / res[routes[0]][i].Throughput
+		}
+		return medianOf(ratios)
+	}
+	fmt.Println()
+	load.Result("shortlink", "connections", *conns, "rounds", *rounds,
+		"redirects_per_sec", fmt.Sprintf("%.0f", median(healthy[routes[1]], throughput)),
+		"p99_ms", time.Duration(median(healthy[routes[1]], p99)), "of_ceiling", ofCeiling(healthy),
+		"locked_redirects_per_sec", fmt.Sprintf("%.0f", median(locked[routes[1]], throughput)),
+		"locked_of_ceiling", ofCeiling(locked))
 	return nil
 }
 
@@ -240,10 +254,9 @@ func (b *bench) phase(routes []string, rounds int, d time.Duration, conns int) (
 // runs do not pile up and tax later ones), and checks every answer was a
 // 302.
 func (b *bench) attack(path string, d time.Duration, conns int) (*vegeta.Metrics, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	client, closeConns := load.Client(conns, 10*time.Second)
+	defer closeConns()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	atk := vegeta.NewAttacker(vegeta.Client(client), vegeta.Workers(uint64(conns)), vegeta.MaxWorkers(uint64(conns)))
 	tgt := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: b.base + path})
 	var m vegeta.Metrics

@@ -39,6 +39,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
@@ -60,7 +61,7 @@ func Run(_ []app.Module, args []string) error {
 	rounds := fs.Int("rounds", 3, "rounds (each: dd, then the upload); medians are reported")
 	dir := fs.String("dir", filepath.Join(app.Env("FENCELAB_DATA_DIR", ".fencelab"), "bench-upload"),
 		"working directory: source file, dd's output and the server's blob store (one disk); removed afterwards")
-	dbURL := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL to use (default: a fresh local cluster, fsync on)")
+	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -157,6 +158,10 @@ func Run(_ []app.Module, args []string) error {
 		return err
 	}
 	fmt.Printf("\nserver peak RSS (VmHWM, whole run, start-up included): %s; RSS now: %s\n", upload.FormatSize(hwm), upload.FormatSize(rss))
+	fmt.Println()
+	load.Result("upload", "size", upload.FormatSize(size), "chunk", upload.FormatSize(chunk), "parallel", *parallel,
+		"rounds", *rounds, "dd_mb_per_sec", fmt.Sprintf("%.0f", median(dds)), "upload_mb_per_sec", fmt.Sprintf("%.0f", median(ups)),
+		"of_ceiling", median(ratios), "peak_rss", upload.FormatSize(hwm))
 	return nil
 }
 
@@ -279,8 +284,8 @@ func startServer(ctx context.Context, dbURL, work string, size, chunk int64) (*s
 		upload.EnvMaxFileSize+"="+strconv.FormatInt(max(size, 1<<20), 10),
 		upload.EnvMaxChunkSize+"="+strconv.FormatInt(max(chunk, 1<<20), 10),
 		upload.EnvMaxChunks+"="+strconv.FormatInt(max((size+chunk-1)/chunk, 1), 10))
-	s := &server{cmd: cmd, base: "http://" + addr, token: token, stderr: &bytes.Buffer{},
-		client: &http.Client{Timeout: 10 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	client, _ := load.Client(64, 10*time.Minute) // its connections end with the process
+	s := &server{cmd: cmd, base: "http://" + addr, token: token, stderr: &bytes.Buffer{}, client: client}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -28,19 +27,18 @@ func runMigrate(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	if *url == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
-	m := pg.Migrator{FS: migrations.FS, URL: *url}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		fs.Usage()
-		return errUsage
+		return errMigrateVerb
 	}
+	if *url == "" {
+		return errNoDatabase
+	}
+	m := pg.Migrator{FS: migrations.FS, URL: *url}
 	switch rest[0] {
 	case "up":
 		if err := m.Up(); err != nil {
-			return err
+			return connectHint(err, *url)
 		}
 	case "down":
 		n := 1
@@ -56,13 +54,12 @@ func runMigrate(args []string) error {
 		}
 	case "version":
 	default:
-		fs.Usage()
-		return errUsage
+		return fmt.Errorf("unknown verb %q: %w", rest[0], errMigrateVerb)
 	}
 	ctx := context.Background()
 	pool, err := pg.Connect(ctx, *url, pg.PoolOptions{MaxConns: 1})
 	if err != nil {
-		return err
+		return connectHint(err, *url)
 	}
 	defer pool.Close()
 	st, err := pg.ReadMigrationState(ctx, pool, migrations.FS)
@@ -103,7 +100,7 @@ func runCheck(args []string) error {
 		return w.Flush()
 	}
 	if *url == "" {
-		return errors.New("DATABASE_URL is not set")
+		return errNoDatabase
 	}
 	if len(invs.Select(fs.Args()...)) == 0 {
 		return fmt.Errorf("no invariants match %v (try --list)", fs.Args())
@@ -112,7 +109,7 @@ func runCheck(args []string) error {
 	defer cancel()
 	pool, err := pg.Connect(ctx, *url, pg.PoolOptions{MaxConns: 2, ApplicationName: "fencelab-check"})
 	if err != nil {
-		return err
+		return connectHint(err, *url)
 	}
 	defer pool.Close()
 	results := invs.Run(ctx, pool, fs.Args()...)
@@ -162,6 +159,9 @@ func runToken(args []string) error {
 	r, err := httpx.ParseRole(*role)
 	if err != nil {
 		return err
+	}
+	if *secret == "" {
+		return errNoSecret
 	}
 	a, err := httpx.NewAuth([]byte(*secret))
 	if err != nil {

@@ -9,9 +9,10 @@ import (
 )
 
 // runBench is `fencelab bench NAME`: the benches the modules list (each
-// lives in bench/NAME). Benchmarks run against DATABASE_URL (or a fresh
-// local cluster with durability left on) and print their figures, ending
-// with one RESULT line; they are never timed tests.
+// lives in bench/NAME). Benchmarks run on a fresh local cluster with
+// durability left on, removed afterwards, or on --database-url when given —
+// never on DATABASE_URL or the dev database — and print their figures,
+// ending with one RESULT line; they are never timed tests.
 func runBench(args []string) error {
 	mods := services.Modules()
 	benches, err := app.Benches(mods)
@@ -20,7 +21,8 @@ func runBench(args []string) error {
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(os.Stderr, "Usage: fencelab bench NAME [flags]   (fencelab bench NAME --help for its flags)")
-		fmt.Fprintln(os.Stderr, "Benchmarks:")
+		fmt.Fprintln(os.Stderr, "\nEach runs on a fresh local PostgreSQL (fsync on), removed afterwards, unless given --database-url;")
+		fmt.Fprintln(os.Stderr, "none reads DATABASE_URL, so the dev database is never touched. Benchmarks:")
 		for _, b := range benches {
 			fmt.Fprintf(os.Stderr, "  %-10s %s\n", b.Name, b.Summary)
 		}
@@ -28,7 +30,6 @@ func runBench(args []string) error {
 	}
 	for _, b := range benches {
 		if b.Name == args[0] {
-			loadLocalEnv("")
 			return b.Run(mods, args[1:])
 		}
 	}

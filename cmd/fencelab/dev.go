@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
+	"github.com/fencelab/fencelab/migrations"
 )
 
 // devPort is the preferred port of the dev cluster, so its URL stays the
@@ -29,8 +33,13 @@ func runDev(args []string) error {
 	cfg := app.Defaults()
 	fs := newFlags("dev", "dev [flags]")
 	cfg.Bind(fs)
+	reset := fs.Bool("reset", false, "drop and recreate the dev database and its blobs first (the demo data comes back; your changes go)")
+	noWorkers := fs.Bool("no-workers", false, "run no claim-engine jobs in this process (same as --workers 0): a separate `fencelab worker` then claims every job, e.g. one paused with --pause-at")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if *noWorkers {
+		cfg.Workers = 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -44,9 +53,28 @@ func runDev(args []string) error {
 	if os.Geteuid() == 0 {
 		_ = os.Chmod(cfg.DataDir, 0o755)
 	}
+	// One dev per data directory, checked before anything starts: a second
+	// one would otherwise fail deep inside PostgreSQL's start-up.
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// The HTTP port is checked before provisioning, not after a minute of
+	// work; the listener is kept and served on.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s (%v): another program has that port; "+
+			"start dev with another one, e.g. --addr 127.0.0.1:%d (or set FENCELAB_ADDR)", cfg.Addr, errors.Unwrap(err), nextPort(cfg.Addr))
+	}
+	defer ln.Close()
+
 	envFile := filepath.Join(cfg.DataDir, "env")
 	if cfg.DatabaseURL != "" && cfg.DatabaseURL == readEnvFile(envFile)["DATABASE_URL"] {
 		cfg.DatabaseURL = "" // our own cluster's URL from an earlier run: start it again
+	}
+	if *reset && cfg.DatabaseURL != "" {
+		return errors.New("--reset drops dev's own database; with DATABASE_URL set, reset that database yourself")
 	}
 
 	pgDir, err := devClusterDir(cfg.DataDir)
@@ -54,10 +82,29 @@ func runDev(args []string) error {
 		return err
 	}
 	logPath := filepath.Join(filepath.Dir(pgDir), "postgres.log")
+	fmt.Printf("fencelab dev: data in %s", cfg.DataDir)
 	if cfg.DatabaseURL == "" {
-		fmt.Printf("starting PostgreSQL (data in %s, log in %s) …\n", pgDir, logPath)
+		fmt.Printf(" (PostgreSQL cluster in %s, its log in %s)", pgDir, logPath)
 	}
-	srv, err := pgserver.Provision(ctx, cfg.DatabaseURL, pgserver.Options{DataDir: pgDir, PreferredPort: devPort})
+	fmt.Println()
+	opts := pgserver.Options{DataDir: pgDir, PreferredPort: devPort}
+	portFile := filepath.Join(cfg.DataDir, "pg-port")
+	if cfg.DatabaseURL == "" {
+		if opts.Port, err = savedPort(portFile); err != nil {
+			return err
+		}
+	}
+	var srv *pgserver.Server
+	err = step("provisioning PostgreSQL", func() (string, error) {
+		var err error
+		if srv, err = pgserver.Provision(ctx, cfg.DatabaseURL, opts); err != nil {
+			return "", err
+		}
+		if srv.Strategy == pgserver.FromURL {
+			return "DATABASE_URL given: using it", nil
+		}
+		return fmt.Sprintf("%s on port %d", srv.Strategy, srv.Port), nil
+	})
 	if err != nil {
 		return err
 	}
@@ -67,7 +114,22 @@ func runDev(args []string) error {
 		}
 		_ = srv.Stop("fast")
 	}()
+	if srv.Strategy == pgserver.Local {
+		// The port stays the same across runs, so an exported DATABASE_URL
+		// (eval "$(fencelab env)") does not go stale.
+		if err := os.WriteFile(portFile, []byte(strconv.Itoa(srv.Port)+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
 	if srv.Strategy != pgserver.FromURL {
+		if *reset {
+			err := step("resetting the dev database", func() (string, error) {
+				return "dropped database fencelab and the upload blobs", resetDev(ctx, srv.URL("postgres"), "fencelab", cfg)
+			})
+			if err != nil {
+				return err
+			}
+		}
 		if err := ensureDatabase(ctx, srv.URL("postgres"), "fencelab"); err != nil {
 			return err
 		}
@@ -79,21 +141,149 @@ func runDev(args []string) error {
 			return err
 		}
 	}
-	env := fmt.Sprintf("# written by `fencelab dev`; check, token, migrate and bench read it\nDATABASE_URL=%s\nFENCELAB_TOKEN_SECRET=%s\n", cfg.DatabaseURL, cfg.TokenSecret)
+	env := fmt.Sprintf("# written by `fencelab dev`; check, token, migrate, psql and env read it\nDATABASE_URL=%s\nFENCELAB_TOKEN_SECRET=%s\n", cfg.DatabaseURL, cfg.TokenSecret)
 	if err := os.WriteFile(envFile, []byte(env), 0o600); err != nil {
 		return err
 	}
 
-	p, err := openProcess(ctx, cfg, "dev", true, nil)
+	err = step("migrating", func() (string, error) {
+		if err := (pg.Migrator{FS: migrations.FS, URL: cfg.DatabaseURL}).Up(); err != nil {
+			return "", err
+		}
+		latest, err := pg.Latest(migrations.FS)
+		return fmt.Sprintf("schema version %d", latest), err
+	})
+	if err != nil {
+		return err
+	}
+	p, err := openProcess(ctx, cfg, "dev", false, nil)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	if err := p.Seed(ctx); err != nil {
+	var skipped []string
+	_ = step("seeding demo data", func() (string, error) {
+		for _, m := range p.Mods {
+			if m.Seed == nil {
+				continue
+			}
+			// A seed restores only what is missing; one that still fails
+			// (on state a reader made) is reported, never fatal: the
+			// reader's data is worth more than the demo's.
+			if err := m.Seed(ctx); err != nil {
+				skipped = append(skipped, fmt.Sprintf("%s (%v)", m.Name, err))
+			}
+		}
+		if len(skipped) > 0 {
+			return fmt.Sprintf("skipped %s; your changes are kept (`fencelab dev --reset` restores the demo data)", strings.Join(skipped, ", ")), nil
+		}
+		return "", nil
+	})
+	log.Debug("dev ready", "strategy", srv.Strategy)
+	start := time.Now()
+	fmt.Printf("  %-28s", "serving …")
+	return serveOn(ctx, p, ln, func(addr string) {
+		fmt.Printf(" %s (on %s)\n", since(start), addr)
+		printBanner(p, addr, envFile)
+	})
+}
+
+// step runs one start-up step and prints its name, duration and note.
+func step(name string, fn func() (string, error)) error {
+	fmt.Printf("  %-28s", name+" …")
+	start := time.Now()
+	note, err := fn()
+	if err != nil {
+		fmt.Printf(" failed after %s\n", since(start))
 		return err
 	}
-	log.Debug("dev ready", "strategy", srv.Strategy)
-	return serveUntilDone(ctx, p, func(addr string) { printBanner(p, addr, envFile) })
+	if note != "" {
+		note = " (" + note + ")"
+	}
+	fmt.Printf(" %s%s\n", since(start), note)
+	return nil
+}
+
+func since(t time.Time) time.Duration {
+	d := time.Since(t)
+	if d > 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// lockDataDir takes an exclusive lock on <dir>/dev.lock for as long as dev
+// runs (the kernel drops it if dev dies), naming the holder's pid when it
+// is taken.
+func lockDataDir(dir string) (func(), error) {
+	path := filepath.Join(dir, "dev.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("another `fencelab dev` (pid %s) is running with the data directory %s: "+
+			"use that one (its banner has the URLs), stop it with Ctrl-C in its terminal, "+
+			"or give this one its own --data-dir", strings.TrimSpace(string(b)), dir)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { _ = f.Truncate(0); f.Close() }, nil
+}
+
+// savedPort is the dev cluster's port from an earlier run (0: none yet). A
+// port another program took since is refused with what to do, rather than
+// silently changing DATABASE_URL.
+func savedPort(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	port, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || port < 1 || port > 65535 {
+		return 0, nil // unreadable: pick again
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return 0, fmt.Errorf("port %d, where this dev cluster always listens (saved in %s so that DATABASE_URL stays the same), "+
+			"is taken by another program: stop it, or delete %s to let dev choose a new port (then run `eval \"$(fencelab env)\"` again)",
+			port, path, path)
+	}
+	l.Close()
+	return port, nil
+}
+
+// nextPort suggests the port after addr's.
+func nextPort(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if n, err2 := strconv.Atoi(p); err == nil && err2 == nil && n > 0 && n < 65535 {
+		return n + 1
+	}
+	return 8081
+}
+
+// resetDev drops the dev database (closing its connections) and removes
+// the upload blob store bound to it; ensureDatabase then creates it empty
+// and the seed restores the demo data.
+func resetDev(ctx context.Context, adminURL, name string, cfg app.Config) error {
+	c, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return pg.MapError(err)
+	}
+	dir, ok := cfg.Lookup("FENCELAB_UPLOAD_DIR")
+	if !ok {
+		dir = filepath.Join(cfg.DataDir, "upload")
+	}
+	return os.RemoveAll(dir)
 }
 
 // devClusterDir is <data-dir>/pg, unless we run as root and the postgres
@@ -192,18 +382,18 @@ Fencelab is running at %[1]s   (Ctrl-C stops it and its PostgreSQL)
   database: %[3]s
   health:   %[1]s/healthz   ready: %[1]s/readyz   metrics: %[1]s/metrics
 
-Demo tokens (24 h):
+Demo tokens (24 h) for user-0042, admin-0001 and svc-0001; in another terminal:
+  eval "$(go run ./cmd/fencelab env)"     # or copy these:
   export ADMIN=%[4]s
   export USER42=%[5]s
   export SVC=%[6]s
 
-Try:
+Try (docs/chapters/ has one page per chapter; its examples run in order):
   curl -s %[1]s/readyz
-  curl -s %[1]s/metrics | grep fencelab_db_pool
   go run ./cmd/fencelab check          # every SQL invariant against this database
-  go run ./cmd/fencelab token --sub user-0042
+  go run ./cmd/fencelab psql           # psql on this database
 %[7]s
-(DATABASE_URL and the token secret are in %[8]s.)
+(DATABASE_URL and the token secret are in %[8]s; `+"`fencelab dev --reset`"+` starts the data over.)
 `, base, strings.Join(mods, ", "), p.Deps.Config.DatabaseURL, admin, user, svc, demoCurls(base), envFile)
 }
 
@@ -211,19 +401,14 @@ Try:
 // modules add a line each.
 func demoCurls(base string) string {
 	lines := []string{
-		`curl -s -H "Authorization: Bearer $USER42" BASE/reports/$(date +%F)   # today's report: content, fence, writer`,
-		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'`,
-		`curl -s BASE/jobs/1 -H "Authorization: Bearer $ADMIN"   # the chapter-14 workflow and its fenced history`,
-		`curl -s -H "Authorization: Bearer $ADMIN" BASE/outbox/consumers   # outbox positions and lag`,
-		`curl -s -XPOST BASE/points/accounts/acct-0042/debits -H "Authorization: Bearer $USER42" -H "Idempotency-Key: prize-17-1" -H "Content-Type: application/json" -d '{"amount":30,"reason":"prize-17"}'   # points: debit the seeded account (retry: the same answer)`,
-		`curl -s -XPOST BASE/flashsale/reservations -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"sku":"sku-lab-01","request_key":"demo-0042"}'   # hold 1 of 40 units`,
-		`curl -s -XPOST BASE/flashsale/orders -H "Authorization: Bearer $USER42" -H "Content-Type: application/json" -d '{"reservation_id":1}'   # order the hold; then POST BASE/flashsale/orders/1/pay and, 2 s later, GET BASE/flashsale/orders/1 (PAID)`,
-		`curl -s -H "Authorization: Bearer $USER42" BASE/social/users/user-0043/posts   # social: posts of a private account user-0042 follows`,
-		`curl -s -H "Authorization: Bearer $USER42" 'BASE/social/feed?limit=2'   # social: user-0042's home feed (strategy=push|pull|hybrid; pass "next" as cursor=)`,
-		`curl -s -H "Authorization: Bearer $USER42" BASE/social/items/1/likes   # likes: the count, its pending events and error bound (POST …/like, …/unlike)`,
-		`curl -s -XPOST BASE/notify/events -H "Authorization: Bearer $SVC" -H "Content-Type: application/json" -d '{"user_id":"user-0042","event_key":"order:ord-1001:shipped","template":"order_shipped"}'   # then GET BASE/notify/notifications/1`,
-		`curl -si BASE/s/demo   # shortlink: 302 to the seeded demo link`,
-		`curl -s -H "Authorization: Bearer $USER42" -H 'Content-Type: application/json' BASE/upload/sessions -d "{\"total_size\":5,\"chunk_count\":1,\"sha256\":\"$(printf hello | sha256sum | cut -c1-64)\"}"   # upload: a session (README: Chunked upload)`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/reports/$(date -u +%F)   # 1 lease: today's report, its fence and writer`,
+		`curl -s -XPOST BASE/workflows -H "Authorization: Bearer $ADMIN" -H "Content-Type: application/json" -d '{"business_key":"wf-0042"}'   # 2 claim: then GET BASE/jobs/<job_id>`,
+		`curl -s -H "Authorization: Bearer $ADMIN" BASE/outbox/consumers   # 4 outbox: positions and lag`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/points/accounts/acct-0042   # 5 points: the seeded account`,
+		`curl -s BASE/flashsale/skus/sku-lab-01   # 6 reservations: 40 units`,
+		`curl -s -H "Authorization: Bearer $USER42" 'BASE/social/feed?limit=2'   # 9 feed: user-0042's home feed`,
+		`curl -s -H "Authorization: Bearer $USER42" BASE/social/items/1/likes   # 10 likes: the count and its error bound`,
+		`curl -s -o /dev/null -w '%{http_code} %{redirect_url}\n' BASE/s/demo   # 12 shortlink: 302 to the seeded demo link`,
 	}
 	return strings.ReplaceAll("  "+strings.Join(lines, "\n  ")+"\n", "BASE", base)
 }

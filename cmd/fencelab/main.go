@@ -12,8 +12,11 @@ import (
 const usage = `fencelab — a runnable reference for correctness under concurrency
 
 Usage:
-  fencelab dev                      provision PostgreSQL, migrate, seed, serve everything (start here)
+  fencelab dev [--reset]            provision PostgreSQL, migrate, seed, serve everything (start here)
+  fencelab env                      shell exports for the dev database and demo tokens: eval "$(fencelab env)"
+  fencelab psql [ARGS]              psql on the dev database (ARGS go to psql, e.g. -c 'SELECT 1')
   fencelab serve [--migrate]        all HTTP APIs on one port, plus the background workers
+                                    (--pause-at list: every fault point an experiment can pause at)
   fencelab worker                   background workers only (run several for multi-process setups)
   fencelab migrate up|down [N]|version
   fencelab check [--list] [MODULE|ID ...]
@@ -30,8 +33,9 @@ Every subcommand takes --help. Configuration comes from flags or the
 environment: DATABASE_URL, FENCELAB_ADDR, FENCELAB_TOKEN_SECRET,
 FENCELAB_DB_MAX_CONNS, FENCELAB_WORKERS, FENCELAB_DATA_DIR, FENCELAB_LOG_LEVEL,
 FENCELAB_LOG_FORMAT, FENCELAB_ACCESS_LOG, FENCELAB_SHUTDOWN_GRACE. After
-'fencelab dev' has run once, check/token/migrate read DATABASE_URL and the
-token secret from .fencelab/env when they are not set.
+'fencelab dev' has run once, check, token, migrate, psql and env read
+DATABASE_URL and the token secret from .fencelab/env when they are not set
+(benchmarks never do: they use a fresh cluster unless given --database-url).
 `
 
 var commands = map[string]func(args []string) error{
@@ -43,6 +47,8 @@ var commands = map[string]func(args []string) error{
 	"token":   runToken,
 	"bench":   runBench,
 	"seed":    runSeed,
+	"env":     runEnv,
+	"psql":    runPsql,
 	"lab":     runLab,
 	"docs":    runDocs,
 	"openapi": runOpenAPI,
@@ -72,6 +78,7 @@ func main() {
 	case err == nil:
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
+	case errors.Is(err, errListed):
 	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
 	default:

@@ -16,7 +16,24 @@ import (
 // openProcess builds the deployable (app.Build over services.Modules),
 // optionally migrating first: serve, worker and dev share it.
 func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool, fs *faults.Set) (*app.Process, error) {
-	return app.Build(ctx, cfg, services.Modules(), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
+	// The first errors a newcomer meets say what to do next.
+	if cfg.DatabaseURL == "" {
+		return nil, errNoDatabase
+	}
+	if cfg.TokenSecret == "" {
+		return nil, errNoSecret
+	}
+	p, err := app.Build(ctx, cfg, services.Modules(), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
+	if err != nil {
+		return nil, connectHint(err, cfg.DatabaseURL)
+	}
+	if !migrate {
+		if err := requireCurrentSchema(ctx, p.Deps.Pool); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // loadLocalEnv fills unset variables from .fencelab/env (written by dev),

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -47,7 +46,7 @@ func seedSocial(args []string) error {
 		return errUsage
 	}
 	if *url == "" {
-		return errors.New("DATABASE_URL is not set")
+		return errNoDatabase
 	}
 	st, err := feed.ParseStrategy(*strategy, *threshold)
 	if err != nil {

@@ -25,19 +25,15 @@ func runServe(args []string) error {
 	cfg.Bind(fs)
 	migrate := fs.Bool("migrate", false, "apply pending migrations before serving")
 	var pauseAt multiFlag
-	fs.Var(&pauseAt, "pause-at", "fault point to pause at (experiments): print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
+	fs.Var(&pauseAt, "pause-at", pauseAtHelp)
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var set *faults.Set
-	if len(pauseAt) > 0 {
-		set = faults.New()
-		lines := faults.NewLines(os.Stdin)
-		for _, name := range pauseAt {
-			set.PauseOnLines(name, lines, os.Stdout)
-		}
+	set, err := pauseSet(pauseAt, faults.NewLines(os.Stdin))
+	if err != nil {
+		return err
 	}
 	p, err := openProcess(ctx, cfg, "serve", *migrate, set)
 	if err != nil {
@@ -52,11 +48,18 @@ func runServe(args []string) error {
 // then shuts both down within the grace period. ready, if set, is called
 // with the bound address once the listener is open.
 func serveUntilDone(ctx context.Context, p *app.Process, ready func(addr string)) error {
-	cfg := p.Deps.Config
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := net.Listen("tcp", p.Deps.Config.Addr)
 	if err != nil {
 		return err
 	}
+	return serveOn(ctx, p, ln, ready)
+}
+
+// serveOn is serveUntilDone on a listener the caller opened (dev opens it
+// before provisioning, to refuse a busy port at once).
+func serveOn(ctx context.Context, p *app.Process, ln net.Listener, ready func(addr string)) error {
+	cfg := p.Deps.Config
+	var err error
 	e := p.HTTP()
 	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 
@@ -92,9 +95,9 @@ func runWorker(args []string) error {
 	loadLocalEnv("")
 	cfg := app.Defaults()
 	fs := newFlags("worker", "worker [flags]")
-	cfg.Bind(fs)
+	cfg.BindNoHTTP(fs)
 	var pauseAt multiFlag
-	fs.Var(&pauseAt, "pause-at", "fault point to pause at: print PAUSED <point> <key> and wait for a line on stdin (repeatable)")
+	fs.Var(&pauseAt, "pause-at", pauseAtHelp)
 	startGate := fs.Bool("start-gate", false, "print READY and wait for a line on stdin before starting work")
 	migrate := fs.Bool("migrate", false, "apply pending migrations before starting")
 	exitWhenIdle := fs.Bool("exit-when-idle", false, "exit once a claim comes back empty and no job is held (experiments)")
@@ -106,13 +109,10 @@ func runWorker(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var set *faults.Set
 	lines := faults.NewLines(os.Stdin)
-	if len(pauseAt) > 0 {
-		set = faults.New()
-		for _, name := range pauseAt {
-			set.PauseOnLines(name, lines, os.Stdout)
-		}
+	set, err := pauseSet(pauseAt, lines)
+	if err != nil {
+		return err
 	}
 	p, err := openProcess(ctx, cfg, "worker", *migrate, set)
 	if err != nil {

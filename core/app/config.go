@@ -61,8 +61,14 @@ func Defaults() Config {
 
 // Bind registers the flags on fs, with defaults taken from the environment.
 func (c *Config) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", Env("FENCELAB_ADDR", Defaults().Addr), "HTTP listen address (FENCELAB_ADDR)")
+	c.BindNoHTTP(fs)
+}
+
+// BindNoHTTP is Bind without the listen address, for processes that serve
+// no HTTP (worker): a flag that does nothing would mislead.
+func (c *Config) BindNoHTTP(fs *flag.FlagSet) {
 	d := Defaults()
-	fs.StringVar(&c.Addr, "addr", Env("FENCELAB_ADDR", d.Addr), "HTTP listen address (FENCELAB_ADDR)")
 	fs.StringVar(&c.DatabaseURL, "database-url", Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	fs.IntVar(&c.MaxConns, "db-max-conns", EnvInt("FENCELAB_DB_MAX_CONNS", d.MaxConns),
 		"database pool size per process; budget: processes × this ≤ connections the database allows the service (FENCELAB_DB_MAX_CONNS)")

@@ -471,7 +471,15 @@ func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, r
 	delay := k.backoff(j.Attempts)
 	msg := truncate(errString(cause), 2000)
 	var state string
-	err := db.QueryRow(ctx, sqlFail, j.ID, j.Fence, j.Owner, msg, delay.Microseconds(), permanent, recordStale).Scan(&state)
+	err := db.QueryRow(ctx, sqlFail, pgx.NamedArgs{
+		"id":           j.ID,
+		"fence":        j.Fence,
+		"owner":        j.Owner,
+		"error":        msg,
+		"delay_us":     delay.Microseconds(),
+		"permanent":    permanent,
+		"record_stale": recordStale,
+	}).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if !recordStale {
 			c.rejectStale(ctx, j, "fail: "+msg)
@@ -508,7 +516,14 @@ func (c *Client) markUnknown(ctx context.Context, db pg.Querier, j *Job, cause e
 	msg := truncate(errString(cause), 2000)
 	delay := time.Duration(rand.Int64N(int64(c.unknownDelay)))
 	var id int64
-	err := db.QueryRow(ctx, sqlMarkUnknown, j.ID, j.Fence, j.Owner, msg, delay.Microseconds(), recordStale).Scan(&id)
+	err := db.QueryRow(ctx, sqlMarkUnknown, pgx.NamedArgs{
+		"id":           j.ID,
+		"fence":        j.Fence,
+		"owner":        j.Owner,
+		"error":        msg,
+		"delay_us":     delay.Microseconds(),
+		"record_stale": recordStale,
+	}).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if !recordStale {
 			c.rejectStale(ctx, j, "unknown: "+msg)

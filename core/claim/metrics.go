@@ -74,24 +74,47 @@ func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	// Every registered kind is reported in every counted state, zero
+	// included: an idle queue shows 0 rather than no series at all (a
+	// dashboard or a grep then tells "empty" from "not exported").
+	type ks struct{ kind, state string }
+	depth := map[ks]float64{}
+	for _, k := range q.c.KindNames() {
+		for _, st := range countedStates {
+			depth[ks{k, st}] = 0
+		}
+	}
 	if rows, err := q.c.pool.Query(ctx, sqlDepth); err == nil {
 		for rows.Next() {
 			var kind, state string
 			var n int64
 			if rows.Scan(&kind, &state, &n) == nil {
-				ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), kind, state)
+				depth[ks{kind, state}] = float64(n)
 			}
 		}
 		rows.Close()
+	}
+	for k, n := range depth {
+		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, n, k.kind, k.state)
+	}
+	oldest := map[string]float64{}
+	for _, k := range q.c.KindNames() {
+		oldest[k] = 0
 	}
 	if rows, err := q.c.pool.Query(ctx, sqlOldestReady); err == nil {
 		for rows.Next() {
 			var kind string
 			var age float64
 			if rows.Scan(&kind, &age) == nil {
-				ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, kind)
+				oldest[kind] = age
 			}
 		}
 		rows.Close()
 	}
+	for k, age := range oldest {
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, k)
+	}
 }
+
+// countedStates are the states sqlDepth counts.
+var countedStates = []string{"ready", "running", "unknown", "failed", "needs_review"}

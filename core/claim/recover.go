@@ -128,7 +128,14 @@ func (c *Client) resolveOne(ctx context.Context, j *Job) Resolved {
 		}
 	}
 	var state string
-	err := c.pool.QueryRow(context.WithoutCancel(ctx), sqlSettleUnknown, j.ID, j.Fence, j.Owner, verdict, result, detail).Scan(&state)
+	err := c.pool.QueryRow(context.WithoutCancel(ctx), sqlSettleUnknown, pgx.NamedArgs{
+		"id":      j.ID,
+		"fence":   j.Fence,
+		"owner":   j.Owner,
+		"verdict": verdict,
+		"result":  result,
+		"detail":  detail,
+	}).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.m.stale.WithLabelValues(j.Kind).Inc()
 		return Resolved{ID: j.ID, Kind: j.Kind, Err: fmt.Errorf("%w (job %d, fence %d)", ErrStaleFence, j.ID, j.Fence)}

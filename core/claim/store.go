@@ -114,45 +114,45 @@ ev AS (
 SELECT id, kind FROM done`
 
 // sqlFail ends a held attempt with an error: back to ready with due_at
-// pushed out by the backoff ($5), or failed when the error is permanent ($6)
+// pushed out by the backoff (@delay_us), or failed when the error is permanent (@permanent)
 // or the durable attempt budget is spent. attempts is never reset (14.5).
 const sqlFail = `
 WITH upd AS (
     UPDATE job
-    SET state       = CASE WHEN $6::bool OR attempts >= max_attempts THEN 'failed' ELSE 'ready' END,
-        due_at      = CASE WHEN $6::bool OR attempts >= max_attempts THEN due_at
-                           ELSE now() + $5::bigint * interval '1 microsecond' END,
-        owner       = CASE WHEN $6::bool OR attempts >= max_attempts THEN owner END,
-        lease_until = NULL, last_error = $4, updated_at = now()
-    WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running' AND lease_until > now()
+    SET state       = CASE WHEN @permanent::bool OR attempts >= max_attempts THEN 'failed' ELSE 'ready' END,
+        due_at      = CASE WHEN @permanent::bool OR attempts >= max_attempts THEN due_at
+                           ELSE now() + @delay_us::bigint * interval '1 microsecond' END,
+        owner       = CASE WHEN @permanent::bool OR attempts >= max_attempts THEN owner END,
+        lease_until = NULL, last_error = @error, updated_at = now()
+    WHERE id = @id AND fence = @fence AND owner = @owner AND state = 'running' AND lease_until > now()
     RETURNING id, fence, state
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state, detail)
-    SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, fence, $3, state, $4 FROM upd
+    SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, fence, @owner, state, @error FROM upd
     UNION ALL
-    SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), 'fail: ' || $4
-    WHERE $7::bool AND NOT EXISTS (SELECT 1 FROM upd)
+    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job WHERE id = @id), 'fail: ' || @error
+    WHERE @record_stale::bool AND NOT EXISTS (SELECT 1 FROM upd)
 )
 SELECT state FROM upd`
 
 // sqlMarkUnknown: the handler cannot tell whether its external effect
 // happened. The job is released (no owner, no lease) and left for the
-// resolver at due_at, spread by jitter ($5).
+// resolver at due_at, spread by jitter (@delay_us).
 const sqlMarkUnknown = `
 WITH upd AS (
     UPDATE job
-    SET state = 'unknown', owner = NULL, lease_until = NULL, last_error = $4,
-        due_at = now() + $5::bigint * interval '1 microsecond', updated_at = now()
-    WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running' AND lease_until > now()
+    SET state = 'unknown', owner = NULL, lease_until = NULL, last_error = @error,
+        due_at = now() + @delay_us::bigint * interval '1 microsecond', updated_at = now()
+    WHERE id = @id AND fence = @fence AND owner = @owner AND state = 'running' AND lease_until > now()
     RETURNING id, fence
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state, detail)
-    SELECT id, 'unknown', fence, $3, 'unknown', $4 FROM upd
+    SELECT id, 'unknown', fence, @owner, 'unknown', @error FROM upd
     UNION ALL
-    SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), 'unknown: ' || $4
-    WHERE $6::bool AND NOT EXISTS (SELECT 1 FROM upd)
+    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job WHERE id = @id), 'unknown: ' || @error
+    WHERE @record_stale::bool AND NOT EXISTS (SELECT 1 FROM upd)
 )
 SELECT id FROM upd`
 
@@ -260,23 +260,23 @@ SELECT * FROM taken`
 const sqlSettleUnknown = `
 WITH upd AS (
     UPDATE job
-    SET state       = CASE $4::text WHEN 'found' THEN 'succeeded'
+    SET state       = CASE @verdict::text WHEN 'found' THEN 'succeeded'
                                     WHEN 'absent' THEN CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'ready' END
                                     ELSE 'needs_review' END,
-        result      = CASE WHEN $4::text = 'found' THEN $5::jsonb ELSE result END,
-        last_error  = CASE WHEN $4::text = 'found' THEN last_error ELSE $6 END,
-        owner       = CASE WHEN $4::text = 'absent' THEN NULL ELSE owner END,
-        due_at      = CASE WHEN $4::text = 'absent' THEN now() ELSE due_at END,
+        result      = CASE WHEN @verdict::text = 'found' THEN @result::jsonb ELSE result END,
+        last_error  = CASE WHEN @verdict::text = 'found' THEN last_error ELSE @detail END,
+        owner       = CASE WHEN @verdict::text = 'absent' THEN NULL ELSE owner END,
+        due_at      = CASE WHEN @verdict::text = 'absent' THEN now() ELSE due_at END,
         lease_until = NULL, updated_at = now()
-    WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'unknown' AND lease_until > now()
+    WHERE id = @id AND fence = @fence AND owner = @owner AND state = 'unknown' AND lease_until > now()
     RETURNING id, fence, state
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state, detail)
-    SELECT id, CASE $4::text WHEN 'found' THEN 'resolved_found' WHEN 'absent' THEN 'resolved_absent'
-                             ELSE 'needs_review' END, fence, $3, state, $6 FROM upd
+    SELECT id, CASE @verdict::text WHEN 'found' THEN 'resolved_found' WHEN 'absent' THEN 'resolved_absent'
+                             ELSE 'needs_review' END, fence, @owner, state, @detail FROM upd
     UNION ALL
-    SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), 'resolve: ' || $4
+    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job WHERE id = @id), 'resolve: ' || @verdict
     WHERE NOT EXISTS (SELECT 1 FROM upd)
 )
 SELECT state FROM upd`

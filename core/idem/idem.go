@@ -378,7 +378,15 @@ func rejection(c echo.Context, err error) *httpx.Problem {
 }
 
 func finish(ctx context.Context, tx pgx.Tx, r *request, fence int64, resp response) error {
-	tag, err := tx.Exec(ctx, sqlFinish, r.scope, r.subject, r.key, fence, resp.status, resp.contentType, resp.body)
+	tag, err := tx.Exec(ctx, sqlFinish, pgx.NamedArgs{
+		"scope":        r.scope,
+		"subject":      r.subject,
+		"key":          r.key,
+		"fence":        fence,
+		"status":       resp.status,
+		"content_type": resp.contentType,
+		"body":         resp.body,
+	})
 	if err != nil {
 		return fmt.Errorf("idem: finish %s: %w", r.scope, err)
 	}

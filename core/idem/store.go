@@ -38,10 +38,10 @@ SELECT fingerprint, state,
 // transaction — effect included — rolls back.
 const sqlFinish = `
 UPDATE idem_request
-   SET state = 'done', status = $5, content_type = $6, body = $7,
+   SET state = 'done', status = @status, content_type = @content_type, body = @body,
        locked_until = NULL, finished_at = now()
- WHERE scope = $1 AND subject = $2 AND key = $3
-   AND fence = $4 AND state = 'in_flight'`
+ WHERE scope = @scope AND subject = @subject AND key = @key
+   AND fence = @fence AND state = 'in_flight'`
 
 // sqlRelease forgets an in-flight record after an unexpected error, so the
 // client may retry at once. Deleting is safe because fences come from a

@@ -142,6 +142,19 @@ func AppendMany(ctx context.Context, tx pgx.Tx, msgs []Message) ([]int64, error)
 	return ids, nil
 }
 
+// MarkApplied records, in c's inbox, every event tx itself appended on c's
+// topics: the caller applied their effect in tx (a bulk load that writes
+// the truth and its derived rows together), so c skips them as
+// redeliveries instead of applying them a second time. c must be
+// registered (Register) first.
+func MarkApplied(ctx context.Context, tx pgx.Tx, c Consumer) (int64, error) {
+	tag, err := tx.Exec(ctx, sqlMarkApplied, c.Name, c.Topics)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: mark applied for %s: %w", c.Name, pg.MapError(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
 func encode(topic, key string, payload any) ([]byte, error) {
 	if !nameRE.MatchString(topic) {
 		return nil, fmt.Errorf("%w: topic %q", ErrInvalid, topic)

@@ -14,6 +14,15 @@ SELECT t, k, p FROM unnest($1::text[], $2::text[], $3::jsonb[]) WITH ORDINALITY 
  ORDER BY n
 RETURNING id`
 
+// sqlMarkApplied records the current transaction's events on the
+// consumer's topics in its inbox (MarkApplied).
+const sqlMarkApplied = `
+INSERT INTO outbox_inbox (consumer, event_id, fence)
+SELECT $1::text, e.id, 0
+  FROM outbox_event e
+ WHERE e.tx_id = pg_current_xact_id() AND e.topic = ANY ($2::text[])
+ON CONFLICT DO NOTHING`
+
 // sqlRegister creates the consumer row once; its topics never change
 // afterwards (see Register).
 const sqlRegister = `

@@ -78,15 +78,19 @@ func MapError(err error) error {
 		if kind, ok := sqlstate[pe.Code]; ok {
 			return &ConstraintError{Kind: kind, Constraint: pe.ConstraintName, Table: pe.TableName, Err: pe}
 		}
-		// Class 08 (connection exception) and the shutdown/start-up codes.
-		if strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" {
+		// Class 08 (connection exception), the shutdown/start-up codes, and
+		// 25006 (read-only transaction): a write reached a node that is
+		// no longer the primary — a failover in progress, not a bug.
+		if strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || pe.Code == "25006" {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err
 	}
 	var ce2 *pgconn.ConnectError
 	var ne net.Error
-	if errors.As(err, &ce2) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	// ErrConnClosed: the pool handed out a connection the server (or a
+	// proxy cutting the old primary's sessions) had just closed.
+	if errors.As(err, &ce2) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
 		if !errors.Is(err, ErrUnavailable) {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -45,7 +45,7 @@ func setup(t *testing.T, strategy string, threshold int) *env {
 			feed.EnvResponseLogRows: "10000000",
 		},
 	})
-	cfg, err := feed.ConfigFrom(a.Deps.Config)
+	cfg, err := feed.LoadConfig(a.Deps.Config)
 	require.NoError(t, err)
 	fs, err := feed.NewService(a.Pool, cfg, nil)
 	require.NoError(t, err)

@@ -89,9 +89,9 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	tok, err := auth.Mint("user-0042", httpx.RoleUser, time.Hour)
 	require.NoError(t, err)
 
-	data, digest := payload(2, 2<<20+777)
+	data, digest := upload.Payload(2, 2<<20+777)
 	const chunkSize = 512 << 10
-	parts := chunks(data, chunkSize)
+	parts := upload.Chunks(data, chunkSize)
 	status, body, err := srv.do("POST", "/upload/sessions", tok, fmt.Appendf(nil,
 		`{"total_size":%d,"chunk_count":%d,"chunk_size":%d,"sha256":%q}`, len(data), len(parts), chunkSize, digest))
 	require.NoError(t, err)
@@ -115,41 +115,41 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	require.Error(t, e2etest.WaitOrTimeout(t, completeErr), "the client never got an answer")
 
 	// The same database and blob directory, served by a fresh process.
-	l := newLab(t, opts{dbURL: dbURL, dir: dir, settings: map[string]string{upload.EnvGrace: "1h"}})
-	onDisk, err := os.ReadFile(l.store.BlobPath(digest))
+	l := upload.StartLab(e2etest.X(t), upload.LabOptions{DBURL: dbURL, Dir: dir, Settings: map[string]string{upload.EnvGrace: "1h"}})
+	onDisk, err := os.ReadFile(l.Store.BlobPath(digest))
 	require.NoError(t, err, "the bytes were written before the kill")
-	require.Equal(t, digest, sha(onDisk))
-	require.Equal(t, upload.SessionOpen, l.sessionState(t, sessionID), "no metadata committed")
-	require.Equal(t, 0, l.count(t, `SELECT refs FROM upload_blob WHERE sha256 = $1 AND state = 'present'`, digest))
-	require.Zero(t, l.count(t, `SELECT count(*) FROM file_object`))
+	require.Equal(t, digest, upload.SHA256Hex(onDisk))
+	require.Equal(t, upload.SessionOpen, l.SessionState(t, sessionID), "no metadata committed")
+	require.Equal(t, 0, l.Count(t, `SELECT refs FROM upload_blob WHERE sha256 = $1 AND state = 'present'`, digest))
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM file_object`))
 	e2etest.Assert(t, l.Pool, "upload")
 
 	// A committed file, as old as the orphan will be: GC must keep it.
-	kept, keptDigest := payload(22, 300<<10)
-	keptFile := l.committed(t, l.alice, kept, 100<<10, "kept.bin")
-	l.publish(t, keptFile)
+	kept, keptDigest := upload.Payload(22, 300<<10)
+	keptFile := l.Committed(t, l.Alice, kept, 100<<10, "kept.bin")
+	l.Publish(t, keptFile)
 
-	require.Equal(t, upload.GCReport{}, l.gc(t), "inside the grace period nothing is reclaimed")
-	require.FileExists(t, l.store.BlobPath(digest))
+	require.Equal(t, upload.GCReport{}, l.Gc(t), "inside the grace period nothing is reclaimed")
+	require.FileExists(t, l.Store.BlobPath(digest))
 
-	l.exec(t, `UPDATE upload_blob SET touched_at = now() - interval '1 hour 1 second'`)
-	l.exec(t, `UPDATE upload_session SET touched_at = now() - interval '1 hour 1 second'`)
-	rep := l.gc(t)
+	l.Exec(t, `UPDATE upload_blob SET touched_at = now() - interval '1 hour 1 second'`)
+	l.Exec(t, `UPDATE upload_session SET touched_at = now() - interval '1 hour 1 second'`)
+	rep := l.Gc(t)
 	require.Equal(t, upload.GCReport{SessionsExpired: 1, BlobsReclaimed: 1}, rep)
-	require.NoFileExists(t, l.store.BlobPath(digest), "the orphan is reclaimed")
-	require.Zero(t, l.count(t, `SELECT count(*) FROM upload_blob WHERE sha256 = $1`, digest))
-	require.Equal(t, upload.SessionExpired, l.sessionState(t, sessionID))
-	require.FileExists(t, l.store.BlobPath(keptDigest), "a referenced blob is never reclaimed")
-	r := l.read(t, l.alice, keptFile.ID, nil)
+	require.NoFileExists(t, l.Store.BlobPath(digest), "the orphan is reclaimed")
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM upload_blob WHERE sha256 = $1`, digest))
+	require.Equal(t, upload.SessionExpired, l.SessionState(t, sessionID))
+	require.FileExists(t, l.Store.BlobPath(keptDigest), "a referenced blob is never reclaimed")
+	r := l.Read(t, l.Alice, keptFile.ID, nil)
 	require.Equal(t, http.StatusOK, r.Status)
 	require.Equal(t, kept, r.Body)
 
 	// The client comes back for its completion: the session is gone.
-	r = l.complete(t, l.alice, sessionID)
+	r = l.Complete(t, l.Alice, sessionID)
 	require.Equal(t, http.StatusGone, r.Status, string(r.Body))
-	require.Equal(t, upload.GCReport{}, l.gc(t), "a second run finds nothing")
+	require.Equal(t, upload.GCReport{}, l.Gc(t), "a second run finds nothing")
 	t.Logf("UP-02: serve pid %d killed at %s; orphan %s… reclaimed after the grace period, %d blob(s) kept",
-		srv.Pid(), faults.AfterBytesWritten, digest[:12], len(l.blobFiles(t)))
+		srv.Pid(), faults.AfterBytesWritten, digest[:12], len(l.BlobFiles(t)))
 	e2etest.Assert(t, l.Pool, "upload")
 }
 

@@ -76,6 +76,7 @@ type loopback struct {
 	cfg  Config
 	log  *slog.Logger
 	once sync.Once
+	srv  *fakeprovider.Server
 	c    *fakeprovider.Client
 	err  error
 }
@@ -88,7 +89,7 @@ func (l *loopback) client() (*fakeprovider.Client, error) {
 			return
 		}
 		l.log.Info("notify: started an in-process fake channel", "channel", l.ch.Name, "url", srv.URL())
-		l.c = fakeprovider.NewClient(srv.URL(), l.cfg.CallTimeout)
+		l.srv, l.c = srv, fakeprovider.NewClient(srv.URL(), l.cfg.CallTimeout)
 	})
 	return l.c, l.err
 }
@@ -107,4 +108,14 @@ func (l *loopback) Find(ctx context.Context, q fakeprovider.Lookup) ([]fakeprovi
 		return nil, err
 	}
 	return c.Find(ctx, q)
+}
+
+// inject arms a fault in the loopback channel (dev and experiments only:
+// a configured provider is another party and is never touched).
+func (l *loopback) inject(f fakeprovider.Fault) error {
+	if _, err := l.client(); err != nil {
+		return err
+	}
+	l.srv.Inject(f)
+	return nil
 }

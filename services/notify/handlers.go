@@ -128,6 +128,19 @@ func (h *handlers) resolve(c echo.Context) error {
 	})
 }
 
+// loopbackFault arms a fault in an in-process fake channel (admin, dev).
+func (h *handlers) loopbackFault(c echo.Context) error {
+	var req LoopbackFaultRequest
+	if err := httpx.Bind(c, &req); err != nil {
+		return err
+	}
+	armed, err := h.svc.InjectLoopbackFault(c.Param("channel"), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"channel": c.Param("channel"), "armed": armed})
+}
+
 func pathID(c echo.Context, name string) (int64, error) {
 	raw := c.Param(name)
 	id, err := strconv.ParseInt(raw, 10, 64)

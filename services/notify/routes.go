@@ -18,4 +18,6 @@ func routes(e *echo.Echo, h *handlers, auth *httpx.Auth, keys *idem.Keys) {
 	e.GET("/notify/users/:id/preferences", h.getPreferences, auth.Require())
 	e.GET("/notify/review", h.reviewQueue, auth.Require(httpx.RoleAdmin))
 	e.POST("/notify/review/:task/resolve", h.resolve, auth.Require(httpx.RoleAdmin), keys.Optional("notify.review"))
+	// dev: make the in-process fake channel drop or refuse its next calls
+	e.POST("/notify/admin/loopback/:channel/faults", h.loopbackFault, auth.Require(httpx.RoleAdmin))
 }

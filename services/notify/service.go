@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
@@ -273,4 +274,43 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// LoopbackFaultRequest makes the in-process fake channel misbehave for the
+// next Times calls, so that a reader can watch a contract at work in dev
+// (POST /notify/admin/loopback/{channel}/faults).
+type LoopbackFaultRequest struct {
+	// DropResponse: the message goes out, the answer never comes back (an
+	// unknown outcome: push lands in review, sms is looked up, email resent).
+	DropResponse bool `json:"drop_response"`
+	// Status: answer with this error status and send nothing (429, 5xx).
+	Status int `json:"status"`
+	// Times: how many calls it applies to (default 1, at most 100).
+	Times int `json:"times"`
+}
+
+// InjectLoopbackFault arms a fault in the channel's in-process fake
+// provider. A channel configured with a real URL refuses (409).
+func (s *Service) InjectLoopbackFault(channel string, req LoopbackFaultRequest) (LoopbackFaultRequest, error) {
+	if _, ok := channelByName(channel); !ok {
+		return req, httpx.NotFound("unknown_channel", "no channel %q (email, sms, push)", truncate(channel, 40))
+	}
+	if req.Times == 0 {
+		req.Times = 1
+	}
+	if req.Times < 1 || req.Times > 100 {
+		return req, httpx.Invalid("invalid_times", "times must be 1..100")
+	}
+	if req.Status != 0 && (req.Status < 400 || req.Status > 599) {
+		return req, httpx.Invalid("invalid_status", "status must be 400..599 (or absent)")
+	}
+	if req.DropResponse == (req.Status != 0) {
+		return req, httpx.Invalid("invalid_fault", "give exactly one of drop_response:true or status")
+	}
+	lb, ok := s.senders[channel].(*loopback)
+	if !ok {
+		return req, httpx.Conflict("channel_not_loopback", "the %s channel is a configured provider, not the in-process fake", channel)
+	}
+	err := lb.inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: req.Times, Status: req.Status, DropResponse: req.DropResponse})
+	return req, err
 }

@@ -100,10 +100,10 @@ FOR SHARE OF p`
 WITH task AS (
     SELECT t.id, t.delivery_key, n.user_id, n.event_key, n.template, n.data
     FROM notify_task t JOIN notify_notification n ON n.id = t.notification_id
-    WHERE t.job_id = $1
+    WHERE t.job_id = @job_id
       AND EXISTS (SELECT 1 FROM job
-                  WHERE job.id = $1 AND job.fence = $2 AND job.owner = $3
-                    AND job.state = $5 AND job.lease_until > now())
+                  WHERE job.id = @job_id AND job.fence = @fence AND job.owner = @owner
+                    AND job.state = @held_state AND job.lease_until > now())
 ),
 prior AS (
     SELECT coalesce(max(s.attempt_no), 0) AS last_no,
@@ -118,9 +118,9 @@ prior AS (
 ),
 ins AS (
     INSERT INTO notify_attempt (task_id, attempt_no, op, fence, worker, key_sent)
-    SELECT task.id, prior.last_no + 1, $4, $2, $3, task.delivery_key
+    SELECT task.id, prior.last_no + 1, @op, @fence, @owner, task.delivery_key
     FROM task, prior
-    WHERE NOT ($6::bool AND prior.maybe_sent)
+    WHERE NOT (@guard::bool AND prior.maybe_sent)
     RETURNING id, attempt_no
 )
 SELECT coalesce(ins.id, 0), coalesce(ins.attempt_no, 0), task.delivery_key,
@@ -343,7 +343,14 @@ var errNotHeld = fmt.Errorf("notify: task no longer held with this token: %w", c
 // already gets no attempt: a.id is 0 and the caller must not call.
 func beginAttempt(ctx context.Context, db pg.Querier, j claim.Job, op string, held claim.State, guard bool) (attempt, error) {
 	var a attempt
-	err := db.QueryRow(ctx, sqlBeginAttempt, j.ID, j.Fence, j.Owner, op, string(held), guard).Scan(
+	err := db.QueryRow(ctx, sqlBeginAttempt, pgx.NamedArgs{
+		"job_id":     j.ID,
+		"fence":      j.Fence,
+		"owner":      j.Owner,
+		"op":         op,
+		"held_state": string(held),
+		"guard":      guard,
+	}).Scan(
 		&a.id, &a.no, &a.key, &a.msg.UserID, &a.msg.EventKey, &a.msg.Template, &a.msg.Data, &a.maybeSent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return attempt{}, fmt.Errorf("%w (job %d, fence %d)", errNotHeld, j.ID, j.Fence)

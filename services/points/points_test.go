@@ -47,8 +47,8 @@ func TestPostingBounds(t *testing.T) {
 func TestPgbenchScriptRunsTheServiceSQL(t *testing.T) {
 	script, err := os.ReadFile("../../bench/pgbench/points.sql")
 	require.NoError(t, err)
-	debit := strings.NewReplacer("$1", ":aid", "$2", ":amount", "$3", ":aid", "$4", ":key",
-		"$5", ":reason", "$6", ":sysacct", "$7", ":shard").Replace(sqlDebit)
+	debit := strings.NewReplacer("@account", ":aid", "@amount", ":amount", "@client", ":aid", "@key", ":key",
+		"@reason", ":reason", "@system", ":sysacct", "@shard", ":shard").Replace(sqlDebit)
 	ws := regexp.MustCompile(`\s+`)
 	require.Contains(t, ws.ReplaceAllString(string(script), " "), ws.ReplaceAllString(strings.TrimSpace(debit), " ")+";")
 }

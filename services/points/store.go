@@ -27,28 +27,28 @@ const (
 	// concurrent debits never overdraw. No row back: nothing was written,
 	// and classifyRefusal says why.
 	//
-	// $1 user account, $2 amount, $3 acting client (must own the account),
-	// $4 idempotency key, $5 reason, $6 sys:redemption, $7 shard.
+	// @account user account, @amount, @client acting client (must own the
+	// account), @key idempotency key, @reason, @system sys:redemption, @shard.
 	sqlDebit = `
 WITH debited AS (
     UPDATE points_account
-       SET balance = balance - $2, version = version + 1
-     WHERE id = $1 AND kind = 'user' AND owner = $3
-       AND balance >= $2
+       SET balance = balance - @amount, version = version + 1
+     WHERE id = @account AND kind = 'user' AND owner = @client
+       AND balance >= @amount
  RETURNING balance, version
 ), txn AS (
     INSERT INTO points_ledger_txn (client_id, idem_key, kind, reason)
-    SELECT $3, $4, 'debit', $5 FROM debited
+    SELECT @client, @key, 'debit', @reason FROM debited
  RETURNING id, created_at
 ), entries AS (
     INSERT INTO points_ledger_entry (txn_id, account_id, amount)
     SELECT txn.id, leg.account_id, leg.amount
-      FROM txn, (VALUES ($1::text, -$2::bigint), ($6::text, $2::bigint)) AS leg (account_id, amount)
+      FROM txn, (VALUES (@account::text, -@amount::bigint), (@system::text, @amount::bigint)) AS leg (account_id, amount)
 ), system_side AS (
     UPDATE points_system_shard s
-       SET balance = s.balance + $2
+       SET balance = s.balance + @amount
       FROM txn
-     WHERE s.account_id = $6 AND s.shard = $7
+     WHERE s.account_id = @system AND s.shard = @shard
 )
 SELECT txn.id, txn.created_at, debited.balance, debited.version FROM debited, txn`
 
@@ -56,27 +56,27 @@ SELECT txn.id, txn.created_at, debited.balance, debited.version FROM debited, tx
 	// go negative) and reach a user account. Any admin or service client
 	// may grant, so there is no owner condition and no balance guard.
 	//
-	// $1 user account, $2 amount, $3 acting client, $4 idempotency key,
-	// $5 reason, $6 sys:issuance, $7 shard.
+	// @account user account, @amount, @client acting client, @key
+	// idempotency key, @reason, @system sys:issuance, @shard.
 	sqlGrant = `
 WITH credited AS (
     UPDATE points_account
-       SET balance = balance + $2, version = version + 1
-     WHERE id = $1 AND kind = 'user'
+       SET balance = balance + @amount, version = version + 1
+     WHERE id = @account AND kind = 'user'
  RETURNING balance, version
 ), txn AS (
     INSERT INTO points_ledger_txn (client_id, idem_key, kind, reason)
-    SELECT $3, $4, 'grant', $5 FROM credited
+    SELECT @client, @key, 'grant', @reason FROM credited
  RETURNING id, created_at
 ), entries AS (
     INSERT INTO points_ledger_entry (txn_id, account_id, amount)
     SELECT txn.id, leg.account_id, leg.amount
-      FROM txn, (VALUES ($1::text, $2::bigint), ($6::text, -$2::bigint)) AS leg (account_id, amount)
+      FROM txn, (VALUES (@account::text, @amount::bigint), (@system::text, -@amount::bigint)) AS leg (account_id, amount)
 ), system_side AS (
     UPDATE points_system_shard s
-       SET balance = s.balance - $2
+       SET balance = s.balance - @amount
       FROM txn
-     WHERE s.account_id = $6 AND s.shard = $7
+     WHERE s.account_id = @system AND s.shard = @shard
 )
 SELECT txn.id, txn.created_at, credited.balance, credited.version FROM credited, txn`
 
@@ -189,8 +189,10 @@ type posting struct {
 // post runs sqlDebit or sqlGrant; ok is false when the guarded UPDATE
 // matched no row (nothing was written).
 func post(ctx context.Context, tx pgx.Tx, sql string, p posting) (t Txn, ok bool, err error) {
-	err = tx.QueryRow(ctx, sql, p.account, p.amount, p.client, p.key, p.reason, p.system, p.shard).
-		Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
+	err = tx.QueryRow(ctx, sql, pgx.NamedArgs{
+		"account": p.account, "amount": p.amount, "client": p.client, "key": p.key,
+		"reason": p.reason, "system": p.system, "shard": p.shard,
+	}).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
 	switch err = pg.MapError(err); {
 	case errors.Is(err, pg.ErrNotFound):
 		return Txn{}, false, nil

@@ -1,7 +1,9 @@
 // Package social is the social case study (spec 40): relations (rel,
 // chapter 8), the home feed (chapter 9) and like counters (chapter 10), one
-// module on one truth table. rel is built first; feed and like receive its
-// tables through rel's functions and add their parts here.
+// module on one truth table, which rel owns: feed and like read it (the
+// cross-reads docs/DATA.md lists) and write it only through rel's functions
+// (rel.EnsureUser, rel.Load*). Each part builds its own runtime; Module
+// merges them.
 package social
 
 import (
@@ -16,10 +18,11 @@ import (
 // Module is the social case study; its chapters are its parts'.
 func Module() app.Module {
 	return app.Module{
-		Name:       "social",
-		Invariants: slices.Concat(rel.Invariants, feed.Invariants, like.Invariants),
-		Errors:     slices.Concat(rel.Errors, feed.Errors, like.Errors),
-		Build:      build,
+		Name:        "social",
+		Invariants:  slices.Concat(rel.Invariants, feed.Invariants, like.Invariants),
+		Errors:      slices.Concat(rel.Errors, feed.Errors, like.Errors),
+		Experiments: slices.Concat(rel.Experiments),
+		Build:       build,
 	}
 }
 

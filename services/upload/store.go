@@ -24,10 +24,10 @@ const (
 	sqlInsertSession = `
 WITH s AS (
     INSERT INTO upload_session (id, owner, total_size, chunk_count, chunk_size, sha256)
-    VALUES ($1, $2, $3, $4, $5, $6)
+    VALUES (@id, @owner, @total_size, @chunk_count, @chunk_size, @sha256)
     RETURNING *
 ), h AS (
-    INSERT INTO upload_hash (session_id, hashed_chunks, state) SELECT id, 0, $7 FROM s
+    INSERT INTO upload_hash (session_id, hashed_chunks, state) SELECT id, 0, @hash_state FROM s
 )
 SELECT ` + sessionColumns + `, 0 FROM s`
 
@@ -112,7 +112,7 @@ WHERE id = $1 AND state = 'completed'`
 
 	sqlInsertFile = `
 INSERT INTO file_object (id, owner, name, metadata, blob_sha256, size, session_id, job_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+VALUES (@id, @owner, @name, @metadata, @blob_sha256, @size, @session_id, @job_id)
 RETURNING ` + fileColumns
 
 	sqlGetFile = `SELECT ` + fileColumns + ` FROM file_object WHERE id = $1`
@@ -196,7 +196,15 @@ func scanFile(row pgx.Row) (File, error) {
 }
 
 func insertSession(ctx context.Context, db pg.Querier, id, owner string, total int64, count int, chunkSize int64, sha string, hashState []byte) (Session, error) {
-	return scanSession(db.QueryRow(ctx, sqlInsertSession, id, owner, total, count, chunkSize, sha, hashState))
+	return scanSession(db.QueryRow(ctx, sqlInsertSession, pgx.NamedArgs{
+		"id":          id,
+		"owner":       owner,
+		"total_size":  total,
+		"chunk_count": count,
+		"chunk_size":  chunkSize,
+		"sha256":      sha,
+		"hash_state":  hashState,
+	}))
 }
 
 // lockHash takes a session's running hash for the transaction; with try,
@@ -304,7 +312,16 @@ func markCommitted(ctx context.Context, db pg.Querier, id, fileID string) (bool,
 }
 
 func insertFile(ctx context.Context, db pg.Querier, f File) (File, error) {
-	return scanFile(db.QueryRow(ctx, sqlInsertFile, f.ID, f.Owner, f.Name, f.Metadata, f.SHA256, f.Size, f.SessionID, f.JobID))
+	return scanFile(db.QueryRow(ctx, sqlInsertFile, pgx.NamedArgs{
+		"id":          f.ID,
+		"owner":       f.Owner,
+		"name":        f.Name,
+		"metadata":    f.Metadata,
+		"blob_sha256": f.SHA256,
+		"size":        f.Size,
+		"session_id":  f.SessionID,
+		"job_id":      f.JobID,
+	}))
 }
 
 func getFile(ctx context.Context, db pg.Querier, id string) (File, error) {

@@ -44,23 +44,23 @@ RETURNING ` + orderColumns
 	sqlMove = `
 WITH moved AS (
     UPDATE flashsale_order
-       SET state           = $3::text,
+       SET state           = @to::text,
            updated_at      = now(),
-           paying_since    = CASE WHEN $3 = 'PAYING' THEN now() ELSE paying_since END,
-           effect_id       = coalesce(effect_id, $6),
-           charged         = coalesce($7, charged),
-           charge_event_id = coalesce($8, charge_event_id),
-           refunded        = coalesce($9, refunded),
-           refund_event_id = coalesce($10, refund_event_id),
-           paid_outbox_id  = coalesce($11, paid_outbox_id)
-     WHERE id = $1 AND state = $2::text
+           paying_since    = CASE WHEN @to = 'PAYING' THEN now() ELSE paying_since END,
+           effect_id       = coalesce(effect_id, @effect_id),
+           charged         = coalesce(@charged, charged),
+           charge_event_id = coalesce(@charge_event_id, charge_event_id),
+           refunded        = coalesce(@refunded, refunded),
+           refund_event_id = coalesce(@refund_event_id, refund_event_id),
+           paid_outbox_id  = coalesce(@paid_outbox_id, paid_outbox_id)
+     WHERE id = @id AND state = @from::text
  RETURNING id
 )
 INSERT INTO flashsale_order_transition (order_id, from_state, to_state, applied, found_state, unit, cause, event_id)
-SELECT o.id, $2::text, $3::text, EXISTS (SELECT 1 FROM moved), o.state,
-       CASE WHEN EXISTS (SELECT 1 FROM moved) THEN $4::text END, $5::text, $12::bigint
+SELECT o.id, @from::text, @to::text, EXISTS (SELECT 1 FROM moved), o.state,
+       CASE WHEN EXISTS (SELECT 1 FROM moved) THEN @unit::text END, @cause::text, @event_id::bigint
   FROM flashsale_order o
- WHERE o.id = $1
+ WHERE o.id = @id
 RETURNING applied`
 
 	// sqlLearnEffect records the channel's id of the charge the first time
@@ -77,7 +77,7 @@ UPDATE flashsale_order SET effect_id = $2, updated_at = now() WHERE id = $1 AND 
 	sqlInsertEvent = `
 INSERT INTO flashsale_payment_event (order_id, source, provider_event_id, event_type, effect_id, status, amount, refunded,
                                      detail, body_sha256, signed_at, verified_at, window_seconds)
-VALUES ($1, $2, nullif($3, ''), nullif($4, ''), nullif($5, ''), $6, $7, $8, nullif($9, ''), $10, $11, $12, $13)
+VALUES (@order_id, @source, nullif(@provider_event_id, ''), nullif(@event_type, ''), nullif(@effect_id, ''), @status, @amount, @refunded, nullif(@detail, ''), @body_sha256, @signed_at, @verified_at, @window_seconds)
 ON CONFLICT (provider_event_id) DO NOTHING
 RETURNING id`
 
@@ -191,8 +191,20 @@ func moveOrder(ctx context.Context, tx pgx.Tx, id int64, m move) (bool, error) {
 		unit = &m.unit
 	}
 	var applied bool
-	err := tx.QueryRow(ctx, sqlMove, id, m.from, m.to, unit, m.cause, m.effectID, m.charged, m.chargeEvent,
-		m.refunded, m.refundEvent, m.paidOutbox, m.event).Scan(&applied)
+	err := tx.QueryRow(ctx, sqlMove, pgx.NamedArgs{
+		"id":              id,
+		"from":            m.from,
+		"to":              m.to,
+		"unit":            unit,
+		"cause":           m.cause,
+		"effect_id":       m.effectID,
+		"charged":         m.charged,
+		"charge_event_id": m.chargeEvent,
+		"refunded":        m.refunded,
+		"refund_event_id": m.refundEvent,
+		"paid_outbox_id":  m.paidOutbox,
+		"event_id":        m.event,
+	}).Scan(&applied)
 	if err != nil {
 		return false, fmt.Errorf("flashsale: move order %d %s → %s: %w", id, m.from, m.to, pg.MapError(err))
 	}
@@ -224,8 +236,21 @@ func insertEvent(ctx context.Context, tx pgx.Tx, orderID int64, e PaymentEvent, 
 		secs := int(sig.window / time.Second)
 		sum, signedAt, verifiedAt, window = sig.bodySHA256, &sig.signedAt, &sig.verifiedAt, &secs
 	}
-	err = tx.QueryRow(ctx, sqlInsertEvent, orderID, e.Source, e.ProviderEventID, e.Type, e.EffectID, e.Status,
-		e.Amount, e.Refunded, truncate(e.Detail, 500), sum, signedAt, verifiedAt, window).Scan(&id)
+	err = tx.QueryRow(ctx, sqlInsertEvent, pgx.NamedArgs{
+		"order_id":          orderID,
+		"source":            e.Source,
+		"provider_event_id": e.ProviderEventID,
+		"event_type":        e.Type,
+		"effect_id":         e.EffectID,
+		"status":            e.Status,
+		"amount":            e.Amount,
+		"refunded":          e.Refunded,
+		"detail":            truncate(e.Detail, 500),
+		"body_sha256":       sum,
+		"signed_at":         signedAt,
+		"verified_at":       verifiedAt,
+		"window_seconds":    window,
+	}).Scan(&id)
 	switch err = pg.MapError(err); {
 	case err == nil:
 		return id, true, nil

@@ -29,7 +29,7 @@ func (s *Service) Explain(ctx context.Context, st Strategy, reader string, limit
 	pos := first(strategyCode(st.Name()))
 	var out []byte
 	err := s.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+st.sql(false),
-		reader, pos.At, pos.ID, pos.TopAt, pos.TopID, pos.Seen, limit).Scan(&out)
+		pageArgs(st, reader, pos, limit)).Scan(&out)
 	if err != nil {
 		return ScanStats{}, fmt.Errorf("feed: explain %s for %s: %w", st.Name(), reader, pg.MapError(err))
 	}

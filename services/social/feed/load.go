@@ -56,8 +56,8 @@ func Load(ctx context.Context, pool *pgxpool.Pool, g *Graph, st Strategy) (LoadS
 		if err := build(ctx, tx, st, &stats); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlMarkApplied, ConsumerName, fanoutConsumer.Topics); err != nil {
-			return fmt.Errorf("feed: load: mark events applied: %w", pg.MapError(err))
+		if _, err := outbox.MarkApplied(ctx, tx, fanoutConsumer); err != nil {
+			return fmt.Errorf("feed: load: %w", err)
 		}
 		stats.Derived = time.Since(start) - stats.Truth
 		return nil
@@ -151,46 +151,41 @@ func analyze(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// loadTruth writes users, relations and posts with their events.
+// loadTruth writes users, relations and posts with their events, through
+// rel's load functions: the truth table has one writer.
 func loadTruth(ctx context.Context, tx pgx.Tx, g *Graph, stats *LoadStats) error {
 	ids := make([]string, len(g.Users))
 	private := make([]bool, len(g.Users))
 	for i, u := range g.Users {
 		ids[i], private[i] = u.ID, u.Private
 	}
-	var taken string
-	err := tx.QueryRow(ctx, sqlAnyUserExists, ids).Scan(&taken)
-	if err == nil {
-		return fmt.Errorf("%w (%s): load into a fresh database or choose another prefix", ErrAlreadyLoaded, taken)
+	taken, found, err := rel.AnyUserExists(ctx, tx, ids)
+	if err != nil {
+		return fmt.Errorf("feed: load: %w", err)
 	}
-	if !errors.Is(pg.MapError(err), pg.ErrNotFound) {
-		return fmt.Errorf("feed: load: %w", pg.MapError(err))
+	if found {
+		return fmt.Errorf("%w (%s): load into a fresh database or choose another prefix", ErrAlreadyLoaded, taken)
 	}
 	born := g.Config.Start
 	for lo := 0; lo < len(ids); lo += loadBatch {
 		hi := min(lo+loadBatch, len(ids))
-		if _, err := tx.Exec(ctx, sqlLoadUsers, ids[lo:hi], private[lo:hi], born); err != nil {
-			return fmt.Errorf("feed: load users: %w", pg.MapError(err))
+		if err := rel.LoadUsers(ctx, tx, ids[lo:hi], private[lo:hi], born); err != nil {
+			return fmt.Errorf("feed: %w", err)
 		}
 	}
 	stats.Users = len(ids)
 
 	// One event per version of each row, in version order; a pair's
-	// versions never straddle two statements.
-	var f, e, state, op []string
-	var version []int64
+	// versions never straddle two calls.
+	var batch []rel.LoadRelation
 	add := func(a, b int, s rel.State, v int64, o rel.Op) {
-		f, e = append(f, g.Users[a].ID), append(e, g.Users[b].ID)
-		state, version, op = append(state, string(s)), append(version, v), append(op, string(o))
+		batch = append(batch, rel.LoadRelation{Follower: g.Users[a].ID, Followee: g.Users[b].ID, State: s, Version: v, Op: o})
 	}
 	flush := func() error {
-		if len(f) == 0 {
-			return nil
+		if err := rel.LoadRelations(ctx, tx, batch, born); err != nil {
+			return fmt.Errorf("feed: %w", err)
 		}
-		if _, err := tx.Exec(ctx, sqlLoadRelations, f, e, state, version, op, born); err != nil {
-			return fmt.Errorf("feed: load relations: %w", pg.MapError(err))
-		}
-		f, e, state, version, op = f[:0], e[:0], state[:0], version[:0], op[:0]
+		batch = batch[:0]
 		return nil
 	}
 	for _, fl := range g.Follows {
@@ -203,7 +198,7 @@ func loadTruth(ctx context.Context, tx pgx.Tx, g *Graph, stats *LoadStats) error
 			add(fl.Follower, fl.Followee, rel.StatePending, 1, rel.OpFollow)
 			add(fl.Follower, fl.Followee, rel.StateActive, 2, rel.OpApprove)
 		}
-		if len(f) >= loadBatch {
+		if len(batch) >= loadBatch {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -217,16 +212,15 @@ func loadTruth(ctx context.Context, tx pgx.Tx, g *Graph, stats *LoadStats) error
 	}
 	stats.Relations = len(g.Follows) + len(g.Blocks)
 
-	var author, vis, body []string
-	var at []time.Time
+	posts := make([]rel.LoadPost, 0, loadBatch)
 	for i, p := range g.Posts {
-		author, vis = append(author, g.Users[p.Author].ID), append(vis, string(p.Visibility))
-		body, at = append(body, fmt.Sprintf("Post %d of the generated graph (seed %d).", i+1, g.Config.Seed)), append(at, p.CreatedAt)
-		if len(author) == loadBatch || i == len(g.Posts)-1 {
-			if _, err := tx.Exec(ctx, sqlLoadPosts, author, vis, body, at); err != nil {
-				return fmt.Errorf("feed: load posts: %w", pg.MapError(err))
+		posts = append(posts, rel.LoadPost{Author: g.Users[p.Author].ID, Visibility: p.Visibility,
+			Body: fmt.Sprintf("Post %d of the generated graph (seed %d).", i+1, g.Config.Seed), CreatedAt: p.CreatedAt})
+		if len(posts) == loadBatch || i == len(g.Posts)-1 {
+			if err := rel.LoadPosts(ctx, tx, posts); err != nil {
+				return fmt.Errorf("feed: %w", err)
 			}
-			author, vis, body, at = author[:0], vis[:0], body[:0], at[:0]
+			posts = posts[:0]
 		}
 	}
 	stats.Posts = len(g.Posts)

@@ -29,49 +29,10 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 )
 
-// Settings (environment, or app.Config.Settings in tests).
-const (
-	// EnvStrategy: push, pull or hybrid — the fan-out policy and the
-	// default read strategy (default hybrid).
-	EnvStrategy = "FENCELAB_FEED_STRATEGY"
-	// EnvThreshold: hybrid pulls authors with this many active followers
-	// or more (default DefaultThreshold).
-	EnvThreshold = "FENCELAB_FEED_HYBRID_THRESHOLD"
-	// EnvResponseLog: record every served post for FEED-I1 (default false).
-	EnvResponseLog = "FENCELAB_FEED_RESPONSE_LOG"
-	// EnvResponseLogRows: how many log rows to keep (default 100000).
-	EnvResponseLogRows = "FENCELAB_FEED_RESPONSE_LOG_ROWS"
-)
-
-// ConfigFrom reads the feed's settings.
-func ConfigFrom(c app.Config) (Config, error) {
-	r := app.NewSettingsReader(c, "social/feed")
-	name, threshold := "hybrid", DefaultThreshold
-	r.String(EnvStrategy, &name, func(v string) error {
-		_, err := ParseStrategy(v, 1)
-		return err
-	})
-	r.Int(EnvThreshold, &threshold, 1, 1<<30)
-	cfg := Config{ResponseLogRows: 100_000, CursorKey: CursorKey([]byte(c.TokenSecret))}
-	r.Bool(EnvResponseLog, &cfg.ResponseLog)
-	rows := int(cfg.ResponseLogRows)
-	r.Int(EnvResponseLogRows, &rows, 100, 100_000_000)
-	if err := r.Err(); err != nil {
-		return Config{}, err
-	}
-	cfg.ResponseLogRows, cfg.Threshold = int64(rows), int64(threshold)
-	st, err := ParseStrategy(name, cfg.Threshold)
-	if err != nil {
-		return Config{}, err
-	}
-	cfg.Strategy = st
-	return cfg, nil
-}
-
 // New builds feed's service and its part of the social module: the route,
 // the fan-out consumer, the response log's pruning and the metrics.
 func New(d app.Deps) (*Service, app.Runtime, error) {
-	cfg, err := ConfigFrom(d.Config)
+	cfg, err := LoadConfig(d.Config)
 	if err != nil {
 		return nil, app.Runtime{}, err
 	}

@@ -17,21 +17,6 @@ import (
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
-// Config is the feed's configuration (module.go reads it from settings).
-type Config struct {
-	// Strategy is the fan-out policy the consumer applies when a post
-	// settles, and the read strategy of a request that names none.
-	Strategy Strategy
-	// Threshold is Hybrid's, for requests that ask for hybrid.
-	Threshold int64
-	// ResponseLog records every served post for FEED-I1's check, keeping
-	// the newest ResponseLogRows rows.
-	ResponseLog     bool
-	ResponseLogRows int64
-	// CursorKey signs cursors (CursorKey(token secret)).
-	CursorKey []byte
-}
-
 // Service reads home feeds and runs the fan-out consumer.
 type Service struct {
 	pool *pgxpool.Pool
@@ -136,8 +121,16 @@ type pageResult struct {
 	normal   []pageRow // newest first, up to limit + 1
 }
 
+// pageArgs are the page statement's parameters (see sqlPage's doc).
+func pageArgs(st Strategy, reader string, pos position, limit int) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"reader": reader, "cursor_at": pos.At, "cursor_id": pos.ID, "top_at": pos.TopAt, "top_id": pos.TopID,
+		"seen": pos.Seen, "limit": limit, "strategy": st.Name(),
+	}
+}
+
 func (s *Service) page(ctx context.Context, st Strategy, reader string, pos position, limit int) (pageResult, error) {
-	args := []any{reader, pos.At, pos.ID, pos.TopAt, pos.TopID, pos.Seen, limit}
+	args := pageArgs(st, reader, pos, limit)
 	var (
 		rows pgx.Rows
 		err  error
@@ -147,7 +140,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		// the same implicit transaction as the page (one batch).
 		b := &pgx.Batch{}
 		b.Queue(sqlAsyncCommit)
-		b.Queue(st.sql(true), append(args, st.Name())...)
+		b.Queue(st.sql(true), args)
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
@@ -155,7 +148,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		}
 		rows, err = br.Query()
 	} else {
-		rows, err = s.pool.Query(ctx, st.sql(false), args...)
+		rows, err = s.pool.Query(ctx, st.sql(false), args)
 	}
 	if err != nil {
 		return pageResult{}, fmt.Errorf("feed: read %s: %w", reader, pg.MapError(err))

@@ -1,7 +1,5 @@
 package feed
 
-import "fmt"
-
 // All of feed's SQL (invariants.go holds the invariant checks). The
 // permission check is rel's social_readable_posts, inlined by the planner
 // into each page statement; the follow is the truth table's row.
@@ -13,39 +11,47 @@ const postColumns = `p.post_id, p.author, p.visibility, p.body, p.version, p.cre
 // AccessCheck and follow re-check of each (FEED-I1), the settle watermark
 // and the response log all see one snapshot. Parameters:
 //
-//	$1 reader   $2,$3 cursor (created_at, post_id): the normal part is strictly before it
-//	$4,$5 top: the first post of the first page   $6 seen: the previous page's settle watermark
-//	$7 limit    $8 strategy name (response log)
+//	@reader reader   @cursor_at,@cursor_id cursor (created_at, post_id): the normal part is strictly before it
+//	@top_at,@top_id top: the first post of the first page   @seen seen: the previous page's settle watermark
+//	@limit limit    @strategy strategy name (response log)
 //
 // The first row (part 0) is the header: the author that makes the push
 // strategy unavailable (if any), the settle watermark now, and whether the
 // late arrivals overflow the page. Then the late arrivals (part 1, ranked
-// by seq), settled after the previous page (seq > $6) inside the range
+// by seq), settled after the previous page (seq > @seen) inside the range
 // already scrolled ((cursor, top]); then, unless they overflow, the
-// normal page (part 2): up to $7 + 1 posts before the cursor (one more
+// normal page (part 2): up to @limit + 1 posts before the cursor (one more
 // than the page, to know whether there is a next one). Only rows ranked
-// <= $7 are served and logged.
+// <= @limit are served and logged.
 //
-// %[1]s is the strategy's "unavailable" probe, %[2]s its filter on late
-// candidates (is the post in this strategy's source?), %[3]s its normal
-// page, %[4]s the response-log CTE or nothing.
-const sqlPage = `
+// A strategy's statement is pageHead + its "unavailable" probe + pageLate
+// + its filter on late candidates (is the post in this strategy's source?)
+// + pageNormal + its normal page + pageRest + the response-log CTE or
+// nothing + pageTail: six fixed statements, put together from constants
+// below (no formatting at run time).
+const pageHead = `
 WITH w AS (SELECT coalesce(max(seq), 0) AS seen FROM social_feed_post),
-blocker AS (%[1]s),
+blocker AS (`
+
+const pageLate = `),
 late AS (
     SELECT fp.seq, ` + postColumns + `, f.version AS follow_version
       FROM social_feed_post fp
-      JOIN social_readable_posts($1::text) p ON p.post_id = fp.post_id
-      JOIN social_relation f ON f.follower = $1::text AND f.followee = fp.author AND f.state = 'active'
-     WHERE fp.seq > $6::bigint
-       AND (fp.created_at, fp.post_id) > ($2::timestamptz, $3::bigint)
-       AND (fp.created_at, fp.post_id) <= ($4::timestamptz, $5::bigint)
-       AND NOT EXISTS (SELECT 1 FROM blocker)%[2]s
+      JOIN social_readable_posts(@reader::text) p ON p.post_id = fp.post_id
+      JOIN social_relation f ON f.follower = @reader::text AND f.followee = fp.author AND f.state = 'active'
+     WHERE fp.seq > @seen::bigint
+       AND (fp.created_at, fp.post_id) > (@cursor_at::timestamptz, @cursor_id::bigint)
+       AND (fp.created_at, fp.post_id) <= (@top_at::timestamptz, @top_id::bigint)
+       AND NOT EXISTS (SELECT 1 FROM blocker)`
+
+const pageNormal = `
      ORDER BY fp.seq
-     LIMIT $7::int + 1),
-overflow AS (SELECT count(*) > $7::int AS yes FROM late),
+     LIMIT @limit::int + 1),
+overflow AS (SELECT count(*) > @limit::int AS yes FROM late),
 normal AS (
-    SELECT n.* FROM (%[3]s) n
+    SELECT n.* FROM (`
+
+const pageRest = `) n
      WHERE NOT (SELECT yes FROM overflow) AND NOT EXISTS (SELECT 1 FROM blocker)),
 page AS (
     SELECT 1 AS part, row_number() OVER (ORDER BY seq) AS rank, seq,
@@ -54,7 +60,9 @@ page AS (
     UNION ALL
     SELECT 2, row_number() OVER (ORDER BY created_at DESC, post_id DESC), NULL::bigint,
            post_id, author, visibility, body, version, created_at, updated_at, follow_version
-      FROM normal)%[4]s
+      FROM normal)`
+
+const pageTail = `
 SELECT 0 AS part, 0::bigint AS rank, NULL::bigint AS seq,
        NULL::bigint, (SELECT author FROM blocker), NULL::text, NULL::text, NULL::bigint,
        NULL::timestamptz, NULL::timestamptz, NULL::bigint, w.seen, (SELECT yes FROM overflow)
@@ -67,7 +75,7 @@ SELECT part, rank, seq, post_id, author, visibility, body, version, created_at, 
 const sqlLogServed = `,
 logged AS (
     INSERT INTO social_feed_served (reader, post_id, author, strategy, follow_version, post_version)
-    SELECT $1::text, post_id, author, $8::text, follow_version, version FROM page WHERE rank <= $7::int)
+    SELECT @reader::text, post_id, author, @strategy::text, follow_version, version FROM page WHERE rank <= @limit::int)
 `
 
 // noBlocker: pull and hybrid can serve every reader. pushBlocker: the
@@ -77,13 +85,13 @@ const (
 	noBlocker   = `SELECT NULL::text AS author WHERE false`
 	pushBlocker = `
     SELECT a.author FROM social_feed_pull_author a
-      JOIN social_relation f ON f.follower = $1::text AND f.followee = a.author AND f.state = 'active'
+      JOIN social_relation f ON f.follower = @reader::text AND f.followee = a.author AND f.state = 'active'
      LIMIT 1`
 )
 
 // inboxHas is a late candidate's presence in the reader's inbox.
 const inboxHas = `EXISTS (SELECT 1 FROM social_feed_inbox i
-                        WHERE i.reader = $1::text AND i.created_at = fp.created_at AND i.post_id = fp.post_id)`
+                        WHERE i.reader = @reader::text AND i.created_at = fp.created_at AND i.post_id = fp.post_id)`
 
 // Late-candidate filters: where the strategy takes a post from.
 const (
@@ -100,61 +108,65 @@ const (
 const normalPush = `
     SELECT ` + postColumns + `, f.version AS follow_version
       FROM social_feed_inbox i
-      JOIN social_readable_posts($1::text) p ON p.post_id = i.post_id
-      JOIN social_relation f ON f.follower = $1::text AND f.followee = p.author AND f.state = 'active'
-     WHERE i.reader = $1::text AND (i.created_at, i.post_id) < ($2::timestamptz, $3::bigint)
+      JOIN social_readable_posts(@reader::text) p ON p.post_id = i.post_id
+      JOIN social_relation f ON f.follower = @reader::text AND f.followee = p.author AND f.state = 'active'
+     WHERE i.reader = @reader::text AND (i.created_at, i.post_id) < (@cursor_at::timestamptz, @cursor_id::bigint)
      ORDER BY i.created_at DESC, i.post_id DESC
-     LIMIT $7::int + 1`
+     LIMIT @limit::int + 1`
 
-// pullFrom merges authors' settled timelines: for each followed author
-// (rows f of social_relation from %[1]s where %[2]s), its newest readable
-// posts before the cursor — at most a page each, re-checked inside the
-// lateral so a SELF post cannot crowd out a readable one — then the
-// newest page of all. %[3]s narrows the posts (hybrid: the ones not
-// pushed).
-const pullFrom = `
-    SELECT c.* FROM %[1]s
+// The pull side merges authors' settled timelines: for each followed
+// author (rows f of social_relation), its newest readable posts before the
+// cursor — at most a page each, re-checked inside the lateral so a SELF
+// post cannot crowd out a readable one — then the newest page of all.
+// pullLateral + narrowing of the posts (hybrid: the ones not pushed) +
+// pullRest + the authors' filter + pullTail; pull and hybrid each have
+// their fixed statement.
+const pullLateral = `
      CROSS JOIN LATERAL (
             SELECT ` + postColumns + `, f.version AS follow_version
               FROM social_feed_post fp
-              JOIN social_readable_posts($1::text) p ON p.post_id = fp.post_id
-             WHERE fp.author = f.followee%[3]s
-               AND (fp.created_at, fp.post_id) < ($2::timestamptz, $3::bigint)
-             ORDER BY fp.created_at DESC, fp.post_id DESC
-             LIMIT $7::int + 1) c
-     WHERE %[2]s
-     ORDER BY c.created_at DESC, c.post_id DESC
-     LIMIT $7::int + 1`
+              JOIN social_readable_posts(@reader::text) p ON p.post_id = fp.post_id
+             WHERE fp.author = f.followee`
 
-var (
-	normalPull = fmt.Sprintf(pullFrom, `social_relation f`, `f.follower = $1::text AND f.state = 'active'`, "")
+const pullRest = `
+               AND (fp.created_at, fp.post_id) < (@cursor_at::timestamptz, @cursor_id::bigint)
+             ORDER BY fp.created_at DESC, fp.post_id DESC
+             LIMIT @limit::int + 1) c
+     WHERE `
+
+const pullTail = `
+     ORDER BY c.created_at DESC, c.post_id DESC
+     LIMIT @limit::int + 1`
+
+const (
+	normalPull = `
+    SELECT c.* FROM social_relation f` + pullLateral + pullRest + `f.follower = @reader::text AND f.state = 'active'` + pullTail
 	// The hybrid's pull side: only the followed authors in the pull set,
 	// only their posts that were not pushed (FEED-I2 checks the set covers
 	// every such post), so no post comes from both sides.
-	normalHybridPull = fmt.Sprintf(pullFrom, `social_feed_pull_author a
-      JOIN social_relation f ON f.follower = $1::text AND f.followee = a.author AND f.state = 'active'`,
-		"true", " AND NOT fp.pushed")
+	normalHybridPull = `
+    SELECT c.* FROM social_feed_pull_author a
+      JOIN social_relation f ON f.follower = @reader::text AND f.followee = a.author AND f.state = 'active'` +
+		pullLateral + " AND NOT fp.pushed" + pullRest + "true" + pullTail
 	normalHybrid = `
     SELECT h.* FROM ((` + normalPush + `)
             UNION ALL
             (` + normalHybridPull + `)) h
      ORDER BY h.created_at DESC, h.post_id DESC
-     LIMIT $7::int + 1`
+     LIMIT @limit::int + 1`
 )
 
-func pageSQL(blocker, late, normal string, log bool) string {
-	l := ""
-	if log {
-		l = sqlLogServed
-	}
-	return fmt.Sprintf(sqlPage, blocker, late, normal, l)
-}
-
 // The page statements: [0] without the response log, [1] with it.
+const (
+	pagePush   = pageHead + pushBlocker + pageLate + lateFromInbox + pageNormal + normalPush + pageRest
+	pagePull   = pageHead + noBlocker + pageLate + lateFromAll + pageNormal + normalPull + pageRest
+	pageHybrid = pageHead + noBlocker + pageLate + lateFromHybrid + pageNormal + normalHybrid + pageRest
+)
+
 var (
-	sqlPagePush   = [2]string{pageSQL(pushBlocker, lateFromInbox, normalPush, false), pageSQL(pushBlocker, lateFromInbox, normalPush, true)}
-	sqlPagePull   = [2]string{pageSQL(noBlocker, lateFromAll, normalPull, false), pageSQL(noBlocker, lateFromAll, normalPull, true)}
-	sqlPageHybrid = [2]string{pageSQL(noBlocker, lateFromHybrid, normalHybrid, false), pageSQL(noBlocker, lateFromHybrid, normalHybrid, true)}
+	sqlPagePush   = [2]string{pagePush + pageTail, pagePush + sqlLogServed + pageTail}
+	sqlPagePull   = [2]string{pagePull + pageTail, pagePull + sqlLogServed + pageTail}
+	sqlPageHybrid = [2]string{pageHybrid + pageTail, pageHybrid + sqlLogServed + pageTail}
 )
 
 // sqlAsyncCommit makes the logged read's commit asynchronous: losing the
@@ -262,59 +274,6 @@ ON CONFLICT DO NOTHING`
 // unnest batch per statement, each change with its outbox event in the
 // same transaction (REL-I1).
 const (
-	sqlAnyUserExists = `SELECT user_id FROM social_user WHERE user_id = ANY ($1::text[]) LIMIT 1`
-
-	sqlLoadUsers = `
-INSERT INTO social_user (user_id, private, created_at, updated_at)
-SELECT u.id, u.private, $3::timestamptz, $3::timestamptz
-  FROM unnest($1::text[], $2::boolean[]) AS u(id, private)`
-
-	// sqlLoadRelations appends one social.rel event per version of each
-	// row, in order, and writes each row at its last version with that
-	// event's id and this transaction as changed_tx.
-	sqlLoadRelations = `
-WITH ev AS (
-    INSERT INTO outbox_event (topic, key, payload)
-    SELECT 'social.rel', e.followee,
-           jsonb_build_object('follower', e.follower, 'followee', e.followee, 'state', e.state,
-                              'version', e.version, 'op', e.op)
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
-           WITH ORDINALITY AS e(follower, followee, state, version, op, n)
-     ORDER BY e.n
-    RETURNING id, payload)
-INSERT INTO social_relation (follower, followee, state, version, event_id, changed_tx, updated_at)
-SELECT DISTINCT ON (payload->>'follower', payload->>'followee')
-       payload->>'follower', payload->>'followee', payload->>'state', (payload->>'version')::bigint,
-       id, pg_current_xact_id(), $6::timestamptz
-  FROM ev
- ORDER BY payload->>'follower', payload->>'followee', (payload->>'version')::bigint DESC`
-
-	// sqlLoadPosts writes posts and their social.post creation events.
-	sqlLoadPosts = `
-WITH ins AS (
-    INSERT INTO social_post (author, visibility, body, created_at, updated_at)
-    SELECT e.author, e.visibility, e.body, e.created_at, e.created_at
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS e(author, visibility, body, created_at, n)
-     ORDER BY e.n
-    RETURNING post_id, author, visibility, version, created_at)
-INSERT INTO outbox_event (topic, key, payload)
-SELECT 'social.post', author,
-       jsonb_build_object('post_id', post_id, 'author', author, 'visibility', visibility,
-                          'version', version, 'created_at', created_at)
-  FROM ins
- ORDER BY post_id`
-
-	// sqlMarkApplied records this transaction's events on the consumer's
-	// topics in its inbox: the loader applied their effect here, in the
-	// transaction that wrote them, so the consumer skips them as
-	// redeliveries instead of fanning everything out a second time.
-	sqlMarkApplied = `
-INSERT INTO outbox_inbox (consumer, event_id, fence)
-SELECT $1::text, e.id, 0
-  FROM outbox_event e
- WHERE e.tx_id = pg_current_xact_id() AND e.topic = ANY ($2::text[])
-ON CONFLICT DO NOTHING`
-
 	sqlFeedCounts = `
 SELECT (SELECT count(*) FROM social_feed_post),
        (SELECT count(*) FROM social_feed_post WHERE pushed),

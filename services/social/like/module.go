@@ -70,6 +70,17 @@ func (s *Service) seed(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("social/like: seed: %w", pg.MapError(err))
 	}
+	// A fact the reader has (liked or unliked since) is theirs to keep.
+	var liked bool
+	var version int64
+	var at any
+	err = s.pool.QueryRow(ctx, sqlFact, item, rel.DemoPublic).Scan(&liked, &version, &at)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(pg.MapError(err), pg.ErrNotFound) {
+		return fmt.Errorf("social/like: seed: %w", pg.MapError(err))
+	}
 	_, err = s.Like(ctx, rel.DemoPublic, item)
 	return err
 }

@@ -133,8 +133,8 @@ func (s *Service) SetTx(ctx context.Context, tx pgx.Tx, user string, item int64,
 	}
 	f.UpdatedAt, f.Changed = &at, true
 	if liked {
-		if _, err := tx.Exec(ctx, sqlEnsureUser, user); err != nil {
-			return Fact{}, fmt.Errorf("social: create user %s: %w", user, pg.MapError(err))
+		if err := rel.EnsureUser(ctx, tx, user); err != nil { // rel owns social_user
+			return Fact{}, err
 		}
 	}
 	ev := Event{ItemID: item, UserID: user, Liked: f.Liked, Version: f.Version}

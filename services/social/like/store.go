@@ -25,10 +25,6 @@ UPDATE social_like SET liked = false, version = version + 1, changed_tx = pg_cur
  WHERE item_id = $1 AND user_id = $2 AND liked
 RETURNING liked, version, updated_at`
 
-	// sqlEnsureUser: a user exists once they act (rel's rule), so the
-	// author of a liked post can block them.
-	sqlEnsureUser = `INSERT INTO social_user (user_id) VALUES ($1) ON CONFLICT (user_id) DO NOTHING`
-
 	sqlFact = `SELECT liked, version, updated_at FROM social_like WHERE item_id = $1 AND user_id = $2`
 
 	// sqlLikes reads an item's count, its unapplied events and the caller's

@@ -59,29 +59,41 @@ const (
 	DemoPending = "user-0044"
 )
 
-// seed is idempotent: operations that find their state in place change
-// nothing, and the demo posts are written only for an author without any.
+// seed is idempotent and restores only what is missing (see below).
 func (s *Service) seed(ctx context.Context) error {
+	// Only what is missing: a profile, a relation or the posts the reader
+	// already has (changed or not) are theirs. A block or an unfollow the
+	// reader made stays in place, and a second `dev` never fails on one.
 	for _, u := range []struct {
 		id      string
 		private bool
 	}{{DemoPublic, false}, {DemoPrivate, true}, {DemoPending, false}} {
+		if _, err := s.Profile(ctx, u.id); err == nil {
+			continue
+		}
 		if _, err := s.SetProfile(ctx, u.id, u.private); err != nil {
 			return err
 		}
 	}
-	if r, err := s.Follow(ctx, DemoPublic, DemoPrivate); err != nil {
-		return err
-	} else if r.State == StatePending {
-		if _, err := s.Approve(ctx, DemoPrivate, DemoPublic); err != nil {
+	for _, f := range []struct {
+		follower, followee string
+		approve            bool
+	}{{DemoPublic, DemoPrivate, true}, {DemoPending, DemoPrivate, false}, {DemoPrivate, DemoPublic, false}} {
+		r, _, err := s.Relations(ctx, f.follower, f.followee)
+		if err != nil {
 			return err
 		}
-	}
-	if _, err := s.Follow(ctx, DemoPending, DemoPrivate); err != nil {
-		return err
-	}
-	if _, err := s.Follow(ctx, DemoPrivate, DemoPublic); err != nil {
-		return err
+		if r.Version == 0 { // never related: the seed's to write
+			res, err := s.Follow(ctx, f.follower, f.followee)
+			if err != nil {
+				return err
+			}
+			if f.approve && res.Relation.State == StatePending {
+				if _, err := s.Approve(ctx, f.followee, f.follower); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	page, err := s.Timeline(ctx, DemoPrivate, DemoPrivate, "", 1)
 	if err != nil || len(page.Posts) > 0 {

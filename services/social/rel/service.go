@@ -235,7 +235,14 @@ func write(ctx context.Context, tx pgx.Tx, op Op, t transition) (Relation, error
 		return Relation{}, err
 	}
 	after := Relation{Follower: r.Follower, Followee: r.Followee, State: t.to}
-	err = tx.QueryRow(ctx, sqlChange, r.Follower, r.Followee, r.State, r.Version, t.to, id).Scan(&after.Version, &after.UpdatedAt)
+	err = tx.QueryRow(ctx, sqlChange, pgx.NamedArgs{
+		"follower":     r.Follower,
+		"followee":     r.Followee,
+		"from_state":   r.State,
+		"from_version": r.Version,
+		"to_state":     t.to,
+		"event_id":     id,
+	}).Scan(&after.Version, &after.UpdatedAt)
 	if errors.Is(pg.MapError(err), pg.ErrNotFound) {
 		return Relation{}, ErrRaced
 	}

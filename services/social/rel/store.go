@@ -25,6 +25,33 @@ RETURNING user_id, private, created_at`
 
 	sqlGetUser = `SELECT user_id, private, created_at FROM social_user WHERE user_id = $1`
 
+	// Bulk loading (load.go).
+	sqlAnyUserExists = `SELECT user_id FROM social_user WHERE user_id = ANY ($1::text[]) LIMIT 1`
+
+	sqlLoadUsers = `
+INSERT INTO social_user (user_id, private, created_at, updated_at)
+SELECT u.id, u.private, $3::timestamptz, $3::timestamptz
+  FROM unnest($1::text[], $2::boolean[]) AS u(id, private)`
+
+	// sqlLoadRelations writes each pair at its last version, with that
+	// version's event (appended by LoadRelations through the outbox).
+	sqlLoadRelations = `
+INSERT INTO social_relation (follower, followee, state, version, event_id, changed_tx, updated_at)
+SELECT DISTINCT ON (r.follower, r.followee)
+       r.follower, r.followee, r.state, r.version, r.event_id, pg_current_xact_id(), @at::timestamptz
+  FROM unnest(@follower::text[], @followee::text[], @state::text[], @version::bigint[], @event_id::bigint[])
+       AS r(follower, followee, state, version, event_id)
+ ORDER BY r.follower, r.followee, r.version DESC`
+
+	// sqlLoadPosts writes posts in array order and returns what their
+	// creation events carry.
+	sqlLoadPosts = `
+INSERT INTO social_post (author, visibility, body, created_at, updated_at)
+SELECT e.author, e.visibility, e.body, e.created_at, e.created_at
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS e(author, visibility, body, created_at, n)
+ ORDER BY e.n
+RETURNING post_id, author, visibility, version, created_at`
+
 	// sqlCreatePair makes sure both rows of the pair exist, inserting them
 	// in key order: two transactions creating one pair insert in the same
 	// order, so the second waits for the first instead of deadlocking, and
@@ -51,18 +78,13 @@ SELECT follower, followee, state, version, updated_at
 	// change's event and transaction for REL-I1.
 	sqlChange = `
 UPDATE social_relation
-   SET state = $5, version = version + 1, event_id = $6, changed_tx = pg_current_xact_id(), updated_at = now()
- WHERE follower = $1 AND followee = $2 AND state = $3 AND version = $4
+   SET state = @to_state, version = version + 1, event_id = @event_id, changed_tx = pg_current_xact_id(), updated_at = now()
+ WHERE follower = @follower AND followee = @followee AND state = @from_state AND version = @from_version
 RETURNING version, updated_at`
 
 	sqlRelation = `
 SELECT follower, followee, state, version, updated_at
   FROM social_relation WHERE follower = $1 AND followee = $2`
-
-	// sqlFollowees and sqlActiveFollowers read the follow graph from the
-	// truth table (never from a view).
-	sqlFollowees       = `SELECT followee FROM social_relation WHERE follower = $1 AND state = 'active' ORDER BY followee`
-	sqlActiveFollowers = `SELECT follower FROM social_relation WHERE followee = $1 AND state = 'active' ORDER BY follower`
 
 	sqlRequests = `
 SELECT follower FROM social_relation
@@ -195,6 +217,11 @@ SELECT user_id, count(*) FROM %[1]s WHERE active GROUP BY user_id`
 SELECT peer_id FROM %[1]s WHERE user_id = $1 AND active AND peer_id > $2 ORDER BY peer_id LIMIT $3`
 )
 
+// EnsureUser creates the user's row on first use, inside tx (a user exists
+// once they act). Likes call it so that the author of a liked post can block
+// the liker; social_user has this one writer.
+func EnsureUser(ctx context.Context, tx pgx.Tx, id string) error { return ensureUser(ctx, tx, id) }
+
 func ensureUser(ctx context.Context, tx pgx.Tx, id string) error {
 	if _, err := tx.Exec(ctx, sqlEnsureUser, id); err != nil {
 		return fmt.Errorf("social: create user %s: %w", id, pg.MapError(err))
@@ -281,26 +308,6 @@ func userIDs(ctx context.Context, q pg.Querier, sql string, args ...any) ([]stri
 	}
 	if ids == nil {
 		ids = []string{}
-	}
-	return ids, nil
-}
-
-// Followees returns whom user follows now, from the truth table (the
-// feed's pull side). q may be the caller's transaction.
-func Followees(ctx context.Context, q pg.Querier, user string) ([]string, error) {
-	ids, err := userIDs(ctx, q, sqlFollowees, user)
-	if err != nil {
-		return nil, fmt.Errorf("social: followees of %s: %w", user, err)
-	}
-	return ids, nil
-}
-
-// ActiveFollowers returns user's active followers now, from the truth
-// table (the feed's push fan-out).
-func ActiveFollowers(ctx context.Context, q pg.Querier, user string) ([]string, error) {
-	ids, err := userIDs(ctx, q, sqlActiveFollowers, user)
-	if err != nil {
-		return nil, fmt.Errorf("social: followers of %s: %w", user, err)
 	}
 	return ids, nil
 }

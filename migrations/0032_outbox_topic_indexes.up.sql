@@ -1,0 +1,11 @@
+-- Indexes on outbox_event serving one topic's readers. core/outbox owns
+-- outbox_event, so every index on it is declared in its range.
+--
+-- social.like: an item's like events in the order the counter reads them,
+-- so the unapplied events of one item (social_like_unapplied, LIKE-I3) are
+-- an index range, not a scan of the lag. Until this migration the index was
+-- created by 0320_social_like; databases migrated past 0320 before this file
+-- existed already have it (golang-migrate does not go back to apply 0032
+-- there, and nothing needs it to), so the statement is also written to be a
+-- no-op for them.
+CREATE INDEX IF NOT EXISTS outbox_event_social_like ON outbox_event (key, tx_id, id) WHERE topic = 'social.like';

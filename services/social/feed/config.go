@@ -1,0 +1,58 @@
+package feed
+
+import "github.com/fencelab/fencelab/core/app"
+
+// Config is the feed's configuration (LoadConfig reads it from settings).
+type Config struct {
+	// Strategy is the fan-out policy the consumer applies when a post
+	// settles, and the read strategy of a request that names none.
+	Strategy Strategy
+	// Threshold is Hybrid's, for requests that ask for hybrid.
+	Threshold int64
+	// ResponseLog records every served post for FEED-I1's check, keeping
+	// the newest ResponseLogRows rows.
+	ResponseLog     bool
+	ResponseLogRows int64
+	// CursorKey signs cursors (CursorKey(token secret)).
+	CursorKey []byte
+}
+
+// Settings (environment, or app.Config.Settings in tests).
+const (
+	// EnvStrategy: push, pull or hybrid — the fan-out policy and the
+	// default read strategy (default hybrid).
+	EnvStrategy = "FENCELAB_FEED_STRATEGY"
+	// EnvThreshold: hybrid pulls authors with this many active followers
+	// or more (default DefaultThreshold).
+	EnvThreshold = "FENCELAB_FEED_HYBRID_THRESHOLD"
+	// EnvResponseLog: record every served post for FEED-I1 (default false).
+	EnvResponseLog = "FENCELAB_FEED_RESPONSE_LOG"
+	// EnvResponseLogRows: how many log rows to keep (default 100000).
+	EnvResponseLogRows = "FENCELAB_FEED_RESPONSE_LOG_ROWS"
+)
+
+// LoadConfig reads the feed's settings (app.Config.Settings first, then
+// the environment).
+func LoadConfig(c app.Config) (Config, error) {
+	r := app.NewSettingsReader(c, "social/feed")
+	name, threshold := "hybrid", DefaultThreshold
+	r.String(EnvStrategy, &name, func(v string) error {
+		_, err := ParseStrategy(v, 1)
+		return err
+	})
+	r.Int(EnvThreshold, &threshold, 1, 1<<30)
+	cfg := Config{ResponseLogRows: 100_000, CursorKey: CursorKey([]byte(c.TokenSecret))}
+	r.Bool(EnvResponseLog, &cfg.ResponseLog)
+	rows := int(cfg.ResponseLogRows)
+	r.Int(EnvResponseLogRows, &rows, 100, 100_000_000)
+	if err := r.Err(); err != nil {
+		return Config{}, err
+	}
+	cfg.ResponseLogRows, cfg.Threshold = int64(rows), int64(threshold)
+	st, err := ParseStrategy(name, cfg.Threshold)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Strategy = st
+	return cfg, nil
+}
