@@ -1,7 +1,11 @@
 package shortlink
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,6 +49,11 @@ type Config struct {
 	// StatsAttempts is how often a batch is tried before its clicks are
 	// dropped and counted.
 	StatsAttempts int
+	// BaseURL is the public address short links are built on
+	// (short_url = BaseURL + "/s/" + code). It is configured, never taken
+	// from the request's Host header, which any client can set. Default:
+	// http:// and the listen address.
+	BaseURL string
 }
 
 // Setting names, as environment variables.
@@ -60,6 +69,7 @@ const (
 	EnvStatsMaxConns = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
 	EnvStatsTimeout  = "FENCELAB_SHORTLINK_STATS_TIMEOUT"
 	EnvStatsAttempts = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
+	EnvBaseURL       = "FENCELAB_SHORTLINK_BASE_URL"
 )
 
 // DefaultConfig returns the defaults; StatsURL is filled from the app.
@@ -96,6 +106,16 @@ func LoadConfig(ac app.Config) (Config, error) {
 	r.Int(EnvStatsMaxConns, &c.StatsMaxConns, 1, 100)
 	r.Duration(EnvStatsTimeout, &c.StatsTimeout, time.Millisecond, time.Minute)
 	r.Int(EnvStatsAttempts, &c.StatsAttempts, 1, 100)
+	c.BaseURL = defaultBaseURL(ac.Addr)
+	r.String(EnvBaseURL, &c.BaseURL, func(v string) error {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return errors.New("want an absolute http(s) URL with no path, like https://go.example.com")
+		}
+		return nil
+	})
+	c.BaseURL = strings.TrimSuffix(c.BaseURL, "/")
 	if r.Err() != nil {
 		return Config{}, r.Err()
 	}
@@ -106,4 +126,17 @@ func LoadConfig(ac app.Config) (Config, error) {
 	// lookup may not be allowed to run longer than that.
 	c.LookupTimeout = min(c.LookupTimeout, c.CacheTTL)
 	return c, nil
+}
+
+// defaultBaseURL is http:// and the listen address, with an unspecified
+// host (":8080", "0.0.0.0:8080") read as localhost.
+func defaultBaseURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://localhost:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
