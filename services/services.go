@@ -6,6 +6,7 @@ package services
 import (
 	"sync"
 
+	"github.com/fencelab/fencelab/api"
 	claimbench "github.com/fencelab/fencelab/bench/claim"
 	feedbench "github.com/fencelab/fencelab/bench/feed"
 	flashsalebench "github.com/fencelab/fencelab/bench/flashsale"
@@ -49,6 +50,7 @@ func Modules() []app.Module {
 		with(shortlink.Module(), shortlinkbench.Bench), // 12 shortlink
 		with(upload.Module(), uploadbench.Bench),       // 13 upload
 		workflow.Module(),                              // 14 failover
+		api.Module(),                                   // the HTTP contract: GET /openapi.json, /openapi.yaml, /docs/api
 	}
 }
 

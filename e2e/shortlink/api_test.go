@@ -86,7 +86,7 @@ func TestTargetURLRules(t *testing.T) {
 		"too long":           "https://example.test/" + strings.Repeat("a", shortlink.MaxTargetLen),
 	}
 	for name, target := range bad {
-		r := a.Create(t, tok, map[string]any{"target": target})
+		r := a.BadInput().Create(t, tok, map[string]any{"target": target})
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, "invalid_target", r.Code(), name)
 	}
@@ -127,7 +127,7 @@ func TestAliasRules(t *testing.T) {
 		"shortlink":              "alias_reserved",
 		"emoji-\U0001F600-alias": "invalid_alias",
 	} {
-		r := a.Create(t, tok, shortlink.CreateRequest{Target: target, Alias: alias})
+		r := a.BadInput().Create(t, tok, shortlink.CreateRequest{Target: target, Alias: alias})
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%q: %s", alias, r.Body)
 		require.Equal(t, code, r.Code(), alias)
 	}
@@ -143,7 +143,7 @@ func TestAliasRules(t *testing.T) {
 	// Malformed bodies are the client's mistake, never a 500.
 	for _, body := range []string{`{"target": 1}`, `{"target":"https://example.test/","extra":true}`, `not json`,
 		`{"target":"https://example.test/","expires_at":"tomorrow"}`} {
-		r := a.Create(t, tok, body)
+		r := a.BadInput().Create(t, tok, body)
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", body, r.Body)
 	}
 	past := time.Now().Add(-time.Minute)
@@ -190,7 +190,7 @@ func TestUnknownExpiredAndLaterCreatedCodes(t *testing.T) {
 	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	for _, code := range []string{"later", "x", strings.Repeat("a", 65), "bad.code", "%2e%2e"} {
-		r := a.Visit(t, code)
+		r := a.BadInput().Visit(t, code) // mostly codes no link can have
 		require.Equal(t, http.StatusNotFound, r.Status, code)
 	}
 	require.Equal(t, "link_not_found", a.Visit(t, "later").Code())
