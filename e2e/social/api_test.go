@@ -41,7 +41,7 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 	rel.RequireStatus(t, e.Read(t, "user-fan", self.PostID), http.StatusForbidden, "forbidden")
 	rel.RequireStatus(t, e.Read(t, "user-ownerp", self.PostID), http.StatusOK, "")
 	rel.RequireStatus(t, e.Read(t, "user-fan", 999999), http.StatusNotFound, "post_not_found")
-	rel.RequireStatus(t, e.Call(t, "user-fan", "GET", "/social/posts/abc", nil), http.StatusBadRequest, "invalid_post_id")
+	rel.RequireStatus(t, e.BadCall(t, "user-fan", "GET", "/social/posts/abc", nil), http.StatusBadRequest, "invalid_id")
 
 	// Tokens: forged (another secret), expired, missing, wrong role.
 	other, err := httpx.NewAuth([]byte("not-the-app-secret-0123456789"))
@@ -96,12 +96,12 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 	// Bounds: a client's mistake is a 4xx.
 	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/users/user-c/follow", nil), http.StatusUnprocessableEntity, "self_relation")
 	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/users/user-nobody/follow", nil), http.StatusNotFound, "user_not_found")
-	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/users/bad%20id/follow", nil), http.StatusBadRequest, "invalid_user")
-	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: "x", Visibility: "FRIENDS"}), http.StatusUnprocessableEntity, "invalid_visibility")
-	rel.RequireStatus(t, e.Call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: strings.Repeat("x", rel.MaxBody+1), Visibility: rel.Public}), http.StatusUnprocessableEntity, "invalid_body")
-	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/users/user-c/followers?limit=100000", nil), http.StatusBadRequest, "invalid_limit")
-	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=!!", nil), http.StatusBadRequest, "invalid_cursor")
-	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=bm90LWEtY3Vyc29y", nil), http.StatusBadRequest, "invalid_cursor")
+	rel.RequireStatus(t, e.BadCall(t, "user-c", "POST", "/social/users/bad%20id/follow", nil), http.StatusBadRequest, "invalid_id")
+	rel.RequireStatus(t, e.BadCall(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: "x", Visibility: "FRIENDS"}), http.StatusUnprocessableEntity, "invalid_visibility")
+	rel.RequireStatus(t, e.BadCall(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: strings.Repeat("x", rel.MaxBody+1), Visibility: rel.Public}), http.StatusUnprocessableEntity, "invalid_body")
+	rel.RequireStatus(t, e.BadCall(t, "user-c", "GET", "/social/users/user-c/followers?limit=100000", nil), http.StatusBadRequest, "invalid_limit")
+	rel.RequireStatus(t, e.BadCall(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=!!", nil), http.StatusBadRequest, "invalid_cursor")
+	rel.RequireStatus(t, e.BadCall(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=bm90LWEtY3Vyc29y", nil), http.StatusBadRequest, "invalid_cursor")
 	rel.RequireStatus(t, e.Call(t, "user-c", "GET", "/social/views", nil), http.StatusForbidden, "forbidden")
 	e.CatchUp(t)
 	e2etest.Assert(t, e.Pool, "social")
@@ -117,7 +117,7 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	for _, u := range []string{"user-a", "user-b", "user-cp"} {
 		rel.RequireStatus(t, e.Call(t, u, "PUT", "/social/me", map[string]bool{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}
-	rel.RequireStatus(t, e.Call(t, "user-a", "PUT", "/social/me", map[string]any{}), http.StatusUnprocessableEntity, "missing_field")
+	rel.RequireStatus(t, e.BadCall(t, "user-a", "PUT", "/social/me", map[string]any{}), http.StatusUnprocessableEntity, "missing_field")
 	rel.RequireStatus(t, e.Call(t, "user-a", "POST", "/social/users/user-b/follow", nil), http.StatusOK, "")
 	rel.RequireStatus(t, e.Call(t, "user-a", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")
 	rel.RequireStatus(t, e.Call(t, "user-b", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")

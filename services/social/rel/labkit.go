@@ -145,6 +145,13 @@ func (e *Lab) Call(t lab.T, sub, method, path string, body any) lab.Response {
 	return e.Do(t, lab.Req{Method: method, Path: path, Token: e.UserToken(t, sub), Body: body})
 }
 
+// BadCall is Call for input that breaks the HTTP contract on purpose: it
+// is sent as it is and only its answer is checked against the contract.
+func (e *Lab) BadCall(t lab.T, sub, method, path string, body any) lab.Response {
+	t.Helper()
+	return e.Do(t, lab.Req{Method: method, Path: path, Token: e.UserToken(t, sub), Body: body, Invalid: true})
+}
+
 type Pair struct{ Follower, Followee string }
 
 // ViewRow is a derived view's row as (follower, followee).
