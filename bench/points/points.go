@@ -221,7 +221,7 @@ func (b *bench) run(ctx context.Context) error {
 		verdict = "violated"
 	}
 	fmt.Println()
-	load.Result("points", "clients", b.c.clients, "accounts", b.c.accounts, "duration", b.c.duration,
+	load.Result("points", "clients", b.c.clients, "accounts", b.c.accounts, "duration", b.c.duration.String(),
 		"debits_per_sec", fmt.Sprintf("%.0f", spreadRate), "p50_ms", r.quantile(0.5), "p99_ms", spreadP99,
 		"errors", r.errors(), "invariants", verdict)
 	if failed > 0 {
