@@ -61,7 +61,7 @@ type config struct {
 
 // Run is the command's entry point.
 // Bench is `fencelab bench points`.
-var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrency, then one hot account; ratio to pgbench", Run: Run}
+var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrency, then one hot account (bench/points-vs-pgbench.sh sets it beside pgbench)", Run: Run}
 
 // Run runs the benchmark on the process mods make.
 func Run(mods []app.Module, args []string) error {
