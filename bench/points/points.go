@@ -61,7 +61,7 @@ type config struct {
 
 // Run is the command's entry point.
 // Bench is `fencelab bench points`.
-var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrency, then one hot account; ratio to pgbench", Run: Run}
+var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrency, then one hot account (bench/points-vs-pgbench.sh sets it beside pgbench)", Run: Run}
 
 // Run runs the benchmark on the process mods make.
 func Run(mods []app.Module, args []string) error {
@@ -221,7 +221,7 @@ func (b *bench) run(ctx context.Context) error {
 		verdict = "violated"
 	}
 	fmt.Println()
-	load.Result("points", "clients", b.c.clients, "accounts", b.c.accounts, "duration", b.c.duration,
+	load.Result("points", "clients", b.c.clients, "accounts", b.c.accounts, "duration", b.c.duration.String(),
 		"debits_per_sec", fmt.Sprintf("%.0f", spreadRate), "p50_ms", r.quantile(0.5), "p99_ms", spreadP99,
 		"errors", r.errors(), "invariants", verdict)
 	if failed > 0 {
