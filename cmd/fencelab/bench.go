@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 
@@ -26,11 +28,17 @@ func runBench(args []string) error {
 		for _, b := range benches {
 			fmt.Fprintf(os.Stderr, "  %-10s %s\n", b.Name, b.Summary)
 		}
-		return errUsage
+		if len(args) == 0 {
+			return errUsage
+		}
+		return errHelp
 	}
 	for _, b := range benches {
 		if b.Name == args[0] {
-			return b.Run(mods, args[1:])
+			if err := b.Run(mods, args[1:]); !errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errHelp
 		}
 	}
 	return fmt.Errorf("unknown benchmark %q (fencelab bench --help lists them)", args[0])

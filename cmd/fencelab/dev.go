@@ -35,8 +35,8 @@ func runDev(args []string) error {
 	cfg.Bind(fs)
 	reset := fs.Bool("reset", false, "drop and recreate the dev database and its blobs first (the demo data comes back; your changes go)")
 	noWorkers := fs.Bool("no-workers", false, "run no claim-engine jobs in this process (same as --workers 0): a separate `fencelab worker` then claims every job, e.g. one paused with --pause-at")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *noWorkers {
 		cfg.Workers = 0

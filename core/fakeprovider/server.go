@@ -187,6 +187,11 @@ func (s *Server) Close() {
 		t.Stop()
 	}
 	s.mu.Unlock()
+	// Close the listener ourselves: Shutdown closes only the listeners
+	// Serve has registered, and Serve runs in its own goroutine — a fake
+	// closed before that goroutine ran would keep accepting connections
+	// into the kernel's backlog.
+	_ = s.ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)

@@ -49,8 +49,15 @@ func Start(t testing.TB, o Options) *App {
 		dbURL = pgtest.URL(t)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return &App{labenv.Serve(t, dbURL, o, log)}
+	p := labenv.Serve(t, dbURL, o, log)
+	p.Check, p.Reporter = checkContract(p.App), t // every exchange against the OpenAPI contract (contract.go)
+	return &App{p}
 }
+
+// BadInput is the app whose every request is marked Req.Invalid, for
+// bad-input tests whose helpers build the requests: only the answers are
+// checked against the contract.
+func (a *App) BadInput() *App { return &App{a.Process.BadInput()} }
 
 // Invariants is the deployable's invariant registry (services.Invariants).
 var Invariants = services.Invariants

@@ -107,10 +107,10 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 		{"no token on the count", "GET", fmt.Sprintf("/social/items/%d/likes", item), "", nil, 401, "unauthorized"},
 		{"an admin is not a liker", "POST", fmt.Sprintf("/social/items/%d/like", item), admin, nil, 403, "forbidden"},
 		{"a user may not recompute", "POST", "/social/admin/likes/recompute", user, nil, 403, "forbidden"},
-		{"item not a number", "POST", "/social/items/abc/like", user, nil, 400, "invalid_item_id"},
-		{"item zero", "POST", "/social/items/0/unlike", user, nil, 400, "invalid_item_id"},
-		{"item negative", "GET", "/social/items/-4/likes", user, nil, 400, "invalid_item_id"},
-		{"item too large", "GET", "/social/items/99999999999999999999/likes", user, nil, 400, "invalid_item_id"},
+		{"item not a number", "POST", "/social/items/abc/like", user, nil, 400, "invalid_id"},
+		{"item zero", "POST", "/social/items/0/unlike", user, nil, 400, "invalid_id"},
+		{"item negative", "GET", "/social/items/-4/likes", user, nil, 400, "invalid_id"},
+		{"item too large", "GET", "/social/items/99999999999999999999/likes", user, nil, 400, "invalid_id"},
 		{"unknown item: like", "POST", "/social/items/987654/like", user, nil, 404, "item_not_found"},
 		{"unknown item: unlike", "POST", "/social/items/987654/unlike", user, nil, 404, "item_not_found"},
 		{"unknown item: count", "GET", "/social/items/987654/likes", user, nil, 404, "item_not_found"},
@@ -120,7 +120,7 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 			map[string]string{"user_id": "user-0002"}, 400, ""},
 		{"not JSON", "POST", fmt.Sprintf("/social/items/%d/like", item), user, "like!", 400, ""},
 	} {
-		r := a.Do(t, e2etest.Req{Method: c.method, Path: c.path, Token: c.token, Body: c.body})
+		r := a.Do(t, e2etest.Req{Method: c.method, Path: c.path, Token: c.token, Body: c.body, Invalid: true})
 		require.Equal(t, c.status, r.Status, "%s: %s", c.name, r.Body)
 		require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), c.name)
 		if c.code != "" {

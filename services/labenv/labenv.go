@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/labstack/echo/v4"
 	"io"
 	"log/slog"
 	"net/http"
@@ -44,6 +45,15 @@ type Process struct {
 	Deps app.Deps
 	Mods []app.Running
 	Proc *app.Process
+	Echo *echo.Echo // the router: its Routes() are what the HTTP contract must cover
+}
+
+// BadInput is the process whose every request is marked Req.Invalid
+// (lab.App.BadInput).
+func (p *Process) BadInput() *Process {
+	b := *p
+	b.App = p.App.BadInput()
+	return &b
 }
 
 // Serve builds every module on dbURL exactly as `serve` does (app.Build
@@ -70,7 +80,8 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	if err != nil {
 		t.Fatalf("labenv: build the process: %v", err)
 	}
-	srv := httptest.NewServer(p.HTTP())
+	e := p.HTTP()
+	srv := httptest.NewServer(e)
 	runCtx, stop := context.WithCancel(context.Background())
 	wait := func() {}
 	if o.Tasks {
@@ -91,7 +102,7 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 			return fmt.Errorf("labenv: no module %q with a seed", name)
 		},
 	}
-	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p}
+	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p, Echo: e}
 }
 
 // Modules is the program: every module of services.Modules and the web

@@ -1,7 +1,11 @@
 package shortlink
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,36 +49,49 @@ type Config struct {
 	// StatsAttempts is how often a batch is tried before its clicks are
 	// dropped and counted.
 	StatsAttempts int
+	// BaseURL is the public address short links are built on
+	// (short_url = BaseURL + "/s/" + code). It is configured, never taken
+	// from the request's Host header, which any client can set. Default:
+	// http:// and the listen address.
+	BaseURL string
+
+	// ClickRetention is how long click and drop rows are kept; the
+	// shortlink.purge kind deletes older ones, and the per-link counters
+	// keep the totals (SL-I5).
+	ClickRetention time.Duration
 }
 
 // Setting names, as environment variables.
 const (
-	EnvCacheTTL      = "FENCELAB_SHORTLINK_CACHE_TTL"
-	EnvCacheSize     = "FENCELAB_SHORTLINK_CACHE_SIZE"
-	EnvLookupTimeout = "FENCELAB_SHORTLINK_LOOKUP_TIMEOUT"
-	EnvListen        = "FENCELAB_SHORTLINK_LISTEN"
-	EnvClickQueue    = "FENCELAB_SHORTLINK_CLICK_QUEUE"
-	EnvClickBatch    = "FENCELAB_SHORTLINK_CLICK_BATCH"
-	EnvClickInterval = "FENCELAB_SHORTLINK_CLICK_INTERVAL"
-	EnvStatsURL      = "FENCELAB_SHORTLINK_STATS_DATABASE_URL"
-	EnvStatsMaxConns = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
-	EnvStatsTimeout  = "FENCELAB_SHORTLINK_STATS_TIMEOUT"
-	EnvStatsAttempts = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
+	EnvCacheTTL       = "FENCELAB_SHORTLINK_CACHE_TTL"
+	EnvCacheSize      = "FENCELAB_SHORTLINK_CACHE_SIZE"
+	EnvLookupTimeout  = "FENCELAB_SHORTLINK_LOOKUP_TIMEOUT"
+	EnvListen         = "FENCELAB_SHORTLINK_LISTEN"
+	EnvClickQueue     = "FENCELAB_SHORTLINK_CLICK_QUEUE"
+	EnvClickBatch     = "FENCELAB_SHORTLINK_CLICK_BATCH"
+	EnvClickInterval  = "FENCELAB_SHORTLINK_CLICK_INTERVAL"
+	EnvStatsURL       = "FENCELAB_SHORTLINK_STATS_DATABASE_URL"
+	EnvStatsMaxConns  = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
+	EnvStatsTimeout   = "FENCELAB_SHORTLINK_STATS_TIMEOUT"
+	EnvStatsAttempts  = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
+	EnvBaseURL        = "FENCELAB_SHORTLINK_BASE_URL"
+	EnvClickRetention = "FENCELAB_SHORTLINK_CLICK_RETENTION"
 )
 
 // DefaultConfig returns the defaults; StatsURL is filled from the app.
 func DefaultConfig() Config {
 	return Config{
-		CacheTTL:      5 * time.Second,
-		CacheSize:     100_000,
-		LookupTimeout: time.Second,
-		Listen:        true,
-		ClickQueue:    10_000,
-		ClickBatch:    500,
-		ClickInterval: 100 * time.Millisecond,
-		StatsMaxConns: 2,
-		StatsTimeout:  500 * time.Millisecond,
-		StatsAttempts: 3,
+		CacheTTL:       5 * time.Second,
+		CacheSize:      100_000,
+		LookupTimeout:  time.Second,
+		Listen:         true,
+		ClickQueue:     10_000,
+		ClickBatch:     500,
+		ClickInterval:  100 * time.Millisecond,
+		StatsMaxConns:  2,
+		StatsTimeout:   500 * time.Millisecond,
+		StatsAttempts:  3,
+		ClickRetention: 90 * 24 * time.Hour,
 	}
 }
 
@@ -96,6 +113,17 @@ func LoadConfig(ac app.Config) (Config, error) {
 	r.Int(EnvStatsMaxConns, &c.StatsMaxConns, 1, 100)
 	r.Duration(EnvStatsTimeout, &c.StatsTimeout, time.Millisecond, time.Minute)
 	r.Int(EnvStatsAttempts, &c.StatsAttempts, 1, 100)
+	c.BaseURL = defaultBaseURL(ac.Addr)
+	r.String(EnvBaseURL, &c.BaseURL, func(v string) error {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return errors.New("want an absolute http(s) URL with no path, like https://go.example.com")
+		}
+		return nil
+	})
+	c.BaseURL = strings.TrimSuffix(c.BaseURL, "/")
+	r.Duration(EnvClickRetention, &c.ClickRetention, time.Hour, 10*366*24*time.Hour)
 	if r.Err() != nil {
 		return Config{}, r.Err()
 	}
@@ -106,4 +134,17 @@ func LoadConfig(ac app.Config) (Config, error) {
 	// lookup may not be allowed to run longer than that.
 	c.LookupTimeout = min(c.LookupTimeout, c.CacheTTL)
 	return c, nil
+}
+
+// defaultBaseURL is http:// and the listen address, with an unspecified
+// host (":8080", "0.0.0.0:8080") read as localhost.
+func defaultBaseURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://localhost:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
