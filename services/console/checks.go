@@ -54,13 +54,19 @@ func newChecker(pool *pgxpool.Pool, invs *invariant.Registry, every time.Duratio
 	return &checker{pool: pool, invs: invs, every: every}
 }
 
-// Current returns the last result; with none yet it waits up to wait for
-// the first one. A stale result starts a fresh check without waiting.
+// Current returns the last result; with none yet, the view that starts the
+// first check waits up to wait for it (a fresh database answers in well
+// under a second), and views while it runs do not wait at all: on a large
+// history the first check takes minutes. A stale result starts a fresh
+// check without waiting.
 func (k *checker) Current(ctx context.Context, wait time.Duration) *checkResult {
 	k.mu.Lock()
 	last := k.last
 	k.mu.Unlock()
 	if last == nil {
+		if running, _ := k.Running(); running {
+			return nil
+		}
 		done := k.start()
 		select {
 		case <-done:

@@ -35,8 +35,9 @@ const (
 	stepsShown     = 300 // a run's step table
 )
 
-// pageWait bounds how long a page waits for the very first invariant check.
-const pageWait = 10 * time.Second
+// pageWait bounds how long the page view that starts the very first
+// invariant check waits for it.
+const pageWait = 3 * time.Second
 
 // invView is one invariant's live status as the pages show it.
 type invView struct {
