@@ -241,6 +241,12 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	require.NoErrorf(t, err, "go build: %s", out)
 
 	addr := freeAddr(t)
+	// A port of its own for the dev cluster (dev keeps it in pg-port): two
+	// devs starting at once both see the preferred 54329 free, and the
+	// loser's start-up would reach the winner's postmaster.
+	require.NoError(t, os.MkdirAll(dataDir, 0o755))
+	_, pgPort, _ := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "pg-port"), []byte(pgPort+"\n"), 0o644))
 	env := append(cleanEnv(), "FENCELAB_DATA_DIR="+dataDir, "FENCELAB_BIN="+bin)
 	dev := startDev(t, bin, work, env, addr)
 

@@ -128,6 +128,9 @@ func TestDevRefusesABusyPortAndASecondDevAndResetsOnRequest(t *testing.T) {
 	t.Logf("busy port refused in %s", time.Since(start))
 
 	addr := "127.0.0.1:" + strconv.Itoa(pgtest.FreePort(t))
+	// The cluster's own port (see e2e/docs): not the preferred 54329 that
+	// another dev starting at the same moment may also take.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pg-port"), []byte(strconv.Itoa(pgtest.FreePort(t))+"\n"), 0o644))
 	first := startDevIn(t, env, dir, addr)
 	code, out = runBin(t, env, dir, "dev", "--addr", "127.0.0.1:"+strconv.Itoa(pgtest.FreePort(t)))
 	require.Equal(t, 1, code, out)
