@@ -24,8 +24,8 @@ func runMigrate(args []string) error {
 	loadLocalEnv("")
 	fs := newFlags("migrate", "migrate up | down [N] | version")
 	url := fs.String("database-url", app.Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -78,8 +78,8 @@ func runCheck(args []string) error {
 	withSQL := fs.Bool("sql", false, "with --list: print each invariant's SQL too")
 	explain := fs.String("explain", "", "print one invariant's statement, chapter, SQL and the experiments that exercise it, and exit")
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	invs := services.Invariants()
 	if *explain != "" {
@@ -148,9 +148,11 @@ func runToken(args []string) error {
 	sub := fs.String("sub", "", "subject (user id), e.g. user-0042")
 	role := fs.String("role", "user", "user, admin or service")
 	ttl := fs.Duration("ttl", 24*time.Hour, "validity")
-	secret := fs.String("token-secret", app.Env("FENCELAB_TOKEN_SECRET", ""), "HMAC secret (FENCELAB_TOKEN_SECRET)")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	secret := new(string)
+	*secret = app.Env("FENCELAB_TOKEN_SECRET", "")
+	fs.Var(app.SecretFlag(secret), "token-secret", "HMAC secret (FENCELAB_TOKEN_SECRET; never printed)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *sub == "" {
 		fs.Usage()

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/labenv"
 )
 
 // runBench is `fencelab bench NAME`: the benches the modules list (each
@@ -14,7 +16,7 @@ import (
 // never on DATABASE_URL or the dev database — and print their figures,
 // ending with one RESULT line; they are never timed tests.
 func runBench(args []string) error {
-	mods := services.Modules()
+	mods := labenv.Modules(nil) // every module and the console (its bench runs no experiment)
 	benches, err := app.Benches(mods)
 	if err != nil {
 		return err
@@ -26,11 +28,17 @@ func runBench(args []string) error {
 		for _, b := range benches {
 			fmt.Fprintf(os.Stderr, "  %-10s %s\n", b.Name, b.Summary)
 		}
-		return errUsage
+		if len(args) == 0 {
+			return errUsage
+		}
+		return errHelp
 	}
 	for _, b := range benches {
 		if b.Name == args[0] {
-			return b.Run(mods, args[1:])
+			if err := b.Run(mods, args[1:]); !errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errHelp
 		}
 	}
 	return fmt.Errorf("unknown benchmark %q (fencelab bench --help lists them)", args[0])

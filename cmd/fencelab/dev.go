@@ -35,8 +35,8 @@ func runDev(args []string) error {
 	cfg.Bind(fs)
 	reset := fs.Bool("reset", false, "drop and recreate the dev database and its blobs first (the demo data comes back; your changes go)")
 	noWorkers := fs.Bool("no-workers", false, "run no claim-engine jobs in this process (same as --workers 0): a separate `fencelab worker` then claims every job, e.g. one paused with --pause-at")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *noWorkers {
 		cfg.Workers = 0
@@ -377,6 +377,7 @@ func printBanner(p *app.Process, addr, envFile string) {
 		mods = append(mods, m.Name)
 	}
 	fmt.Printf(`
+Console:  %[1]s/   (sign in with the ADMIN token below)
 Fencelab is running at %[1]s   (Ctrl-C stops it and its PostgreSQL)
   modules:  %[2]s
   database: %[3]s

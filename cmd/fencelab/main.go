@@ -55,6 +55,21 @@ var commands = map[string]func(args []string) error{
 // errUsage marks an error whose message is already printed (exit 2).
 var errUsage = errors.New("usage")
 
+// errHelp: --help was asked for and printed (exit 0).
+var errHelp = errors.New("help")
+
+// parseFlags parses args: errHelp after --help, errUsage after a mistake
+// (both already printed by the flag package).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		return errHelp
+	case err != nil:
+		return errUsage
+	}
+	return nil
+}
+
 // exitError carries a specific exit code (check exits 1 on violations).
 type exitError struct{ code int }
 
@@ -73,7 +88,7 @@ func main() {
 	err := cmd(os.Args[2:])
 	var ee exitError
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errHelp):
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
 	case errors.Is(err, errListed):

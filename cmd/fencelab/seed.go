@@ -42,8 +42,8 @@ func seedSocial(args []string) error {
 	zipf := fs.Float64("zipf", d.ZipfS, "popularity exponent (> 1): larger is a heavier celebrity tail")
 	strategy := fs.String("strategy", app.Env(feed.EnvStrategy, "hybrid"), "fan-out strategy the inboxes are built with: push, pull or hybrid ("+feed.EnvStrategy+")")
 	threshold := fs.Int64("threshold", int64(app.EnvInt(feed.EnvThreshold, feed.DefaultThreshold)), "hybrid: authors with this many followers or more are pulled ("+feed.EnvThreshold+")")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *url == "" {
 		return errNoDatabase

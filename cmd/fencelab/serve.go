@@ -26,8 +26,8 @@ func runServe(args []string) error {
 	migrate := fs.Bool("migrate", false, "apply pending migrations before serving")
 	var pauseAt multiFlag
 	fs.Var(&pauseAt, "pause-at", pauseAtHelp)
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -79,11 +79,13 @@ func serveOn(ctx context.Context, p *app.Process, ln net.Listener, ready func(ad
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	// One grace in total: HTTP drains while the jobs get the same grace
+	// (claim.Work bounds itself by it), side by side, not one after the other.
 	p.Deps.Log.Info("shutting down", "grace", cfg.ShutdownGrace)
 	shCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
-	_ = srv.Shutdown(shCtx)
 	cancelTasks()
+	_ = srv.Shutdown(shCtx)
 	wg.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
@@ -103,8 +105,8 @@ func runWorker(args []string) error {
 	exitWhenIdle := fs.Bool("exit-when-idle", false, "exit once a claim comes back empty and no job is held (experiments)")
 	kinds := fs.String("kinds", "", "comma-separated job kinds this worker runs (default: every registered kind)")
 	tasks := fs.String("tasks", "", "run only these background tasks, comma-separated (e.g. outbox:social.likes), and no claim-engine jobs")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

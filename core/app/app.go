@@ -25,7 +25,6 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/migrations"
 )
 
 // Deps are the process-wide things a module is built from.
@@ -67,8 +66,21 @@ func (p *Process) HTTP() *echo.Echo {
 	for _, m := range p.Mods {
 		large = append(large, m.LargeBodyPrefixes...)
 	}
+	hs, err := LoadHTTPSettings(d.Config)
+	if err != nil && d.Log != nil {
+		d.Log.Error("http settings: using defaults", "err", err) // Validate refuses to start with them
+	}
+	var reg prometheus.Registerer
+	if d.Metrics != nil {
+		reg = d.Metrics
+	}
 	e := httpx.New(httpx.Options{
-		Log: d.Log, Metrics: d.Metrics, AccessLog: d.Config.AccessLog, Errors: p.Errors,
+		Log: d.Log, Metrics: reg, AccessLog: d.Config.AccessLog, Errors: p.Errors,
+		BodyTimeout: hs.BodyTimeout, LargeBodyTimeout: hs.LargeBodyTimeout,
+		Admission: httpx.NewLimiter(httpx.LimiterOptions{
+			Name: "write", Limit: hs.AdmissionLimit, WaitLine: hs.AdmissionWaitLine,
+			MaxWait: hs.AdmissionMaxWait, Metrics: reg,
+		}),
 		BodyLimitSkip: func(c echo.Context) bool {
 			for _, p := range large {
 				if strings.HasPrefix(c.Request().URL.Path, p) {
@@ -91,26 +103,6 @@ func (p *Process) HTTP() *echo.Echo {
 		}
 	}
 	return e
-}
-
-// readyz answers 200 only when the database answers and its schema is at
-// the binary's migration version: a replica with an old schema must not
-// take traffic.
-func readyz(c echo.Context, d Deps) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
-	defer cancel()
-	if err := d.Pool.Ping(ctx); err != nil {
-		return httpx.NewProblem(http.StatusServiceUnavailable, "database_unreachable", "database did not answer")
-	}
-	st, err := pg.ReadMigrationState(ctx, d.Pool, migrations.FS)
-	if err != nil {
-		return httpx.NewProblem(http.StatusServiceUnavailable, "migrations_unreadable", "cannot read the schema version")
-	}
-	if !st.Current() {
-		return httpx.NewProblem(http.StatusServiceUnavailable, "migrations_pending",
-			"schema at version %d (dirty=%v), binary expects %d; run `fencelab migrate up`", st.Version, st.Dirty, st.Latest)
-	}
-	return c.JSON(http.StatusOK, map[string]any{"status": "ready", "schema_version": st.Version})
 }
 
 // RunTasks runs every module's tasks until ctx ends and waits for them.

@@ -72,7 +72,8 @@ func (c *Config) BindNoHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&c.DatabaseURL, "database-url", Env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	fs.IntVar(&c.MaxConns, "db-max-conns", EnvInt("FENCELAB_DB_MAX_CONNS", d.MaxConns),
 		"database pool size per process; budget: processes × this ≤ connections the database allows the service (FENCELAB_DB_MAX_CONNS)")
-	fs.StringVar(&c.TokenSecret, "token-secret", Env("FENCELAB_TOKEN_SECRET", ""), "HMAC secret for bearer tokens, ≥16 bytes (FENCELAB_TOKEN_SECRET)")
+	c.TokenSecret = Env("FENCELAB_TOKEN_SECRET", c.TokenSecret)
+	fs.Var(SecretFlag(&c.TokenSecret), "token-secret", "HMAC secret for bearer tokens, ≥16 bytes (FENCELAB_TOKEN_SECRET; never printed)")
 	fs.IntVar(&c.Workers, "workers", EnvInt("FENCELAB_WORKERS", d.Workers), "claim-engine worker goroutines per process (FENCELAB_WORKERS)")
 	fs.StringVar(&c.DataDir, "data-dir", Env("FENCELAB_DATA_DIR", d.DataDir), "local state directory: dev cluster, blobs (FENCELAB_DATA_DIR)")
 	fs.StringVar(&c.LogLevel, "log-level", Env("FENCELAB_LOG_LEVEL", d.LogLevel), "debug|info|warn|error (FENCELAB_LOG_LEVEL)")
@@ -80,6 +81,18 @@ func (c *Config) BindNoHTTP(fs *flag.FlagSet) {
 	fs.BoolVar(&c.AccessLog, "access-log", EnvBool("FENCELAB_ACCESS_LOG", d.AccessLog), "log every request (FENCELAB_ACCESS_LOG)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", EnvDuration("FENCELAB_SHUTDOWN_GRACE", d.ShutdownGrace), "graceful shutdown bound (FENCELAB_SHUTDOWN_GRACE)")
 }
+
+// SecretFlag is a flag.Value for a secret: its default (taken from the
+// environment) is never printed by --help or in a usage error.
+func SecretFlag(p *string) flag.Value { return secretFlag{p} }
+
+type secretFlag struct{ p *string }
+
+func (f secretFlag) String() string {
+	return "" // flag's PrintDefaults shows no default for ""
+}
+
+func (f secretFlag) Set(s string) error { *f.p = s; return nil }
 
 // Validate reports configuration a process cannot start with.
 func (c Config) Validate() error {
@@ -90,6 +103,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workers must be in 0..10000, got %d", c.Workers)
 	}
 	if _, err := ParseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if _, err := LoadHTTPSettings(c); err != nil {
 		return err
 	}
 	return nil

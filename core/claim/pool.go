@@ -40,9 +40,11 @@ type PoolOptions struct {
 	// NoListen disables LISTEN/NOTIFY (the listener holds one pooled
 	// connection for the pool's lifetime).
 	NoListen bool
-	// ShutdownGrace is how long running handlers may finish after ctx ends
-	// before their contexts are cancelled (default 10s). Jobs that still do
-	// not return are left to lapse and be recovered.
+	// ShutdownGrace bounds Work after ctx ends (default 10s): running
+	// handlers may finish for most of it; for its last tenth (at most a
+	// second) their contexts are cancelled so their outcomes can still be
+	// written; at its end Work returns. Jobs still running are left to
+	// lapse and be recovered.
 	ShutdownGrace time.Duration
 	// ExitWhenIdle makes Work return after a claim comes back empty while no
 	// job is held: `fencelab worker --exit-when-idle`, for experiments.
@@ -98,6 +100,7 @@ type pool struct {
 	jobs  chan *Job
 	slots chan struct{} // one token per idle worker
 	done  chan completion
+	gone  chan struct{} // closed when Work gave up on overrunning handlers
 	wake  chan struct{}
 
 	mu   sync.Mutex
@@ -119,6 +122,7 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 		jobs:  make(chan *Job),
 		slots: make(chan struct{}, o.Workers),
 		done:  make(chan completion, o.Workers),
+		gone:  make(chan struct{}),
 		wake:  make(chan struct{}, 1),
 		held:  map[int64]*held{},
 	}
@@ -155,19 +159,31 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 	p.fetch(loopCtx, runCtx)
 	close(p.jobs)
 
+	// One grace in total: handlers run free for most of it, are cancelled
+	// for its last part (a tenth, at most a second) so their outcomes can
+	// still be written, and at its end Work returns whatever is left.
 	finished := make(chan struct{})
 	go func() { workers.Wait(); close(finished) }()
+	cancelAt := o.ShutdownGrace - min(o.ShutdownGrace/10, time.Second)
+	deadline := time.NewTimer(o.ShutdownGrace)
+	defer deadline.Stop()
 	select {
 	case <-finished:
-	case <-time.After(o.ShutdownGrace):
+	case <-time.After(cancelAt):
 		stopRun(errShutdown)
 		select {
 		case <-finished:
-		case <-time.After(time.Second):
-			c.log.Warn("claim: handlers did not return after the grace period; their leases will lapse",
+		case <-deadline.C:
+			c.log.Warn("claim: handlers did not return within the grace period; their leases will lapse",
 				"held", p.heldCount())
+			// Completers stop now (p.done stays open: a late handler may
+			// still finish and must not send on a closed channel; it sees
+			// p.gone instead and leaves its job to lapse).
+			close(p.gone)
 			stopLoops()
 			stopBg()
+			completers.Wait()
+			loops.Wait()
 			return nil
 		}
 	}
@@ -313,7 +329,11 @@ func (p *pool) run(bgCtx context.Context, j *Job) {
 	case j.finished:
 		p.untrack(j.ID)
 	case herr == nil:
-		p.done <- completion{job: j, result: resultPtr(j.result)}
+		select {
+		case p.done <- completion{job: j, result: resultPtr(j.result)}:
+		case <-p.gone: // Work has returned: the lease lapses and recovery reruns it
+			p.untrack(j.ID)
+		}
 	default:
 		if err := p.c.finish(bgCtx, j, herr); err != nil && !errors.Is(err, ErrStaleFence) {
 			p.c.log.Warn("claim: cannot record job outcome; its lease will lapse", "job", j.ID, "err", err)
@@ -336,7 +356,13 @@ func resultPtr(b []byte) *string {
 func (p *pool) complete(ctx context.Context) {
 	batch := make([]completion, 0, p.o.CompleteBatch)
 	for {
-		first, ok := <-p.done
+		var first completion
+		var ok bool
+		select {
+		case first, ok = <-p.done:
+		case <-p.gone:
+			return
+		}
 		if !ok {
 			return
 		}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,4 +232,37 @@ func TestDroppedResponseIsNotResentOnAReusedConnection(t *testing.T) {
 	require.ErrorIs(t, err, fakeprovider.ErrUnknownOutcome)
 	require.Equal(t, 2, s.Requests(fakeprovider.OpCreate), "the client did not resend behind the caller's back")
 	require.Len(t, s.EffectsFor("k1"), 1, "the effect happened; only its answer was lost")
+}
+
+// A closed party accepts nothing: Close closes its listener even when the
+// serving goroutine has not started yet (before, a dial could land in the
+// kernel's backlog and hang, which made "unreachable" look like "unknown":
+// TestUnreachablePartyIsNotAnUnknownOutcome failed a few runs in a
+// hundred). Many parties start and close at once so that some are closed
+// before their serving goroutine was ever scheduled.
+func TestClosedPartyRefusesConnections(t *testing.T) {
+	t.Parallel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 400)
+	for range 400 {
+		wg.Go(func() {
+			s, err := fakeprovider.Start(fakeprovider.Capabilities{Name: "closed"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			addr := strings.TrimPrefix(s.URL(), "http://")
+			s.Close()
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				conn.Close()
+				errs <- errors.New("a closed party accepted a connection")
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }

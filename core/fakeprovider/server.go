@@ -149,11 +149,15 @@ type stored struct {
 }
 
 // Start runs a party on 127.0.0.1 with an ephemeral port.
-func Start(caps Capabilities) (*Server, error) {
+func Start(caps Capabilities) (*Server, error) { return StartOn("127.0.0.1:0", caps) }
+
+// StartOn runs a party on addr (experiments that must keep every listener
+// in a given port range, as e2e/cluster does).
+func StartOn(addr string, caps Capabilities) (*Server, error) {
 	if caps.Name == "" {
 		caps.Name = "fake"
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fakeprovider: listen: %w", err)
 	}
@@ -183,6 +187,11 @@ func (s *Server) Close() {
 		t.Stop()
 	}
 	s.mu.Unlock()
+	// Close the listener ourselves: Shutdown closes only the listeners
+	// Serve has registered, and Serve runs in its own goroutine — a fake
+	// closed before that goroutine ran would keep accepting connections
+	// into the kernel's backlog.
+	_ = s.ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)

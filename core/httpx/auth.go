@@ -43,12 +43,22 @@ type Principal struct {
 func (p Principal) Privileged() bool { return p.Role == RoleAdmin || p.Role == RoleService }
 
 // CanActFor reports whether p may act on resources owned by owner.
-func (p Principal) CanActFor(owner string) bool { return p.Subject == owner || p.Role == RoleAdmin }
+func (p Principal) CanActFor(owner string) bool {
+	return (p.Subject == owner && !Reserved(owner)) || p.Role == RoleAdmin
+}
 
 const issuer = "fencelab"
 
 // subjectRE bounds subjects: they end up in keys, logs and URLs.
 var subjectRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
+
+// ReservedSubject owns the system's own records (the points system
+// accounts, say). No token is minted or accepted for it and no user
+// resource may be created for it: only the system acts as itself.
+const ReservedSubject = "fencelab"
+
+// Reserved reports whether s is the reserved subject, in any case.
+func Reserved(s string) bool { return strings.EqualFold(s, ReservedSubject) }
 
 // ValidSubject reports whether s is an acceptable subject / user id.
 func ValidSubject(s string) bool { return subjectRE.MatchString(s) }
@@ -81,6 +91,9 @@ func (a *Auth) Mint(sub string, role Role, ttl time.Duration) (string, error) {
 	if !ValidSubject(sub) {
 		return "", fmt.Errorf("httpx: invalid subject %q", sub)
 	}
+	if Reserved(sub) {
+		return "", fmt.Errorf("httpx: subject %q is reserved for the system", sub)
+	}
 	if _, err := ParseRole(string(role)); err != nil {
 		return "", err
 	}
@@ -105,7 +118,7 @@ func (a *Auth) Verify(token string) (Principal, error) {
 	if err != nil {
 		return Principal{}, err
 	}
-	if !ValidSubject(c.Subject) {
+	if !ValidSubject(c.Subject) || Reserved(c.Subject) {
 		return Principal{}, errors.New("invalid subject")
 	}
 	if _, err := ParseRole(string(c.Role)); err != nil {

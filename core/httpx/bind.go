@@ -3,17 +3,20 @@ package httpx
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 )
 
-// Bind decodes a JSON request body strictly into v: one JSON object,
-// no unknown fields, no trailing data, types as declared. Every failure is
+// Bind decodes a JSON request body strictly into v (see DecodeJSON): one
+// JSON object, no unknown, duplicate or case-variant keys, no trailing
+// data, types as declared, text the database can store. Every failure is
 // the client's and gets a 4xx problem, never a 500.
 func Bind(c echo.Context, v any) error {
 	req := c.Request()
@@ -23,19 +26,38 @@ func Bind(c echo.Context, v any) error {
 			return NewProblem(http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json")
 		}
 	}
-	dec := json.NewDecoder(req.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeProblem(err)
+	body, err := ReadBody(req)
+	if err != nil {
+		return err
 	}
-	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-		var he *echo.HTTPError
-		if errors.As(err, &he) {
-			return he
-		}
-		return BadRequest("malformed_json", "request body must hold exactly one JSON object")
+	return DecodeJSON(body, v)
+}
+
+// ReadBody reads the whole request body under the body limit and the body
+// deadline: 413 when it is too large, 408 when it trickles in too slowly.
+func ReadBody(req *http.Request) ([]byte, error) {
+	if req.Body == nil {
+		return nil, nil
 	}
-	return nil
+	b, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, readProblem(err)
+	}
+	return b, nil
+}
+
+// readProblem classifies an error reading a request body.
+func readProblem(err error) error {
+	var he *echo.HTTPError
+	var ne net.Error
+	switch {
+	case errors.As(err, &he):
+		return he // body limit: 413
+	case errors.Is(err, errBodyTimeout) || errors.Is(err, http.ErrBodyReadAfterClose) ||
+		(errors.As(err, &ne) && ne.Timeout()):
+		return NewProblem(http.StatusRequestTimeout, "body_timeout", "the request body did not arrive in time")
+	}
+	return BadRequest("malformed_body", "the request body could not be read")
 }
 
 func decodeProblem(err error) error {
@@ -43,8 +65,12 @@ func decodeProblem(err error) error {
 		syn *json.SyntaxError
 		typ *json.UnmarshalTypeError
 		he  *echo.HTTPError
+		ke  *keyError
+		te  *time.ParseError
 	)
 	switch {
+	case errors.As(err, &ke):
+		return ke.p
 	case errors.As(err, &he):
 		return he // body limit: 413
 	case errors.Is(err, io.EOF):
@@ -58,10 +84,55 @@ func decodeProblem(err error) error {
 		if field == "" {
 			return BadRequest("malformed_json", "request body must be a JSON object")
 		}
-		return BadRequest("invalid_field", "field %q must be %s", field, typ.Type.String()).With("field", field)
+		return BadRequest("invalid_field", "field %q must be %s", field, kindWords(typ.Type)).With("field", field)
+	case errors.As(err, &te):
+		return BadRequest("invalid_field", "a time must be written in RFC 3339, like 2026-12-01T09:30:00Z")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return BadRequest("unknown_field", "unknown field %q", name).With("field", name)
 	}
-	return BadRequest("malformed_json", "%s", fmt.Sprint(err))
+	// Anything else (a custom type's own parser): never echo its message.
+	return BadRequest("malformed_json", "request body does not match the expected shape")
+}
+
+// kindWords names a Go type the way an API client thinks of JSON values.
+func kindWords(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
+// NoBody is route middleware for a route that takes no request body: a
+// body is refused (400 body_not_allowed), not silently ignored — a client
+// that sends one believes it means something.
+func NoBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
+			var one [1]byte
+			n, err := io.ReadFull(r.Body, one[:])
+			if n > 0 {
+				return BadRequest("body_not_allowed", "this route takes no request body")
+			}
+			if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				return readProblem(err)
+			}
+		}
+		return next(c)
+	}
 }

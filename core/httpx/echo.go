@@ -1,10 +1,18 @@
 // Package httpx is the HTTP edge every module shares: echo construction,
-// request IDs, access logs, body limits, RFC 9457 problem errors, bearer
-// token auth and HTTP metrics.
+// request IDs, access logs, body limits and deadlines, admission for write
+// routes, RFC 9457 problem errors, bearer token auth and HTTP metrics.
 package httpx
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -16,6 +24,14 @@ import (
 // DefaultBodyLimit bounds every JSON request body unless a route opts out.
 const DefaultBodyLimit = "1M"
 
+// Body deadlines: how long a request body may take to arrive, from the
+// moment its handler chain starts. A client that trickles its body (one
+// byte every ten seconds) is cut off with 408 and its connection closed.
+const (
+	DefaultBodyTimeout      = 10 * time.Second
+	DefaultLargeBodyTimeout = 2 * time.Minute // routes with their own body limit (upload chunks)
+)
+
 // Options configure New.
 type Options struct {
 	Log *slog.Logger
@@ -23,10 +39,18 @@ type Options struct {
 	Metrics prometheus.Registerer
 	// BodyLimit for all routes (default DefaultBodyLimit).
 	BodyLimit string
-	// BodyLimitSkip exempts routes that enforce their own limit (uploads).
+	// BodyLimitSkip exempts routes that enforce their own limit (uploads);
+	// they get LargeBodyTimeout instead of BodyTimeout.
 	BodyLimitSkip func(c echo.Context) bool
+	// BodyTimeout bounds the time a request body may take (default
+	// DefaultBodyTimeout); LargeBodyTimeout the same on BodyLimitSkip routes.
+	BodyTimeout, LargeBodyTimeout time.Duration
 	// AccessLog writes one line per request at Info (4xx at Info, 5xx at Error).
 	AccessLog bool
+	// Admission, when set, bounds the write requests (POST, PUT, PATCH,
+	// DELETE) running at once in this process, with a bounded line behind
+	// them; the rest get 503 overloaded with Retry-After.
+	Admission *Limiter
 	// Errors answers the modules' sentinel errors (nil: database sentinels only).
 	Errors *Errors
 }
@@ -38,6 +62,12 @@ func New(o Options) *echo.Echo {
 	}
 	if o.BodyLimit == "" {
 		o.BodyLimit = DefaultBodyLimit
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
+	}
+	if o.LargeBodyTimeout <= 0 {
+		o.LargeBodyTimeout = DefaultLargeBodyTimeout
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -54,16 +84,70 @@ func New(o Options) *echo.Echo {
 			return err
 		},
 	}))
-	e.Use(middleware.RequestID())
+	e.Use(requestID)
 	if o.Metrics != nil {
 		e.Use(metricsMiddleware(o.Metrics, o.Errors))
 	}
 	if o.AccessLog {
 		e.Use(accessLog(o.Log))
 	}
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if p := checkURL(c.Request().URL); p != nil {
+				return p
+			}
+			return next(c)
+		}
+	})
+	e.Use(bodyDeadline(o))
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: o.BodyLimit, Skipper: o.BodyLimitSkip}))
+	if o.Admission != nil {
+		e.Use(admission(o.Admission))
+	}
 	return e
 }
+
+// requestIDRE is what an inbound X-Request-Id must look like to be kept:
+// a short token of safe characters (UUIDs, ULIDs, trace ids). Anything
+// else (quotes, spaces, kilobytes) is replaced by a generated id, so what
+// is echoed and logged is always safe.
+var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// ValidRequestID reports whether a client's X-Request-Id is kept.
+func ValidRequestID(s string) bool { return requestIDRE.MatchString(s) }
+
+func requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ids := c.Request().Header.Values(echo.HeaderXRequestID)
+		id := ""
+		if len(ids) == 1 && ValidRequestID(ids[0]) {
+			id = ids[0]
+		} else {
+			var b [16]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		c.Request().Header.Set(echo.HeaderXRequestID, id)
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		return next(c)
+	}
+}
+
+// MethodLabel folds a request method into a bounded set: the methods of
+// RFC 9110 and PATCH keep their name, anything else is "other". Metrics and
+// logs use it so a client cannot mint label values (or log lines of any
+// size) by inventing methods.
+func MethodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// maxLoggedURI bounds the request URI in an access-log line.
+const maxLoggedURI = 512
 
 func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 	return middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
@@ -74,14 +158,21 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 			if v.Status >= 500 {
 				lvl = slog.LevelError
 			}
+			uri := v.URI
+			if len(uri) > maxLoggedURI {
+				uri = uri[:maxLoggedURI] + "…"
+			}
 			log.LogAttrs(c.Request().Context(), lvl, "http",
-				slog.String("method", v.Method), slog.String("uri", v.URI), slog.Int("status", v.Status),
+				slog.String("method", MethodLabel(v.Method)), slog.String("uri", uri), slog.Int("status", v.Status),
 				slog.Duration("latency", v.Latency), slog.String("request_id", v.RequestID))
 			return nil
 		},
 	})
 }
 
+// metricsMiddleware observes every request. Every label is bounded: the
+// method is folded by MethodLabel, the route is the template (or
+// "unmatched"), the status is a three-digit code the server chose.
 func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc {
 	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fencelab_http_request_duration_seconds",
@@ -101,8 +192,78 @@ func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc
 			if route == "" {
 				route = "unmatched"
 			}
-			hist.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			hist.WithLabelValues(MethodLabel(c.Request().Method), route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
 			return err
+		}
+	}
+}
+
+// ErrBodyTimeout: the request body did not arrive within its deadline
+// (408 body_timeout).
+var ErrBodyTimeout = errors.New("httpx: request body did not arrive in time")
+
+var errBodyTimeout = ErrBodyTimeout
+
+// bodyDeadline sets a read deadline on the connection for the time the
+// request body may take. Once the body has been read to its end the
+// deadline is lifted again (net/http's background read must not cancel a
+// handler that simply runs long). A request without a body gets none.
+func bodyDeadline(o Options) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if req.Body == nil || req.Body == http.NoBody || (req.ContentLength == 0 && len(req.TransferEncoding) == 0) {
+				return next(c)
+			}
+			d := o.BodyTimeout
+			if o.BodyLimitSkip != nil && o.BodyLimitSkip(c) {
+				d = o.LargeBodyTimeout
+			}
+			rc := http.NewResponseController(c.Response())
+			if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
+				return next(c) // a writer without deadlines (httptest.ResponseRecorder)
+			}
+			req.Body = &deadlineBody{ReadCloser: req.Body, rc: rc}
+			return next(c)
+		}
+	}
+}
+
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var ne net.Error
+	switch {
+	case err == io.EOF && !b.done:
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case err != nil && errors.As(err, &ne) && ne.Timeout():
+		err = fmt.Errorf("%w: %w", ErrBodyTimeout, err)
+	}
+	return n, err
+}
+
+// admission admits write requests through l (FS-R4 generalised): reads
+// are never queued behind writes.
+func admission(l *Limiter) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			switch c.Request().Method {
+			case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			default:
+				return next(c)
+			}
+			release, err := l.Acquire(c.Request().Context())
+			if err != nil {
+				return err
+			}
+			defer release()
+			return next(c)
 		}
 	}
 }

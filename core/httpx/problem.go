@@ -100,6 +100,7 @@ var baseMappings = []ErrorMapping{
 	Map(pg.ErrSerialization, http.StatusServiceUnavailable, "retry"),
 	Map(pg.ErrDeadlock, http.StatusServiceUnavailable, "retry"),
 	Map(pg.ErrUnavailable, http.StatusServiceUnavailable, "database_unavailable"),
+	Map(ErrBodyTimeout, http.StatusRequestTimeout, "body_timeout"),
 }
 
 // Errors is an immutable error table: the modules' mappings in the order
@@ -185,6 +186,7 @@ func fromHTTPError(he *echo.HTTPError) *Problem {
 		http.StatusBadRequest:            "bad_request",
 		http.StatusTooManyRequests:       "too_many_requests",
 		http.StatusServiceUnavailable:    "overloaded",
+		http.StatusRequestTimeout:        "body_timeout",
 	}[he.Code]
 	if code == "" {
 		code = "http_" + strconv.Itoa(he.Code)
@@ -212,7 +214,7 @@ func ErrorHandler(log *slog.Logger, t *Errors) echo.HTTPErrorHandler {
 			p = NewProblem(499, "client_closed_request", "client closed the request")
 		}
 		if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
-			log.Error("request failed", "err", err, "method", c.Request().Method,
+			log.Error("request failed", "err", err, "method", MethodLabel(c.Request().Method),
 				"path", c.Request().URL.Path, "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 		}
 		if p.RetryAfter > 0 {

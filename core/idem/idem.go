@@ -140,6 +140,12 @@ func (k *Keys) middleware(scope string, required bool) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			r := &request{keys: k, scope: scope}
 			c.Set(ctxKey, r)
+			values := c.Request().Header.Values(Header)
+			if len(values) > 1 {
+				// Which one would be "the" key? Using the first lets a retry
+				// that sends the second make a second effect.
+				return httpx.BadRequest("idempotency_key_invalid", "send exactly one %s header", Header)
+			}
 			raw := c.Request().Header.Get(Header)
 			if raw == "" {
 				if required {
@@ -196,15 +202,32 @@ func Handle(c echo.Context, fn Func) error {
 // request ran; it must not finish.
 var errFenceLost = errors.New("idem: fence lost")
 
+// stepTimeout bounds the claim and the release, which run on a context the
+// client cannot cancel.
+const stepTimeout = 5 * time.Second
+
 func (k *Keys) handle(c echo.Context, r *request, fn Func) error {
 	ctx := c.Request().Context()
 	// At most a few rounds: each one either claims the record or finds it
 	// in a state that answers the request. A record can vanish between the
 	// failed claim and the read (released or purged), hence the loop.
 	for range 3 {
-		fence, claimed, err := k.claim(ctx, r)
+		// The claim runs on a context the client cannot cancel: a client
+		// that hangs up while the claim's COMMIT is on its way would
+		// otherwise see an error for a claim that did commit, and nobody
+		// would release it — its key would answer 409 in flight to every
+		// retry until the lock expired.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+		fence, claimed, err := k.claim(cctx, r)
+		cancel()
 		if err != nil {
 			return err
+		}
+		if claimed && ctx.Err() != nil {
+			// Claimed for a client that is gone: give the key back now.
+			count(r.scope, "released")
+			k.release(ctx, r, fence)
+			return ctx.Err()
 		}
 		if claimed {
 			return k.execute(c, r, fence, fn)
@@ -399,10 +422,18 @@ func finish(ctx context.Context, tx pgx.Tx, r *request, fence int64, resp respon
 // release forgets the record after an unexpected error. It runs even when
 // the request's context has ended (the client hung up mid-effect).
 func (k *Keys) release(ctx context.Context, r *request, fence int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
 	defer cancel()
-	// Best effort: if it fails, the lock expires and a retry takes over.
-	_, _ = k.pool.Exec(ctx, sqlRelease, r.scope, r.subject, r.key, fence)
+	// A connection lost under the request usually means the pool still
+	// holds more dead ones: each failed attempt discards its connection,
+	// so a few attempts reach a fresh one. If the database itself is
+	// unreachable, the lock expires and a retry takes over.
+	for range 3 {
+		_, err := k.pool.Exec(ctx, sqlRelease, r.scope, r.subject, r.key, fence)
+		if err == nil || !errors.Is(pg.MapError(err), pg.ErrUnavailable) || ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 // plain runs fn without a key (Optional routes).

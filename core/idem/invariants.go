@@ -12,7 +12,7 @@ var Invariants = []invariant.Invariant{
 	{
 		ID:        "IDEM-I1",
 		Module:    "idem",
-		Chapter:   "core §3 (idempotency keys)",
+		Chapter:   "idem",
 		Statement: "at most one record per (scope, subject, key); a finished record holds its response and an in-flight one a lock expiry",
 		SQL: `SELECT scope, subject, key, count(*) AS records, 'duplicate key' AS problem
 		        FROM idem_request GROUP BY scope, subject, key HAVING count(*) > 1

@@ -92,7 +92,7 @@ func readBody(c echo.Context) ([]byte, error) {
 	if req.Body == nil {
 		return nil, nil
 	}
-	b, err := io.ReadAll(req.Body)
+	b, err := httpx.ReadBody(req)
 	if err != nil {
 		return nil, err
 	}

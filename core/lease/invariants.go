@@ -2,8 +2,9 @@ package lease
 
 import "github.com/fencelab/fencelab/core/invariant"
 
-// Chapter is where the book argues this package's invariants.
-const Chapter = "distributed lock: leases and fencing tokens"
+// Chapter is the slug of the book's chapter 1 (core/lab.Chapters), where
+// this package's invariants are argued.
+const Chapter = "lease"
 
 // Invariants are the package's SQL invariants; its module lists them in
 // app.Module.Invariants.

@@ -9,7 +9,7 @@ var Invariants = []invariant.Invariant{
 	{
 		ID:        "OUTBOX-I1",
 		Module:    "outbox",
-		Chapter:   "core §4 (transactional outbox)",
+		Chapter:   "outbox",
 		Statement: "every processed inbox row refers to an existing event on one of its consumer's topics",
 		SQL: `SELECT i.consumer, i.event_id,
 			             CASE WHEN e.id IS NULL THEN 'no such event'
@@ -23,7 +23,7 @@ var Invariants = []invariant.Invariant{
 	{
 		ID:        "OUTBOX-I2",
 		Module:    "outbox",
-		Chapter:   "core §4 (transactional outbox)",
+		Chapter:   "outbox",
 		Statement: "no consumer position is past an event on its topics that it has not processed (no inbox row)",
 		SQL: `SELECT c.name AS consumer, e.id AS event_id, e.topic, e.tx_id::text AS tx_id,
 			             c.position_tx::text AS position_tx, c.position_id

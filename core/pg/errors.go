@@ -73,26 +73,58 @@ func MapError(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	// A connection that could not be opened, for whatever reason (refused,
+	// out of slots: "too many clients already", 53300), is the database
+	// being unavailable to us, not a bug in the request.
+	var ce2 *pgconn.ConnectError
+	if errors.As(err, &ce2) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		if kind, ok := sqlstate[pe.Code]; ok {
 			return &ConstraintError{Kind: kind, Constraint: pe.ConstraintName, Table: pe.TableName, Err: pe}
 		}
-		// Class 08 (connection exception) and the shutdown/start-up codes.
-		if strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" {
+		// 25006 (read-only transaction): a write reached a node that is
+		// no longer the primary — a failover in progress, not a bug.
+		if unavailableState(pe.Code) || pe.Code == "25006" {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err
 	}
-	var ce2 *pgconn.ConnectError
+	// The connection went away under a statement (an immediate stop, a
+	// killed backend, a cut network): the driver reports the socket's end
+	// (EOF, reset, broken pipe) or, on the next use, "conn closed". Whether
+	// a COMMIT in flight took effect is unknown, so this must never be
+	// answered as a plain failure (500): it is a 503 — "retry, with your
+	// idempotency key".
 	var ne net.Error
-	if errors.As(err, &ce2) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
-		if !errors.Is(err, ErrUnavailable) {
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// unavailableState reports the SQLSTATEs that mean "the database cannot
+// serve us right now": class 08 (connection exception), class 53
+// (insufficient resources — 53300 too_many_connections above all), the
+// shutdown and start-up codes of class 57P, and a session the server ended
+// for idleness (25P03, 57P05).
+func unavailableState(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
+		return true
+	}
+	switch code {
+	case "57P01", "57P02", "57P03", "57P05", "25P03":
+		return true
+	}
+	return false
 }
 
 // Constraint returns the violated constraint's name, or "" when err is not a

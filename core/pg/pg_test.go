@@ -125,3 +125,55 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 	require.ErrorIs(t, pg.MapError(err), pg.ErrUnavailable)
 	require.ErrorIs(t, pg.MapError(pg.MapError(err)), pg.ErrUnavailable, "idempotent")
 }
+
+// A pooled connection the server or a proxy has closed (HAProxy cuts the
+// old primary's sessions on a failover) fails with pgconn's "conn closed":
+// ErrUnavailable like any other lost connection, so HTTP answers 503.
+func TestClosedConnectionIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	_, err = conn.Exec(ctx, `SELECT 1`)
+	require.Error(t, err)
+	require.ErrorIs(t, pg.MapError(err), pg.ErrUnavailable, "%v", err)
+}
+
+// A write that reaches a node which is no longer the primary (25006
+// read_only_sql_transaction) is a failover in progress: ErrUnavailable.
+func TestWriteOnAReadOnlyNodeIsUnavailable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	err := pg.InTxOpts(ctx, db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `CREATE TABLE t (id int)`)
+		return err
+	})
+	require.ErrorIs(t, err, pg.ErrUnavailable)
+}
+
+// Connect takes a multi-host URL (libpq's syntax, as pgx parses it): with
+// target_session_attrs=read-write it skips hosts that are down or read-only
+// and lands on the primary — how a replica finds the database after a
+// failover without a proxy in between.
+func TestConnectThroughAMultiHostURL(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	cfg, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	dead := pgtest.FreePort(t)
+	multi := strings.Replace(url, fmt.Sprintf("%s:%d", cfg.Host, cfg.Port),
+		fmt.Sprintf("127.0.0.1:%d,%s:%d", dead, cfg.Host, cfg.Port), 1)
+	require.NotEqual(t, url, multi, "the URL names host:port")
+	sep := "?"
+	if strings.Contains(multi, "?") {
+		sep = "&"
+	}
+	pool, err := pg.Connect(context.Background(), multi+sep+"target_session_attrs=read-write", pg.PoolOptions{MaxConns: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	var readOnly bool
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT pg_is_in_recovery()`).Scan(&readOnly))
+	require.False(t, readOnly)
+}

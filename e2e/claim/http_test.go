@@ -79,11 +79,11 @@ func TestWorkflowRunIsVisibleToAdminsWithItsHistory(t *testing.T) {
 	}{
 		"user role":  {started.Job, user, 403, "forbidden"},
 		"no token":   {started.Job, "", 401, "unauthorized"},
-		"not a num":  {"/jobs/abc", admin, 400, "invalid_job_id"},
-		"zero":       {"/jobs/0", admin, 400, "invalid_job_id"},
-		"negative":   {"/jobs/-4", admin, 400, "invalid_job_id"},
-		"overflow":   {"/jobs/99999999999999999999", admin, 400, "invalid_job_id"},
-		"float":      {"/jobs/1.5", admin, 400, "invalid_job_id"},
+		"not a num":  {"/jobs/abc", admin, 400, "invalid_id"},
+		"zero":       {"/jobs/0", admin, 400, "invalid_id"},
+		"negative":   {"/jobs/-4", admin, 400, "invalid_id"},
+		"overflow":   {"/jobs/99999999999999999999", admin, 400, "invalid_id"},
+		"float":      {"/jobs/1.5", admin, 400, "invalid_id"},
 		"no such id": {"/jobs/987654", admin, 404, "job_not_found"},
 	} {
 		r := a.Do(t, e2etest.Req{Method: "GET", Path: tc.path, Token: tc.token})

@@ -98,8 +98,15 @@ var (
 
 // Main runs the package's tests, then removes the built binary and stops
 // the shared PostgreSQL. Every e2e package calls it from TestMain.
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainThen(m, nil) }
+
+// MainThen is Main with after run once the tests end (a package's shared
+// browser, say), before the shared parts are removed.
+func MainThen(m *testing.M, after func()) {
 	code := m.Run()
+	if after != nil {
+		after()
+	}
 	if binPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binPath))
 	}

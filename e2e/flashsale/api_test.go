@@ -79,7 +79,7 @@ func TestBadInputIs4xxAndWritesNothing(t *testing.T) {
 		{"admin cannot reserve", reserveReq(admin, sku, "bad-13"), 403, "forbidden"},
 		{"another user's reservation", getReq(other, mine.ID), 403, "forbidden"},
 		{"unknown reservation", getReq(owner, 999999), 404, "reservation_not_found"},
-		{"non-numeric reservation id", e2etest.Req{Method: http.MethodGet, Path: "/flashsale/reservations/abc", Token: owner}, 404, "reservation_not_found"},
+		{"non-numeric reservation id", e2etest.Req{Method: http.MethodGet, Path: "/flashsale/reservations/abc", Token: owner}, 400, "invalid_id"},
 		{"reservation without token", getReq("", mine.ID), 401, "unauthorized"},
 		{"stock of unknown sku", e2etest.Req{Method: http.MethodGet, Path: "/flashsale/skus/sku-lab-99"}, 404, "unknown_sku"},
 		{"stock of malformed sku", e2etest.Req{Method: http.MethodGet, Path: "/flashsale/skus/%20x"}, 404, "unknown_sku"},

@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/lease"
-	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/report"
 )
@@ -38,69 +35,4 @@ func instance(t *testing.T, a *e2etest.App, holder string, out report.Output) *r
 	svc, err := report.NewService(a.Deps, report.Config{Holder: holder, TTL: time.Hour, Interval: time.Minute, Output: out})
 	require.NoError(t, err)
 	return svc
-}
-
-// forceExpiry puts the lease exactly at its expiry boundary (expires_at =
-// now()): every later statement finds it expired. This replaces a sleep
-// past the TTL with an exact, instant injection.
-func forceExpiry(t *testing.T, db pg.Querier, name string, fence int64) {
-	t.Helper()
-	tag, err := db.Exec(ctx, `UPDATE lease SET expires_at = now() WHERE name = $1 AND fence = $2`, name, fence)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, tag.RowsAffected(), "lease %q at fence %d", name, fence)
-}
-
-type grant struct {
-	Holder string
-	Fence  int64
-}
-
-func grantsOf(t *testing.T, db pg.Querier, name string) []grant {
-	t.Helper()
-	rows, err := db.Query(ctx, `SELECT holder, fence FROM lease_grant WHERE name = $1 ORDER BY id`, name)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[grant])
-	require.NoError(t, err)
-	return out
-}
-
-type write struct {
-	Holder string
-	Fence  int64
-}
-
-func writesOf(t *testing.T, db pg.Querier, d time.Time) []write {
-	t.Helper()
-	rows, err := db.Query(ctx, `SELECT holder, fence FROM report_write WHERE report_date = $1 ORDER BY id`, d)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[write])
-	require.NoError(t, err)
-	return out
-}
-
-// unfencedOutput is report_output without the resource-side check: the
-// same upsert and write log as report.FencedOutput, minus lease.Guard and
-// minus the row's own fence condition, so the last writer wins. It exists
-// only to show what the lease alone cannot prevent.
-type unfencedOutput struct{ db pg.Querier }
-
-func (o unfencedOutput) Write(ctx context.Context, l lease.Lease, r report.Report) (report.Report, error) {
-	err := o.db.QueryRow(ctx, `
-		WITH written AS (
-		    INSERT INTO report_output (report_date, content, written_fence, written_by, written_at)
-		    VALUES ($1, $2, $3, $4, now())
-		    ON CONFLICT (report_date) DO UPDATE SET
-		        content = excluded.content, written_fence = excluded.written_fence,
-		        written_by = excluded.written_by, written_at = excluded.written_at
-		    RETURNING report_date, written_fence, written_by, written_at
-		), logged AS (
-		    INSERT INTO report_write (report_date, fence, holder, written_at)
-		    SELECT report_date, written_fence, written_by, written_at FROM written
-		)
-		SELECT written_at FROM written`, r.Date, r.Content, l.Fence, l.Holder).Scan(&r.WrittenAt)
-	if err != nil {
-		return report.Report{}, err
-	}
-	r.Fence, r.WrittenBy = l.Fence, l.Holder
-	return r, nil
 }

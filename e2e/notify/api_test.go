@@ -56,7 +56,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		"not a boolean":     {prefs, user42, `{"channels":{"email":"yes"}}`, 400, "invalid_field"},
 		"another user":      {"/notify/users/user-0043/preferences", user42, `{"channels":{"email":true}}`, 403, "forbidden"},
 		"service token":     {prefs, l.Svc, `{"channels":{"email":true}}`, 403, "forbidden"},
-		"admin, invalid id": {"/notify/users/user%20x/preferences", l.Admin, `{"channels":{"email":true}}`, 422, "invalid_user_id"},
+		"admin, invalid id": {"/notify/users/user%20x/preferences", l.Admin, `{"channels":{"email":true}}`, 400, "invalid_id"},
 	} {
 		r := l.Do(t, e2etest.Req{Method: "PUT", Path: tc.path, Token: tc.token, Body: tc.body})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
@@ -114,6 +114,10 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 	} {
 		r := l.Do(t, e2etest.Req{Method: tc.method, Path: tc.path, Token: tc.token})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
+		if r.Status == 200 {
+			// Personal reads are never cached (issue 20 item 17).
+			require.Equal(t, "no-store", r.Header.Get("Cache-Control"), name)
+		}
 	}
 	var got notify.Notification
 	l.Do(t, e2etest.Req{Method: "GET", Path: path, Token: user42}).JSON(t, &got)

@@ -130,7 +130,7 @@ func TestOrderBadInputIs4xxAndChangesNothing(t *testing.T) {
 		{"pay: someone else's order", order.PayReq(other, o.ID), 403, "forbidden"},
 		{"pay: admin", order.PayReq(admin, o.ID), 403, "forbidden"},
 		{"pay: unknown order", order.PayReq(owner, 999999), 404, "order_not_found"},
-		{"pay: not an id", e2etest.Req{Method: http.MethodPost, Path: "/flashsale/orders/abc/pay", Token: owner}, 404, "order_not_found"},
+		{"pay: not an id", e2etest.Req{Method: http.MethodPost, Path: "/flashsale/orders/abc/pay", Token: owner}, 400, "invalid_id"},
 		{"pay: a paid order", order.PayReq(other, po.ID), 409, "order_not_payable"},
 		{"get: someone else's order", e2etest.Req{Method: http.MethodGet, Path: "/flashsale/orders/" + fmt.Sprint(po.ID), Token: owner}, 403, "forbidden"},
 		{"callback: unknown order", cbReq(cbUnknown, sigUnknown), 404, "callback_order_not_found"},

@@ -61,8 +61,8 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 		"unknown account":      {postTo("acct-9999", "debits", tok), want{404, "account_not_found"}},
 		"someone else's":       {postTo("acct-0043", "debits", tok), want{403, "forbidden"}},
 		"a system account":     {postTo("sys:redemption", "debits", tok), want{403, "forbidden"}},
-		"malformed account id": {postTo("acct..%2F", "debits", tok), want{400, "invalid_account_id"}},
-		"too long account id":  {postTo(strings.Repeat("a", 65), "debits", tok), want{400, "invalid_account_id"}},
+		"malformed account id": {postTo("acct..%2F", "debits", tok), want{400, "invalid_id"}},
+		"too long account id":  {postTo(strings.Repeat("a", 65), "debits", tok), want{400, "invalid_id"}},
 		"admin debits":         {postTo("acct-0042", "debits", l.admin), want{403, "forbidden"}},
 		"user grants":          {postTo("acct-0042", "grants", tok), want{403, "forbidden"}},
 		"grant to unknown":     {postTo("acct-9999", "grants", l.admin), want{404, "account_not_found"}},
@@ -150,7 +150,7 @@ func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 	require.Equal(t, "forbidden", get(tok, gen.ID).Code())
 	require.Equal(t, "forbidden", get(tok, points.IssuanceAccount).Code())
 	require.Equal(t, "account_not_found", get(tok, "acct-9999").Code())
-	require.Equal(t, "invalid_account_id", get(tok, "-x").Code())
+	require.Equal(t, "invalid_id", get(tok, "-x").Code())
 	require.Equal(t, http.StatusUnauthorized, get("", "acct-0042").Status)
 	require.Equal(t, "no-store", get(tok, "acct-0042").Header.Get("Cache-Control"))
 	sys := l.account(t, points.IssuanceAccount)

@@ -3,7 +3,6 @@ package points_test
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
 	"net/http"
 	"testing"
 
@@ -122,33 +121,4 @@ func (l *lab) txnsOf(t *testing.T, client, key string) int {
 	require.NoError(t, l.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM points_ledger_txn WHERE client_id = $1 AND idem_key = $2`, client, key).Scan(&n))
 	return n
-}
-
-// recordedBody is the response idem stored for a key.
-func (l *lab) recordedBody(t *testing.T, scope, subject, key string) []byte {
-	t.Helper()
-	var b []byte
-	require.NoError(t, l.Pool.QueryRow(context.Background(),
-		`SELECT body FROM idem_request WHERE scope = $1 AND subject = $2 AND key = $3 AND state = 'done'`,
-		scope, subject, key).Scan(&b))
-	return b
-}
-
-func accountID(i int) string { return fmt.Sprintf("acct-%04d", i) }
-func ownerOf(i int) string   { return fmt.Sprintf("user-%04d", i) }
-
-// requireOneEventPerTxn: every ledger transaction appended exactly one
-// outbox event, of its kind, carrying its id, and no event names none.
-func (l *lab) requireOneEventPerTxn(t *testing.T) {
-	t.Helper()
-	var txns, events, matched int
-	require.NoError(t, l.Pool.QueryRow(context.Background(), `
-SELECT (SELECT count(*) FROM points_ledger_txn),
-       (SELECT count(*) FROM outbox_event WHERE topic IN ('points.debited', 'points.granted')),
-       (SELECT count(DISTINCT t.id) FROM points_ledger_txn t
-          JOIN outbox_event e ON (e.payload ->> 'id')::bigint = t.id
-                             AND e.topic = CASE t.kind WHEN 'debit' THEN 'points.debited' ELSE 'points.granted' END
-                             AND e.payload ->> 'account_id' = e.key)`).Scan(&txns, &events, &matched))
-	require.Positive(t, txns)
-	require.Equal(t, []int{txns, txns}, []int{events, matched})
 }

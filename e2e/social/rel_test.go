@@ -351,3 +351,10 @@ func TestREL04ResetOffsetAndReplayDoesNotResurrect(t *testing.T) {
 	}
 	requireStatus(t, e.read(t, "user-d", e.post(t, "user-cp", rel.Public).PostID), http.StatusForbidden, "forbidden")
 }
+
+// The lab's relations experiment: a replay after a lost position and inbox
+// resurrects nothing (and the naive view, applying without versions, does).
+func TestRELLabReplayDoesNotResurrect(t *testing.T) {
+	t.Parallel()
+	e2etest.Experiment(t, rel.ReplayDoesNotResurrect)
+}

@@ -115,7 +115,7 @@ func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 		expect(t, l.Do(t, e2etest.Req{Method: "GET", Path: "/upload/sessions/" + s.ID, Token: l.Bob}), 403, "forbidden")
 		expect(t, l.Do(t, e2etest.Req{Method: "DELETE", Path: "/upload/sessions/" + s.ID, Token: l.Bob}), 403, "forbidden")
 		expect(t, l.Put(t, l.Alice, "00000000-0000-4000-8000-000000000000", 0, parts[0], nil), 404, "session_not_found")
-		expect(t, l.Put(t, l.Alice, "..%2F..%2Fetc", 0, parts[0], nil), 404, "session_not_found")
+		expect(t, l.Put(t, l.Alice, "..%2F..%2Fetc", 0, parts[0], nil), 400, "invalid_id")
 		require.Equal(t, upload.SessionOpen, l.SessionState(t, s.ID))
 	})
 

@@ -48,28 +48,39 @@ func (h *handlers) notification(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	httpx.NoStore(c) // personal data, like every personal read
 	return c.JSON(http.StatusOK, n)
 }
 
 // putPreferences answers PUT /notify/users/{id}/preferences.
 func (h *handlers) putPreferences(c echo.Context) error {
+	user, err := userParam(c)
+	if err != nil {
+		return err
+	}
 	var req PreferencesRequest
 	if err := httpx.Bind(c, &req); err != nil {
 		return err
 	}
-	p, err := h.svc.PutPreferences(c.Request().Context(), c.Param("id"), req, httpx.PrincipalOf(c))
+	p, err := h.svc.PutPreferences(c.Request().Context(), user, req, httpx.PrincipalOf(c))
 	if err != nil {
 		return err
 	}
+	httpx.NoStore(c)
 	return c.JSON(http.StatusOK, p)
 }
 
 // getPreferences answers GET /notify/users/{id}/preferences.
 func (h *handlers) getPreferences(c echo.Context) error {
-	p, err := h.svc.Preferences(c.Request().Context(), c.Param("id"), httpx.PrincipalOf(c))
+	user, err := userParam(c)
 	if err != nil {
 		return err
 	}
+	p, err := h.svc.Preferences(c.Request().Context(), user, httpx.PrincipalOf(c))
+	if err != nil {
+		return err
+	}
+	httpx.NoStore(c)
 	return c.JSON(http.StatusOK, p)
 }
 
@@ -100,6 +111,7 @@ func (h *handlers) reviewQueue(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	httpx.NoStore(c)
 	return c.JSON(http.StatusOK, page)
 }
 
@@ -141,11 +153,15 @@ func (h *handlers) loopbackFault(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"channel": c.Param("channel"), "armed": armed})
 }
 
-func pathID(c echo.Context, name string) (int64, error) {
-	raw := c.Param(name)
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id < 1 {
-		return 0, httpx.BadRequest("invalid_"+name+"_id", "%s must be a positive integer", name).With("field", name)
+// pathID reads a numeric path id under the one rule (httpx.ParamID).
+func pathID(c echo.Context, name string) (int64, error) { return httpx.ParamID(c, name) }
+
+// userParam reads the {id} of /notify/users/{id}/…: a malformed user id
+// is 400 invalid_id, like every malformed path id.
+func userParam(c echo.Context) (string, error) {
+	id := c.Param("id")
+	if !httpx.ValidSubject(id) {
+		return "", httpx.InvalidID("id", "a user id (1-128 characters of A-Z a-z 0-9 . _ : @ -)")
 	}
 	return id, nil
 }

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -60,10 +59,9 @@ type JobView struct {
 
 func getJob(jobs *claim.Client) echo.HandlerFunc {
 	return func(ec echo.Context) error {
-		raw := ec.Param("id")
-		id, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || id < 1 || len(raw) > 19 {
-			return httpx.BadRequest("invalid_job_id", "job id must be a positive integer").With("field", "id")
+		id, err := httpx.ParamID(ec, "id") // the one rule: 400 invalid_id
+		if err != nil {
+			return err
 		}
 		j, events, err := jobs.Get(ec.Request().Context(), id, MaxEventsShown+1)
 		if err != nil {

@@ -16,7 +16,8 @@ import (
 func Idem() app.Module {
 	return app.Module{
 		Name: "idem", Chapter: "idem",
-		Invariants: idem.Invariants,
+		Invariants:  idem.Invariants,
+		Experiments: IdemExperiments,
 		Build: func(d app.Deps) (app.Runtime, error) {
 			if d.Metrics != nil {
 				for _, c := range idem.Collectors() {

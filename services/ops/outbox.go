@@ -26,8 +26,9 @@ const EnvOutboxDemo = "FENCELAB_OUTBOX_DEMO"
 func Outbox() app.Module {
 	return app.Module{
 		Name: "outbox", Chapter: "outbox",
-		Invariants: outbox.Invariants,
-		Build:      buildOutbox,
+		Invariants:  outbox.Invariants,
+		Experiments: OutboxExperiments,
+		Build:       buildOutbox,
 	}
 }
 

@@ -45,7 +45,7 @@ var Errors = []httpx.ErrorMapping{
 	httpx.Map(ErrDuplicateTxn, http.StatusConflict, "duplicate_transaction"),
 	httpx.Map(ErrInvalidAmount, http.StatusUnprocessableEntity, "invalid_amount"),
 	httpx.Map(ErrInvalidReason, http.StatusUnprocessableEntity, "invalid_reason"),
-	httpx.Map(ErrInvalidAccountID, http.StatusBadRequest, "invalid_account_id"),
+	httpx.Map(ErrInvalidAccountID, http.StatusBadRequest, "invalid_id"), // the one rule for malformed ids
 	httpx.Map(ErrInvalidOwner, http.StatusUnprocessableEntity, "invalid_owner"),
 	httpx.Map(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor"),
 	httpx.Map(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit"),

@@ -2,9 +2,10 @@ package points
 
 import "github.com/fencelab/fencelab/core/invariant"
 
-const chapter = "points account"
+// chapter is the slug of the book's chapter 5 (core/lab.Chapters).
+const chapter = "points"
 
-// The invariants of spec 20. Each query returns the rows that break it.
+// The points invariants (chapter 5). Each query returns the rows that break it.
 var Invariants = []invariant.Invariant{
 
 	{

@@ -17,5 +17,5 @@ func routes(e *echo.Echo, h *handlers, auth *httpx.Auth, keys *idem.Keys) {
 	e.GET("/points/accounts/:id/entries", h.entries, signedIn)
 	e.POST("/points/accounts/:id/debits", h.debit, auth.Require(httpx.RoleUser), keys.Require("points.debit"))
 	e.POST("/points/accounts/:id/grants", h.grant, auth.Require(httpx.RoleAdmin, httpx.RoleService), keys.Require("points.grant"))
-	e.POST("/points/admin/recompute", h.recompute, admin)
+	e.POST("/points/admin/recompute", h.recompute, admin, httpx.NoBody)
 }

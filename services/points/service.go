@@ -127,6 +127,9 @@ func (s *Service) CreateAccount(ctx context.Context, q pg.Querier, req CreateAcc
 	if !httpx.ValidSubject(req.Owner) {
 		return Account{}, fmt.Errorf("%w: owner must be a user id such as user-0042", ErrInvalidOwner)
 	}
+	if httpx.Reserved(req.Owner) {
+		return Account{}, fmt.Errorf("%w: %q is reserved for the system accounts", ErrInvalidOwner, req.Owner)
+	}
 	id := req.ID
 	if id == "" {
 		id = "acct-" + strings.ToLower(crand.Text()[:16])

@@ -10,7 +10,7 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "report", Chapter: "lease",
-		Invariants: Invariants, Errors: Errors, Build: build,
+		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
 	}
 }
 

@@ -1,7 +1,11 @@
 package shortlink
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,6 +54,11 @@ type Config struct {
 	// shortlink.purge kind deletes older ones, and the per-link counters
 	// keep the totals (SL-I5).
 	ClickRetention time.Duration
+	// BaseURL is the public address short links are built on
+	// (short_url = BaseURL + "/s/" + code). It is configured, never taken
+	// from the request's Host header, which any client can set. Default:
+	// http:// and the listen address.
+	BaseURL string
 }
 
 // Setting names, as environment variables.
@@ -65,6 +74,7 @@ const (
 	EnvStatsMaxConns  = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
 	EnvStatsTimeout   = "FENCELAB_SHORTLINK_STATS_TIMEOUT"
 	EnvStatsAttempts  = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
+	EnvBaseURL        = "FENCELAB_SHORTLINK_BASE_URL"
 	EnvClickRetention = "FENCELAB_SHORTLINK_CLICK_RETENTION"
 )
 
@@ -104,6 +114,16 @@ func LoadConfig(ac app.Config) (Config, error) {
 	r.Duration(EnvStatsTimeout, &c.StatsTimeout, time.Millisecond, time.Minute)
 	r.Int(EnvStatsAttempts, &c.StatsAttempts, 1, 100)
 	r.Duration(EnvClickRetention, &c.ClickRetention, time.Hour, 10*366*24*time.Hour)
+	c.BaseURL = defaultBaseURL(ac.Addr)
+	r.String(EnvBaseURL, &c.BaseURL, func(v string) error {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return errors.New("want an absolute http(s) URL with no path, like https://go.example.com")
+		}
+		return nil
+	})
+	c.BaseURL = strings.TrimSuffix(c.BaseURL, "/")
 	if r.Err() != nil {
 		return Config{}, r.Err()
 	}
@@ -114,4 +134,17 @@ func LoadConfig(ac app.Config) (Config, error) {
 	// lookup may not be allowed to run longer than that.
 	c.LookupTimeout = min(c.LookupTimeout, c.CacheTTL)
 	return c, nil
+}
+
+// defaultBaseURL is http:// and the listen address, with an unspecified
+// host (":8080", "0.0.0.0:8080") read as localhost.
+func defaultBaseURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://localhost:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

@@ -14,7 +14,11 @@ type handlers struct{ svc *Service }
 // revoked or expired. No authentication: anyone holding the link may
 // follow it.
 func (h *handlers) redirect(c echo.Context) error {
-	target, err := h.svc.Visit(c.Request().Context(), c.Param("code"))
+	visit := h.svc.Visit
+	if c.Request().Method == http.MethodHead {
+		visit = h.svc.Peek
+	}
+	target, err := visit(c.Request().Context(), c.Param("code"))
 	if err != nil {
 		return err
 	}
@@ -31,7 +35,7 @@ func (h *handlers) create(c echo.Context) error {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/shortlink/links/"+l.Code)
-	return c.JSON(http.StatusCreated, withShortURL(c, l))
+	return c.JSON(http.StatusCreated, h.withShortURL(l))
 }
 
 func (h *handlers) get(c echo.Context) error {
@@ -39,7 +43,7 @@ func (h *handlers) get(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, withShortURL(c, l))
+	return c.JSON(http.StatusOK, h.withShortURL(l))
 }
 
 func (h *handlers) revoke(c echo.Context) error {
@@ -47,7 +51,7 @@ func (h *handlers) revoke(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, withShortURL(c, l))
+	return c.JSON(http.StatusOK, h.withShortURL(l))
 }
 
 func (h *handlers) stats(c echo.Context) error {
@@ -59,9 +63,9 @@ func (h *handlers) stats(c echo.Context) error {
 	return c.JSON(http.StatusOK, st)
 }
 
-// withShortURL fills the link's public URL from the request's scheme and
-// host: the caller sees the address it used to reach us.
-func withShortURL(c echo.Context, l Link) Link {
-	l.ShortURL = c.Scheme() + "://" + c.Request().Host + "/s/" + l.Code
+// withShortURL fills the link's public URL from the configured base URL
+// (never from the request's Host header, which the client chooses).
+func (h *handlers) withShortURL(l Link) Link {
+	l.ShortURL = h.svc.baseURL + "/s/" + l.Code
 	return l
 }

@@ -11,6 +11,7 @@ import (
 func routes(e *echo.Echo, h *handlers, auth *httpx.Auth) {
 	signedIn := auth.Require()
 	e.GET("/s/:code", h.redirect)
+	e.HEAD("/s/:code", h.redirect) // link checkers ask HEAD: same status and Location, no body
 	e.POST("/shortlink/links", h.create, signedIn)
 	e.GET("/shortlink/links/:code", h.get, signedIn)
 	e.POST("/shortlink/links/:code/revoke", h.revoke, signedIn)

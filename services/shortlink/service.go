@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,6 +33,7 @@ type Service struct {
 	// collisions).
 	newCode func() string
 	now     func() time.Time
+	baseURL string // Config.BaseURL
 }
 
 // Create stores a new link owned by owner: under req.Alias when given
@@ -49,6 +51,9 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		if err := ValidateAlias(req.Alias); err != nil {
 			return Link{}, err
 		}
+		// Aliases are case-insensitive: stored in lower case, so "CH9"
+		// and "ch9" are one alias (the second is 409 alias_taken).
+		req.Alias = strings.ToLower(req.Alias)
 		l, created, err := createLink(ctx, s.db, req.Alias, req.Target, owner, true, req.ExpiresAt)
 		switch {
 		case err != nil:
@@ -141,6 +146,16 @@ func (s *Service) Stats(ctx context.Context, actor httpx.Principal, code string)
 // revocation is seen within CacheTTL (SL-I2). Recording never waits on the
 // stats side (SL-I3).
 func (s *Service) Visit(ctx context.Context, code string) (string, error) {
+	return s.visit(ctx, code, true)
+}
+
+// Peek is Visit without the click: HEAD /s/{code} (link checkers,
+// previews) answers the same status and Location and counts nothing.
+func (s *Service) Peek(ctx context.Context, code string) (string, error) {
+	return s.visit(ctx, code, false)
+}
+
+func (s *Service) visit(ctx context.Context, code string, click bool) (string, error) {
 	if !validCode(code) {
 		return "", ErrNotFound
 	}
@@ -156,7 +171,9 @@ func (s *Service) Visit(ctx context.Context, code string) (string, error) {
 	case !rt.expiresAt.IsZero() && !now.Before(rt.expiresAt):
 		return "", ErrExpired
 	}
-	s.clicks.Record(code, now)
+	if click {
+		s.clicks.Record(code, now)
+	}
 	return rt.target, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -23,13 +24,21 @@ const (
 // MaxExpiry is how far in the future an expiry may be set.
 const MaxExpiry = 10 * 365 * 24 * time.Hour
 
-// reserved are aliases refused because they read as parts of the service
-// (compared case-insensitively).
-var reserved = map[string]bool{
-	"admin": true, "api": true, "app": true, "assets": true, "healthz": true,
-	"help": true, "links": true, "login": true, "logout": true, "metrics": true,
-	"new": true, "readyz": true, "shortlink": true, "static": true, "www": true,
-}
+// reserved is the one list of aliases refused because they read as parts
+// of the service: every module's name and top-level path, the operational
+// endpoints and a few words of any web service (compared
+// case-insensitively: aliases are lower case).
+var reserved = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`
+		admin api app assets healthz help links login logout metrics new readyz static www
+		shortlink s points flashsale orders reservations social feed likes relations rel
+		notify notifications upload uploads workflow workflows report reports jobs outbox
+		idem lease claim failover fencelab system`) {
+		m[w] = true
+	}
+	return m
+}()
 
 // ValidateTarget accepts an absolute http or https URL of at most
 // MaxTargetLen bytes made only of the characters RFC 3986 allows. That
@@ -63,6 +72,11 @@ func ValidateTarget(raw string) error {
 		return fmt.Errorf("%w: user information (user:password@) is not allowed", ErrInvalidTarget)
 	case u.Hostname() == "":
 		return fmt.Errorf("%w: host is required", ErrInvalidTarget)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%w: port must be 1..65535", ErrInvalidTarget)
+		}
 	}
 	return nil
 }

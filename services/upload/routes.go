@@ -26,5 +26,5 @@ func routes(e *echo.Echo, h *handlers, auth *httpx.Auth) {
 	e.GET("/upload/files/:id", h.read, signedIn)
 	e.HEAD("/upload/files/:id", h.read, signedIn)
 	e.GET("/upload/files/:id/info", h.fileInfo, signedIn)
-	e.POST("/upload/gc", h.gc, auth.Require(httpx.RoleAdmin, httpx.RoleService))
+	e.POST("/upload/gc", h.gc, auth.Require(httpx.RoleAdmin, httpx.RoleService), httpx.NoBody)
 }

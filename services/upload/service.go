@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -71,7 +72,7 @@ func (s *Service) buf() *[]byte { return s.bufs.Get().(*[]byte) }
 
 func (s *Service) session(ctx context.Context, p httpx.Principal, id string) (Session, error) {
 	if checkSession(id) != nil {
-		return Session{}, ErrSessionNotFound
+		return Session{}, httpx.InvalidID("id", "a session id (a UUID)") // the one rule for malformed ids
 	}
 	sess, err := getSession(ctx, s.db, id)
 	if err != nil {
@@ -450,8 +451,10 @@ func validCommit(req CommitRequest) (string, json.RawMessage, error) {
 		return "", nil, fmt.Errorf("%w: name must be 1..255 bytes", ErrInvalidName)
 	case !utf8.ValidString(name):
 		return "", nil, fmt.Errorf("%w: name must be UTF-8", ErrInvalidName)
-	case strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '/' || r == '\\' }):
-		return "", nil, fmt.Errorf("%w: name must not contain control characters or path separators", ErrInvalidName)
+	case strings.ContainsFunc(name, unsafeNameRune):
+		return "", nil, fmt.Errorf("%w: name must not contain control, format (bidi) characters or path separators", ErrInvalidName)
+	case strings.Trim(name, ". ") == "":
+		return "", nil, fmt.Errorf("%w: name must not be only dots or spaces", ErrInvalidName)
 	}
 	meta := bytes.TrimSpace(req.Metadata)
 	if len(meta) == 0 || string(meta) == "null" {
@@ -469,8 +472,8 @@ func validCommit(req CommitRequest) (string, json.RawMessage, error) {
 
 // File returns a file's metadata (any state) to its owner.
 func (s *Service) File(ctx context.Context, p httpx.Principal, id string) (File, error) {
-	if _, err := uuid.Parse(id); err != nil {
-		return File{}, ErrFileNotFound
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return File{}, httpx.InvalidID("id", "a file id (a UUID)") // the one rule for malformed ids
 	}
 	f, err := getFile(ctx, s.db, id)
 	if err != nil {
@@ -506,3 +509,13 @@ func (s *Service) Open(ctx context.Context, p httpx.Principal, id string) (File,
 
 // jobKey is the fault-point key of a processing job.
 func jobKey(id int64) string { return strconv.FormatInt(id, 10) }
+
+// unsafeNameRune refuses what makes a file name lie or escape when it is
+// shown or saved: control characters (C0, DEL, C1), Unicode format
+// characters — bidi overrides and isolates ("invoice\u202egpj.exe" shows
+// as "invoiceexe.jpg"), zero-width joiners, the BOM — line and paragraph
+// separators, and path separators.
+func unsafeNameRune(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == '/' || r == '\\' ||
+		unicode.Is(unicode.Cf, r) || r == 0x2028 || r == 0x2029
+}

@@ -168,3 +168,17 @@ func TestChecksumHeaders(t *testing.T) {
 		require.True(t, errors.Is(err, ErrChecksumHeader), "%v: %v", h, err)
 	}
 }
+
+// Issue 20 item 15: a file name that lies when shown ("invoice\u202egpj.exe"
+// displays as "invoiceexe.jpg") or names a directory ("..") is refused.
+func TestFileNamesRefuseBidiControlAndDotOnly(t *testing.T) {
+	for _, bad := range []string{"invoice\u202egpj.exe", "a\u2066b", "zero\u200bwidth", "bom\ufeff", "line\u2028sep",
+		"c1\u0085", "tab\tname", "..", ".", "...", " . ", "a/b", `a\b`} {
+		_, _, err := validCommit(CommitRequest{Name: bad})
+		require.ErrorIs(t, err, ErrInvalidName, "%q", bad)
+	}
+	for _, good := range []string{"photo.bin", "..hidden", "résumé 2026.pdf", "日本語.txt", "a.b.c"} {
+		_, _, err := validCommit(CommitRequest{Name: good})
+		require.NoError(t, err, "%q", good)
+	}
+}

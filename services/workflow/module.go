@@ -22,7 +22,10 @@ const EnvToolURL = "FENCELAB_WORKFLOW_TOOL_URL"
 func Module() app.Module {
 	return app.Module{
 		Name: "workflow", Chapter: "failover",
-		Build: build,
+		// The claim chapter's experiments run this module's kind (their
+		// IDs place them in chapter 2).
+		Experiments: Experiments,
+		Build:       build,
 	}
 }
 

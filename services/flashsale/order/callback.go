@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelab/fencelab/core/fakeprovider"
+	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg"
 )
 
@@ -197,13 +197,15 @@ func pickCharge(effects []fakeprovider.Effect, chargeKey string) (fakeprovider.E
 // parseCallback decodes a verified body strictly.
 func parseCallback(body []byte) (fakeprovider.Callback, error) {
 	var cb fakeprovider.Callback
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cb); err != nil {
-		return cb, fmt.Errorf("%w: %v", ErrCallbackMalformed, err)
-	}
-	if dec.More() {
-		return cb, fmt.Errorf("%w: trailing data", ErrCallbackMalformed)
+	// The same strict rules as every request body (httpx.DecodeJSON): no
+	// duplicate or case-variant keys, no text the database cannot store.
+	if err := httpx.DecodeJSON(body, &cb); err != nil {
+		detail := "malformed JSON"
+		var p *httpx.Problem
+		if errors.As(err, &p) {
+			detail = p.Detail
+		}
+		return cb, fmt.Errorf("%w: %s", ErrCallbackMalformed, detail)
 	}
 	switch {
 	case cb.ID == "" || len(cb.ID) > 255:

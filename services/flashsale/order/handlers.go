@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
@@ -115,10 +114,6 @@ func (h *handlers) reconcile(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-func orderID(c echo.Context) (int64, error) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, ErrNotFound
-	}
-	return id, nil
-}
+// orderID reads the order id under the one rule for path ids
+// (httpx.ParamID: 400 invalid_id when malformed).
+func orderID(c echo.Context) (int64, error) { return httpx.ParamID(c, "id") }

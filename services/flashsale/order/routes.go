@@ -15,5 +15,5 @@ func routes(e *echo.Echo, h *handlers, auth *httpx.Auth, keys *idem.Keys) {
 	e.GET("/flashsale/orders/:id", h.get, auth.Require())
 	e.POST("/flashsale/orders/:id/pay", h.pay, auth.Require(httpx.RoleUser))
 	e.POST(CallbackPath, h.callback)
-	e.POST("/flashsale/admin/reconcile", h.reconcile, auth.Require(httpx.RoleAdmin, httpx.RoleService))
+	e.POST("/flashsale/admin/reconcile", h.reconcile, auth.Require(httpx.RoleAdmin, httpx.RoleService), httpx.NoBody)
 }

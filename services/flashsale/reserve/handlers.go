@@ -66,9 +66,9 @@ func (h *handlers) shed(next echo.HandlerFunc) echo.HandlerFunc {
 
 // get answers GET /flashsale/reservations/{id} for the owner (or an admin).
 func (h *handlers) get(c echo.Context) error {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return ErrNotFound
+	id, err := httpx.ParamID(c, "id")
+	if err != nil {
+		return err
 	}
 	r, err := h.svc.Get(c.Request().Context(), httpx.PrincipalOf(c), id)
 	if err != nil {

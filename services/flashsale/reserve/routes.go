@@ -15,6 +15,6 @@ func routes(e *echo.Echo, h *handlers, auth *httpx.Auth) {
 	e.POST("/flashsale/reservations", h.reserve, h.shed, auth.Require(httpx.RoleUser))
 	e.GET("/flashsale/reservations/:id", h.get, auth.Require())
 	e.GET("/flashsale/skus/:sku", h.stock)
-	e.POST("/flashsale/admin/release-expired", h.releaseExpired, internal)
+	e.POST("/flashsale/admin/release-expired", h.releaseExpired, internal, httpx.NoBody)
 	e.GET("/flashsale/admin/admission", h.admission, internal)
 }

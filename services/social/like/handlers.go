@@ -16,7 +16,7 @@ type handlers struct{ svc *Service }
 // refused, not ignored.
 func (h *handlers) set(liked bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		item, err := itemParam(c.Param("id"))
+		item, err := httpx.ParamID(c, "id")
 		if err != nil {
 			return err
 		}
@@ -33,7 +33,7 @@ func (h *handlers) set(liked bool) echo.HandlerFunc {
 
 // likes answers the item's count, its pending events and error bound.
 func (h *handlers) likes(c echo.Context) error {
-	item, err := itemParam(c.Param("id"))
+	item, err := httpx.ParamID(c, "id")
 	if err != nil {
 		return err
 	}

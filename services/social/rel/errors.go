@@ -50,7 +50,7 @@ var Errors = []httpx.ErrorMapping{
 	httpx.Map(ErrNotAuthor, http.StatusForbidden, "not_author"),
 	httpx.Map(ErrInvalidVisibility, http.StatusUnprocessableEntity, "invalid_visibility"),
 	httpx.Map(ErrInvalidBody, http.StatusUnprocessableEntity, "invalid_body"),
-	httpx.Map(ErrInvalidUser, http.StatusBadRequest, "invalid_user"),
+	httpx.Map(ErrInvalidUser, http.StatusBadRequest, "invalid_id"), // the one rule for malformed ids
 	httpx.Map(ErrInvalidCursor, http.StatusBadRequest, "invalid_cursor"),
 	httpx.Map(ErrInvalidLimit, http.StatusBadRequest, "invalid_limit"),
 	httpx.Map(ErrInvalidPostID, http.StatusBadRequest, "invalid_post_id"),

@@ -201,10 +201,5 @@ func limitParam(c echo.Context) (int, error) {
 	return n, nil
 }
 
-func postIDParam(c echo.Context) (int64, error) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id < 1 {
-		return 0, ErrInvalidPostID
-	}
-	return id, nil
-}
+// postIDParam reads the post id under the one rule for path ids.
+func postIDParam(c echo.Context) (int64, error) { return httpx.ParamID(c, "id") }

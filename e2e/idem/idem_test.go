@@ -1,0 +1,26 @@
+// Package idem_test runs the idempotency chapter's experiments
+// (services/ops/idemlab.go); core/idem's own tests cover the library's
+// validation and bookkeeping.
+package idem_test
+
+import (
+	"testing"
+
+	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/ops"
+)
+
+func TestMain(m *testing.M) { e2etest.Main(m) }
+
+// idem/concurrent-same-key (naive: a check-then-insert of the key, caught
+// by IDEM-I1).
+func TestIdempotencyConcurrentSameKeyOneEffect(t *testing.T) {
+	t.Parallel()
+	e2etest.Experiment(t, ops.IdemConcurrentSameKey)
+}
+
+// idem/crashed-request-taken-over: the stalled-holder timeline on a key.
+func TestIdempotencyCrashedRequestIsTakenOver(t *testing.T) {
+	t.Parallel()
+	e2etest.Experiment(t, ops.IdemCrashedRequest)
+}
