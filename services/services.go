@@ -6,9 +6,11 @@ package services
 import (
 	"sync"
 
+	"github.com/fencelab/fencelab/api"
 	claimbench "github.com/fencelab/fencelab/bench/claim"
 	feedbench "github.com/fencelab/fencelab/bench/feed"
 	flashsalebench "github.com/fencelab/fencelab/bench/flashsale"
+	growthbench "github.com/fencelab/fencelab/bench/growth"
 	outboxbench "github.com/fencelab/fencelab/bench/outbox"
 	pointsbench "github.com/fencelab/fencelab/bench/points"
 	shortlinkbench "github.com/fencelab/fencelab/bench/shortlink"
@@ -36,9 +38,9 @@ import (
 // services → bench → services/<module> acyclic.
 func Modules() []app.Module {
 	return []app.Module{
-		ops.Lease(),                                    // 1 lease
-		report.Module(),                                // 1 lease: the daily report behind the fence guard
-		with(ops.Claim(), claimbench.Bench),            // 2 claim
+		ops.Lease(),     // 1 lease
+		report.Module(), // 1 lease: the daily report behind the fence guard
+		with(ops.Claim(), claimbench.Bench, growthbench.Bench), // 2 claim; growth: every module's retention and history-bound queries
 		ops.Idem(),                                     // 3 idem
 		with(ops.Outbox(), outboxbench.Bench),          // 4 outbox
 		with(points.Module(), pointsbench.Bench),       // 5 points
@@ -48,6 +50,7 @@ func Modules() []app.Module {
 		with(shortlink.Module(), shortlinkbench.Bench), // 12 shortlink
 		with(upload.Module(), uploadbench.Bench),       // 13 upload
 		workflow.Module(),                              // 14 failover
+		api.Module(),                                   // the HTTP contract: GET /openapi.json, /openapi.yaml, /docs/api
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/labenv"
 )
 
 // runBench is `fencelab bench NAME`: the benches the modules list (each
@@ -16,7 +16,7 @@ import (
 // never on DATABASE_URL or the dev database — and print their figures,
 // ending with one RESULT line; they are never timed tests.
 func runBench(args []string) error {
-	mods := services.Modules()
+	mods := labenv.Modules(nil) // every module and the console (its bench runs no experiment)
 	benches, err := app.Benches(mods)
 	if err != nil {
 		return err

@@ -377,6 +377,7 @@ func printBanner(p *app.Process, addr, envFile string) {
 		mods = append(mods, m.Name)
 	}
 	fmt.Printf(`
+Console:  %[1]s/   (sign in with the ADMIN token below)
 Fencelab is running at %[1]s   (Ctrl-C stops it and its PostgreSQL)
   modules:  %[2]s
   database: %[3]s

@@ -27,6 +27,7 @@ Usage:
   fencelab bench NAME [flags]       benchmarks (fencelab bench --help lists them)
   fencelab seed social --users N --seed S
                                     load a generated follow graph with posts into DATABASE_URL
+  fencelab openapi [--yaml]         print the HTTP contract (OpenAPI 3.1; also GET /openapi.json)
 
 Every subcommand takes --help. Configuration comes from flags or the
 environment: DATABASE_URL, FENCELAB_ADDR, FENCELAB_TOKEN_SECRET,
@@ -50,6 +51,7 @@ var commands = map[string]func(args []string) error{
 	"psql":    runPsql,
 	"lab":     runLab,
 	"docs":    runDocs,
+	"openapi": runOpenAPI,
 }
 
 // errUsage marks an error whose message is already printed (exit 2).

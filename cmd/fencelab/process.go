@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/labenv"
 )
 
 // openProcess builds the deployable (app.Build over services.Modules),
@@ -23,7 +23,10 @@ func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool,
 	if cfg.TokenSecret == "" {
 		return nil, errNoSecret
 	}
-	p, err := app.Build(ctx, cfg, services.Modules(), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
+	// labenv.Modules is services.Modules and the console; the console's lab
+	// cluster is made on its first run and removed by the console's task
+	// when the process stops.
+	p, err := app.Build(ctx, cfg, labenv.Modules(labenv.NewRunner(cfg.Logger())), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
 	if err != nil {
 		return nil, connectHint(err, cfg.DatabaseURL)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
@@ -300,24 +301,30 @@ func TestDecisionsSettleJobsInReview(t *testing.T) {
 	invariants.Assert(t, b.pool, "claim")
 }
 
-// A periodic kind adds one job per slot forever; finished slots past the
-// retention are purged with their history, while a slot still running, a
-// recent slot and any job with a business key of its own stay.
-func TestPurgeSlotsDropsOnlyOldFinishedPeriodicRuns(t *testing.T) {
+// Finished jobs past the retention are purged with their history; a job
+// still running, a recent one, one waiting for review and every job of a
+// kind registered with KeepFinished stay.
+func TestPurgeFinishedDropsOnlyOldFinishedJobsOfUnkeptKinds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, claim.Kind{Name: "t.tick", Every: time.Minute, Handle: noop}, claim.Kind{Name: "t.work", Handle: noop})
+	b := setup(t, claim.Kind{Name: "t.tick", Every: time.Minute, Handle: noop}, claim.Kind{Name: "t.work", Handle: noop},
+		claim.Kind{Name: "t.kept", Handle: noop, KeepFinished: true})
 	ctx := context.Background()
 	enq := func(kind, key string) int64 {
 		id, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: kind, BusinessKey: key})
 		require.NoError(t, err)
 		return id
 	}
-	oldSlot, newSlot, running, own := enq("t.tick", "every:1000"), enq("t.tick", "every:2000"), enq("t.tick", "every:3000"), enq("t.work", "order-1")
-	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Owner: "test-a", Kinds: []string{"t.tick", "t.work"}, Limit: 10, Lease: time.Minute})
+	oldSlot, newSlot, running := enq("t.tick", "every:1000"), enq("t.tick", "every:2000"), enq("t.tick", "every:3000")
+	oldWork, failed, kept := enq("t.work", "order-1"), enq("t.work", "order-2"), enq("t.kept", "file-1")
+	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Owner: "test-a", Kinds: []string{"t.tick", "t.work", "t.kept"}, Limit: 10, Lease: time.Minute})
 	require.NoError(t, err)
-	require.Len(t, jobs, 4)
+	require.Len(t, jobs, 6)
 	for _, j := range jobs {
-		if j.ID != running {
+		switch j.ID {
+		case running:
+		case failed:
+			require.NoError(t, b.c.Fail(ctx, j, claim.Permanent(errors.New("no"))))
+		default:
 			require.NoError(t, b.c.Complete(ctx, j, nil))
 		}
 	}
@@ -325,16 +332,53 @@ func TestPurgeSlotsDropsOnlyOldFinishedPeriodicRuns(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE job SET updated_at = now() - interval '2 days' WHERE id <> $1`, newSlot)
 	require.NoError(t, err)
 
-	n, err := b.c.PurgeSlots(ctx, 24*time.Hour, 100)
+	n, err := b.c.PurgeFinished(ctx, 24*time.Hour, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "one batch of two")
+	n, err = b.c.PurgeFinished(ctx, 24*time.Hour, 2)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	var left []int64
 	rows, err := b.pool.Query(ctx, `SELECT id FROM job ORDER BY id`)
 	require.NoError(t, err)
-	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
-	require.Equal(t, []int64{newSlot, running, own}, left)
-	require.Empty(t, events(t, b.pool, oldSlot), "the purged job's history went with it")
-	require.NotEmpty(t, events(t, b.pool, own))
+	require.Equal(t, []int64{newSlot, running, kept}, left)
+	for _, id := range []int64{oldSlot, oldWork, failed} {
+		require.Empty(t, events(t, b.pool, id), "a purged job's history went with it")
+	}
+	require.NotEmpty(t, events(t, b.pool, kept))
 	invariants.Assert(t, b.pool, "claim")
+}
+
+// The queue collector reports its own health: fencelab_collector_up is 1
+// while its queries succeed and 0 (with a log line) once they fail — a
+// failed scrape never looks like an empty queue.
+func TestQueueCollectorFailureIsVisibleAsCollectorUpZero(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	reg := prometheus.NewRegistry()
+	c := claim.NewClient(pool, claim.Options{Owner: "test-a", Metrics: reg})
+	require.NoError(t, c.Register(claim.Kind{Name: "t.work", Handle: noop}))
+	_, _, err := c.Enqueue(context.Background(), pool, claim.NewJob{Kind: "t.work", BusinessKey: "one"})
+	require.NoError(t, err)
+	up := func() float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "fencelab_collector_up" {
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "collector" && l.GetValue() == "claim_queue" {
+							return m.GetGauge().GetValue()
+						}
+					}
+				}
+			}
+		}
+		t.Fatal("no fencelab_collector_up{collector=\"claim_queue\"}")
+		return -1
+	}
+	require.Equal(t, 1.0, up())
+	pool.Close()
+	require.Equal(t, 0.0, up(), "a closed pool fails the scrape's queries")
 }

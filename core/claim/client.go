@@ -147,6 +147,20 @@ func (c *Client) rerunnable() []string {
 	return out
 }
 
+// kept lists the registered kinds whose finished jobs claim.purge keeps.
+func (c *Client) kept() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := []string{}
+	for n, k := range c.kinds {
+		if k.KeepFinished {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Enqueue inserts a job in db — the pool, or the caller's transaction so the
 // job exists exactly when the business write that asked for it commits.
 // It is idempotent on (Kind, BusinessKey): a repeat returns the existing

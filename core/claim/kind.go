@@ -73,6 +73,12 @@ type Kind struct {
 	// runs once.
 	Every time.Duration
 
+	// KeepFinished exempts the kind's finished jobs from claim.purge: a
+	// module's rows point at them (a notification's task, an uploaded
+	// file's processing run) and the module's own retention removes them
+	// with the rows that point at them (docs/DATA.md).
+	KeepFinished bool
+
 	// MaxAttempts for jobs enqueued without their own (0: DefaultMaxAttempts).
 	MaxAttempts int
 	// Backoff returns the delay before the next attempt after attempt n

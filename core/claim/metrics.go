@@ -4,7 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // metrics are the claim engine's Prometheus series. Counters are per
@@ -49,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, c *Client) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.claims, m.outcomes, m.stale, m.recoveries, m.unknowns, m.resolutions, m.heartbeatLost, m.busy,
-			&queueCollector{c: c})
+			&queueCollector{c: c, up: pg.NewCollectorUp("claim_queue", c.log)})
 	}
 	return m
 }
@@ -58,17 +62,23 @@ func (m *metrics) finished(kind, outcome string) { m.outcomes.WithLabelValues(ki
 
 var (
 	depthDesc = prometheus.NewDesc("fencelab_claim_queue_depth",
-		"Jobs by kind and state (succeeded and cancelled are not counted: they only grow).", []string{"kind", "state"}, nil)
+		"Live jobs by kind and state (ready, running, unknown, needs_review; finished jobs are counted by fencelab_claim_outcomes_total).", []string{"kind", "state"}, nil)
 	oldestDesc = prometheus.NewDesc("fencelab_claim_oldest_ready_age_seconds",
 		"Age of the oldest due ready job by kind: SKIP LOCKED is not fair, so starvation shows here (14.4).", []string{"kind"}, nil)
 )
 
-// queueCollector reads queue depth and age at scrape time.
-type queueCollector struct{ c *Client }
+// queueCollector reads queue depth and age at scrape time. A failed
+// query is reported (fencelab_collector_up{collector="claim_queue"} 0 and
+// a log line), never swallowed: a silent gap reads as an empty queue.
+type queueCollector struct {
+	c  *Client
+	up *pg.CollectorUp
+}
 
 func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- depthDesc
 	ch <- oldestDesc
+	q.up.Describe(ch)
 }
 
 func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -84,16 +94,15 @@ func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			depth[ks{k, st}] = 0
 		}
 	}
-	if rows, err := q.c.pool.Query(ctx, sqlDepth); err == nil {
-		for rows.Next() {
-			var kind, state string
-			var n int64
-			if rows.Scan(&kind, &state, &n) == nil {
-				depth[ks{kind, state}] = float64(n)
-			}
+	errDepth := collectRows(ctx, q.c.pool, sqlDepth, func(r pgx.Rows) error {
+		var kind, state string
+		var n int64
+		if err := r.Scan(&kind, &state, &n); err != nil {
+			return err
 		}
-		rows.Close()
-	}
+		depth[ks{kind, state}] = float64(n)
+		return nil
+	})
 	for k, n := range depth {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, n, k.kind, k.state)
 	}
@@ -101,20 +110,36 @@ func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range q.c.KindNames() {
 		oldest[k] = 0
 	}
-	if rows, err := q.c.pool.Query(ctx, sqlOldestReady); err == nil {
-		for rows.Next() {
-			var kind string
-			var age float64
-			if rows.Scan(&kind, &age) == nil {
-				oldest[kind] = age
-			}
+	errOldest := collectRows(ctx, q.c.pool, sqlOldestReady, func(r pgx.Rows) error {
+		var kind string
+		var age float64
+		if err := r.Scan(&kind, &age); err != nil {
+			return err
 		}
-		rows.Close()
-	}
+		oldest[kind] = age
+		return nil
+	})
 	for k, age := range oldest {
 		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, k)
 	}
+	q.up.Report(ch, errDepth, errOldest)
 }
 
-// countedStates are the states sqlDepth counts.
-var countedStates = []string{"ready", "running", "unknown", "failed", "needs_review"}
+// collectRows runs sql and hands every row to each; the first error (the
+// query's, a scan's or the iteration's) is returned.
+func collectRows(ctx context.Context, db pg.Querier, sql string, each func(pgx.Rows) error) error {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return pg.MapError(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// countedStates are the states sqlDepth counts: the live ones.
+var countedStates = []string{"ready", "running", "unknown", "needs_review"}

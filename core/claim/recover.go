@@ -162,13 +162,7 @@ type RecoveryOptions struct {
 	Batch       int           // rows per statement (default 100)
 	Concurrency int           // concurrent authoritative queries (default 2)
 	Spread      time.Duration // re-dispatch jitter (default DefaultRedispatchSpread)
-	// SlotRetention is how long a periodic kind's finished slot jobs are
-	// kept (default DefaultSlotRetention); see PurgeSlots.
-	SlotRetention time.Duration
 }
-
-// DefaultSlotRetention keeps a day of periodic runs for inspection.
-const DefaultSlotRetention = 24 * time.Hour
 
 // RunRecovery sweeps until ctx ends: expired leases in batches until a batch
 // comes back short, then due unknown jobs. It holds at most one connection
@@ -179,9 +173,6 @@ func (c *Client) RunRecovery(ctx context.Context, o RecoveryOptions) error {
 	}
 	if o.Batch <= 0 {
 		o.Batch = 100
-	}
-	if o.SlotRetention <= 0 {
-		o.SlotRetention = DefaultSlotRetention
 	}
 	for {
 		c.sweep(ctx, o)
@@ -222,22 +213,4 @@ func (c *Client) sweep(ctx context.Context, o RecoveryOptions) {
 			break
 		}
 	}
-	if n, err := c.PurgeSlots(ctx, o.SlotRetention, 10*o.Batch); err != nil && ctx.Err() == nil {
-		c.log.Warn("claim: slot purge failed", "err", err)
-	} else if n > 0 {
-		c.log.Debug("claim: purged finished periodic slots", "jobs", n)
-	}
-}
-
-// PurgeSlots deletes up to batch finished (succeeded or cancelled) slot
-// jobs of periodic kinds last touched more than olderThan ago, with their
-// events in the same statement. A periodic kind enqueues one job per slot
-// forever (1,440 a day at one minute); those rows describe housekeeping
-// nobody refers to, so they are the one kind of job history that is
-// dropped. Jobs that carry a business key of their own are never purged:
-// modules point at them (a notification task, an order's reconciliation).
-func (c *Client) PurgeSlots(ctx context.Context, olderThan time.Duration, batch int) (int, error) {
-	var n int
-	err := c.pool.QueryRow(ctx, sqlPurgeSlots, olderThan.Microseconds(), batch).Scan(&n)
-	return n, pg.MapError(err)
 }

@@ -302,13 +302,17 @@ const sqlJobEvents = `
 SELECT id, job_id, event, fence, coalesce(owner, ''), coalesce(state, ''), at, coalesce(detail, '')
 FROM job_event WHERE job_id = $1 ORDER BY id LIMIT $2`
 
-// Queue depth per kind and state (terminal successes excluded: they only
-// grow) and the age of the oldest due ready job per kind. SKIP LOCKED is not
+// Queue depth per kind and state of the live jobs (ready, running,
+// unknown, needs_review): an index-only range of job_live_idx, which holds
+// live jobs only, so a scrape costs the queue's size whatever the history.
+// Terminal states are not gauged (they only grow until claim.purge):
+// fencelab_claim_outcomes_total counts them. The age of the oldest due
+// ready job per kind reads job_ready_idx, live too. SKIP LOCKED is not
 // fair (14.4): this age is how starvation shows.
 const sqlDepth = `
 SELECT kind, state, count(*)
 FROM job
-WHERE state IN ('ready', 'running', 'unknown', 'failed', 'needs_review')
+WHERE state IN ('ready', 'running', 'unknown', 'needs_review')
 GROUP BY kind, state`
 
 const sqlOldestReady = `
@@ -347,20 +351,48 @@ ev AS (
 SELECT upd.* FROM upd
 LEFT JOIN LATERAL (SELECT pg_notify('` + NotifyChannel + `', upd.kind) WHERE $2::text = 'retry') AS wake ON true`
 
-// sqlPurgeSlots removes finished periodic slot jobs (business key
-// "every:<unix>") older than $1 microseconds, at most $2 per statement,
-// together with their history, so CLAIM-I2..I4 never see half a job.
-const sqlPurgeSlots = `
-WITH doomed AS (
-    SELECT id FROM job
-    WHERE business_key LIKE 'every:%' AND state IN ('succeeded', 'cancelled')
-      AND updated_at < now() - $1::bigint * interval '1 microsecond'
-    ORDER BY id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
+// finishedStates are the terminal states the retention purge deletes
+// (job_finished_idx's predicate: keep the two in step). needs_review is
+// not one of them: it waits for a person.
+const finishedStates = `('succeeded', 'failed', 'cancelled')`
+
+// sqlPurgeFinished deletes up to $2 jobs that finished more than $1
+// microseconds ago by the database clock, with their job_event history in
+// the same statement (CLAIM-I2..I4 never see half a job). Kinds in $3 are
+// kept: a module's rows point at their jobs (a notification's task, an
+// uploaded file) and the module's own retention removes them.
+//
+// The distinct kinds come from a loose index scan of job_finished_idx
+// (one probe per kind), and each kind is one index range in updated_at
+// order that stops at the cutoff: a batch examines the rows it deletes
+// (plus one probe per kind), never the history it keeps. SKIP LOCKED lets
+// two purges (two slots overlapping after a stall) split the work. The
+// deletes take their keys as arrays (= ANY (ARRAY(…))): a primary-key
+// probe per row whatever the planner guesses of the CTE's size, never a
+// hash join over the table.
+const sqlPurgeFinished = `
+WITH RECURSIVE kinds AS (
+    (SELECT kind FROM job WHERE state IN ` + finishedStates + ` ORDER BY kind LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.kind FROM job j
+             WHERE j.state IN ` + finishedStates + ` AND j.kind > k.kind
+             ORDER BY j.kind LIMIT 1)
+      FROM kinds k WHERE k.kind IS NOT NULL
+), doomed AS (
+    SELECT d.id
+      FROM kinds k
+     CROSS JOIN LATERAL (
+           SELECT j.id FROM job j
+            WHERE j.kind = k.kind AND j.state IN ` + finishedStates + `
+              AND j.updated_at < now() - $1::bigint * interval '1 microsecond'
+            ORDER BY j.updated_at
+            LIMIT $2
+              FOR UPDATE SKIP LOCKED) d
+     WHERE k.kind IS NOT NULL AND k.kind <> ALL ($3::text[])
+     LIMIT $2
 ), gone AS (
-    DELETE FROM job USING doomed WHERE job.id = doomed.id RETURNING job.id
+    DELETE FROM job WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
 ), history AS (
-    DELETE FROM job_event USING gone WHERE job_event.job_id = gone.id
+    DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 )
 SELECT count(*) FROM gone`

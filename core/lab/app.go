@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,6 +30,28 @@ type App struct {
 	Client  *http.Client
 	// Seed runs the demo seed of the named module (as `dev` does).
 	Seed func(ctx context.Context, module string) error
+	// Check, when set, inspects every exchange Do and Send make: the e2e
+	// harness validates each against the OpenAPI contract. Its error fails
+	// Do's t, or for Send the test in Reporter.
+	Check    func(Exchange) error
+	Reporter T
+	invalid  bool // every request is Req.Invalid (BadInput)
+}
+
+// Exchange is one request as sent and the response read, for App.Check.
+type Exchange struct {
+	Req      Req
+	Request  *http.Request
+	Body     []byte // the request body as sent
+	Response Response
+}
+
+// BadInput returns a view of the app whose every request is marked
+// Req.Invalid: for bad-input experiments whose helpers build the requests.
+func (a *App) BadInput() *App {
+	b := *a
+	b.invalid = true
+	return &b
 }
 
 // Token mints a token for sub with role (valid one hour).
@@ -74,13 +95,21 @@ type Req struct {
 	Token   string
 	Body    any // marshalled as JSON unless []byte or string
 	Headers map[string]string
+	// Invalid marks a request that breaks the HTTP contract on purpose (a
+	// bad-input test): it is sent as it is and only its response is
+	// checked. Every other request must be one the contract allows.
+	Invalid bool
+	// Fault marks a request whose experiment breaks the server on purpose
+	// (a misconfigured store, an injected crash): a 500 is then an
+	// accepted answer. No route documents a 500.
+	Fault bool
 }
 
 // Do sends r and reads the whole response; a transport error fails t.
 // Experiments that expect transport errors use Send.
 func (a *App) Do(t T, r Req) Response {
 	t.Helper()
-	resp, err := a.Send(context.Background(), r)
+	resp, err := a.send(context.Background(), r, t)
 	if err != nil {
 		t.Fatalf("lab: %s %s: %v", r.Method, r.Path, err)
 	}
@@ -90,19 +119,27 @@ func (a *App) Do(t T, r Req) Response {
 // Send is Do without t: it returns transport errors (timeouts, dropped
 // connections) to the caller.
 func (a *App) Send(ctx context.Context, r Req) (Response, error) {
-	var body io.Reader
+	return a.send(ctx, r, a.Reporter)
+}
+
+func (a *App) send(ctx context.Context, r Req, t T) (Response, error) {
+	var raw []byte
 	switch b := r.Body.(type) {
 	case nil:
 	case []byte:
-		body = bytes.NewReader(b)
+		raw = b
 	case string:
-		body = strings.NewReader(b)
+		raw = []byte(b)
 	default:
 		buf, err := json.Marshal(b)
 		if err != nil {
 			return Response{}, err
 		}
-		body = bytes.NewReader(buf)
+		raw = buf
+	}
+	var body io.Reader
+	if r.Body != nil {
+		body = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, a.URL+r.Path, body)
 	if err != nil {
@@ -126,7 +163,14 @@ func (a *App) Send(ctx context.Context, r Req) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+	out := Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	if a.Check != nil && t != nil {
+		r.Invalid = r.Invalid || a.invalid
+		if err := a.Check(Exchange{Req: r, Request: req, Body: raw, Response: out}); err != nil {
+			t.Errorf("contract: %s %s → %d: %v\nresponse body: %.2000s", r.Method, r.Path, out.Status, err, b)
+		}
+	}
+	return out, nil
 }
 
 // Gauge reads a gauge (or counter) from the app's registry, the values

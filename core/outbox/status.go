@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -53,9 +54,11 @@ type ConsumerStatus struct {
 	LeaseUntil *time.Time `json:"lease_until"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	// LagEvents counts the events on the consumer's topics after its
-	// position, including those whose transactions are still open.
+	// position, including those whose transactions are still open; it
+	// saturates at LagCountCap per topic.
 	LagEvents int64 `json:"lag_events"`
-	// LagSeconds is the age of the oldest of them (0 when caught up).
+	// LagSeconds is the age, on the database clock, of the first of them
+	// in read order (0 when caught up).
 	LagSeconds float64 `json:"lag_seconds"`
 }
 
@@ -67,20 +70,13 @@ func Statuses(ctx context.Context, db pg.Querier) ([]ConsumerStatus, error) {
 	}
 	defer rows.Close()
 	var out []ConsumerStatus
-	now := time.Now()
 	for rows.Next() {
-		var (
-			s      ConsumerStatus
-			oldest *time.Time
-		)
+		var s ConsumerStatus
 		if err := rows.Scan(&s.Name, &s.Topics, &s.Position.TxID, &s.Position.ID, &s.Processed, &s.Owner,
-			&s.Fence, &s.LeaseUntil, &s.UpdatedAt, &s.LagEvents, &oldest); err != nil {
+			&s.Fence, &s.LeaseUntil, &s.UpdatedAt, &s.LagEvents, &s.LagSeconds); err != nil {
 			return nil, fmt.Errorf("outbox: status: %w", err)
 		}
 		s.PositionTx, s.PositionID = fmt.Sprint(s.Position.TxID), s.Position.ID
-		if oldest != nil {
-			s.LagSeconds = max(now.Sub(*oldest).Seconds(), 0)
-		}
 		out = append(out, s)
 	}
 	return out, rows.Err()
@@ -112,16 +108,18 @@ type lagCollector struct {
 	lagEvents, lagSeconds, processed *prometheus.Desc
 	fence                            *prometheus.Desc
 	up                               *prometheus.Desc
+	health                           *pg.CollectorUp
 }
 
-func newLagCollector(pool *pgxpool.Pool) *lagCollector {
+func newLagCollector(pool *pgxpool.Pool, log *slog.Logger) *lagCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("fencelab_outbox_"+name, help, []string{"consumer"}, nil)
 	}
 	return &lagCollector{
 		pool:       pool,
-		lagEvents:  d("lag_events", "Events on the consumer's topics after its position."),
-		lagSeconds: d("lag_seconds", "Age of the oldest event after the consumer's position (0 when caught up)."),
+		health:     pg.NewCollectorUp("outbox_lag", log),
+		lagEvents:  d("lag_events", "Events on the consumer's topics after its position (saturates at 100000 per topic)."),
+		lagSeconds: d("lag_seconds", "Age, on the database clock, of the first event after the consumer's position (0 when caught up)."),
 		processed:  d("consumer_processed", "Events the consumer has applied, as its row counts them."),
 		fence:      d("consumer_fence", "The consumer lease's current fence."),
 		up:         prometheus.NewDesc("fencelab_outbox_status_up", "1 if the outbox status query succeeded.", nil, nil),
@@ -132,6 +130,7 @@ func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{l.lagEvents, l.lagSeconds, l.processed, l.fence, l.up} {
 		ch <- d
 	}
+	l.health.Describe(ch)
 }
 
 func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
@@ -140,9 +139,11 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	ss, err := Statuses(ctx, l.pool)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 0)
+		l.health.Report(ch, err)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 1)
+	l.health.Report(ch)
 	for _, s := range ss {
 		ch <- prometheus.MustNewConstMetric(l.lagEvents, prometheus.GaugeValue, float64(s.LagEvents), s.Name)
 		ch <- prometheus.MustNewConstMetric(l.lagSeconds, prometheus.GaugeValue, s.LagSeconds, s.Name)

@@ -44,6 +44,14 @@ func Connect(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 	if o.ApplicationName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = o.ApplicationName
 	}
+	// JIT compilation off unless the URL asks for it (…?jit=on): every
+	// query here is short and index-bounded, and a generic plan's cost
+	// estimate (a lag count capped at 100,000 rows) can cross
+	// jit_above_cost, so a 1 ms scrape spent seconds compiling on a busy
+	// machine — past the collectors' 2 s timeout (docs/DATA.md).
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	if o.ConnectTimeout > 0 {
 		cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout

@@ -48,7 +48,7 @@ func TestWorkflowRunIsVisibleToAdminsWithItsHistory(t *testing.T) {
 		"malformed":      {admin, `{"business_key":`, 400, "malformed_json"},
 		"input too long": {admin, `{"business_key":"wf-1","input":"` + strings.Repeat("x", 20000) + `"}`, 422, "input_too_large"},
 	} {
-		r := a.Do(t, e2etest.Req{Method: "POST", Path: "/workflows", Token: tc.token, Body: tc.body})
+		r := a.Do(t, e2etest.Req{Method: "POST", Path: "/workflows", Token: tc.token, Body: tc.body, Invalid: true})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, tc.code, r.Code(), name)
 	}
@@ -86,7 +86,7 @@ func TestWorkflowRunIsVisibleToAdminsWithItsHistory(t *testing.T) {
 		"float":      {"/jobs/1.5", admin, 400, "invalid_id"},
 		"no such id": {"/jobs/987654", admin, 404, "job_not_found"},
 	} {
-		r := a.Do(t, e2etest.Req{Method: "GET", Path: tc.path, Token: tc.token})
+		r := a.Do(t, e2etest.Req{Method: "GET", Path: tc.path, Token: tc.token, Invalid: true})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, tc.code, r.Code(), name)
 	}

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
 // Each experiment owns its cluster on its own ports (19200, 19300, 19400 +

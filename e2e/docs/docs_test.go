@@ -41,6 +41,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,7 +168,13 @@ func prepare(text, addr string) string {
 const prelude = `
 set -eo pipefail
 go() {
-  if [ "$1" = run ] && [ "$2" = ./cmd/fencelab ]; then shift 2; "$FENCELAB_BIN" "$@"; return; fi
+  if [ "$1" = run ] && [ "$2" = ./cmd/fencelab ]; then
+    shift 2
+    # In a subshell (a background job, $(…)) become the binary, so that
+    # kill $! reaches it.
+    if [ "$BASHPID" != "$$" ]; then exec "$FENCELAB_BIN" "$@"; fi
+    "$FENCELAB_BIN" "$@"; return
+  fi
   if [ "$1" = build ] && [ "$2" = -o ] && [ "$4" = ./cmd/fencelab ]; then cp "$FENCELAB_BIN" "$3"; return; fi
   echo "docs test: only 'go run ./cmd/fencelab …' and 'go build -o NAME ./cmd/fencelab' run here; mark the block no-run: go $*" >&2
   return 1
@@ -250,9 +257,17 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	defer cancel()
 	sh := exec.CommandContext(ctx, "bash", "-c", script.String())
 	sh.Dir, sh.Env = work, env
+	// The blocks run in a process group of their own, killed as a whole
+	// afterwards: a demo's background process must not outlive the test
+	// (and reach the next dev that takes the same port).
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sh.Cancel = func() error { return syscall.Kill(-sh.Process.Pid, syscall.SIGKILL) }
 	var stdout, stderr bytes.Buffer
 	sh.Stdout, sh.Stderr = &stdout, &stderr
 	shErr := sh.Run()
+	if sh.Process != nil {
+		_ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
+	}
 
 	outs := splitMarked(stdout.String())
 	errs := splitMarked(stderr.String())

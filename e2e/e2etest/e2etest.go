@@ -49,8 +49,15 @@ func Start(t testing.TB, o Options) *App {
 		dbURL = pgtest.URL(t)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return &App{labenv.Serve(t, dbURL, o, log)}
+	p := labenv.Serve(t, dbURL, o, log)
+	p.Check, p.Reporter = checkContract(p.App), t // every exchange against the OpenAPI contract (contract.go)
+	return &App{p}
 }
+
+// BadInput is the app whose every request is marked Req.Invalid, for
+// bad-input tests whose helpers build the requests: only the answers are
+// checked against the contract.
+func (a *App) BadInput() *App { return &App{a.Process.BadInput()} }
 
 // Invariants is the deployable's invariant registry (services.Invariants).
 var Invariants = services.Invariants
@@ -98,8 +105,15 @@ var (
 
 // Main runs the package's tests, then removes the built binary and stops
 // the shared PostgreSQL. Every e2e package calls it from TestMain.
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainThen(m, nil) }
+
+// MainThen is Main with after run once the tests end (a package's shared
+// browser, say), before the shared parts are removed.
+func MainThen(m *testing.M, after func()) {
 	code := m.Run()
+	if after != nil {
+		after()
+	}
 	if binPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binPath))
 	}

@@ -178,3 +178,10 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 	}
 	e2etest.Assert(t, e.a.Pool, "social")
 }
+
+// The lab's feed experiment: a block takes effect on the next page (and the
+// naive page served from the inbox without the re-check is caught).
+func TestFEEDLabRevokedOnNextRead(t *testing.T) {
+	t.Parallel()
+	e2etest.Experiment(t, feed.RevokedOnNextRead)
+}

@@ -34,17 +34,20 @@ type env struct {
 }
 
 // setup starts the app with the fan-out strategy (threshold for hybrid)
-// and the response log on, so FEED-I1 judges every page served.
-func setup(t *testing.T, strategy string, threshold int) *env {
+// and the response log on, so FEED-I1 judges every page served; extra
+// holds further settings as name, value pairs.
+func setup(t *testing.T, strategy string, threshold int, extra ...string) *env {
 	t.Helper()
-	a := e2etest.Start(t, e2etest.Options{
-		Settings: map[string]string{
-			feed.EnvStrategy:        strategy,
-			feed.EnvThreshold:       strconv.Itoa(threshold),
-			feed.EnvResponseLog:     "true",
-			feed.EnvResponseLogRows: "10000000",
-		},
-	})
+	settings := map[string]string{
+		feed.EnvStrategy:        strategy,
+		feed.EnvThreshold:       strconv.Itoa(threshold),
+		feed.EnvResponseLog:     "true",
+		feed.EnvResponseLogRows: "10000000",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		settings[extra[i]] = extra[i+1]
+	}
+	a := e2etest.Start(t, e2etest.Options{Settings: settings})
 	cfg, err := feed.LoadConfig(a.Deps.Config)
 	require.NoError(t, err)
 	fs, err := feed.NewService(a.Pool, cfg, nil)

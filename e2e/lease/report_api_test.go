@@ -20,7 +20,7 @@ func TestReportEndpointValidatesAndAuthenticates(t *testing.T) {
 	require.Equal(t, 401, r.Status, "reports need a token")
 
 	for _, bad := range []string{"2026-13-01", "2026-02-30", "2026-5-1", "yesterday", "0000-01-01", "2026-05-01x", "%00"} {
-		r := a.Do(t, e2etest.Req{Method: "GET", Path: "/reports/" + bad, Token: tok})
+		r := a.Do(t, e2etest.Req{Method: "GET", Path: "/reports/" + bad, Token: tok, Invalid: true})
 		require.Equal(t, 400, r.Status, "%s: %s", bad, r.Body)
 		require.Equal(t, "invalid_date", r.Code())
 	}

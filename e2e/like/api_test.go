@@ -120,7 +120,7 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 			map[string]string{"user_id": "user-0002"}, 400, ""},
 		{"not JSON", "POST", fmt.Sprintf("/social/items/%d/like", item), user, "like!", 400, ""},
 	} {
-		r := a.Do(t, e2etest.Req{Method: c.method, Path: c.path, Token: c.token, Body: c.body})
+		r := a.Do(t, e2etest.Req{Method: c.method, Path: c.path, Token: c.token, Body: c.body, Invalid: true})
 		require.Equal(t, c.status, r.Status, "%s: %s", c.name, r.Body)
 		require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), c.name)
 		if c.code != "" {

@@ -336,3 +336,10 @@ func logFigures(t *testing.T, m map[string]any) {
 	b, _ := json.Marshal(m)
 	t.Logf("%s", b)
 }
+
+// The lab's likes experiment: the whole stream delivered again is counted
+// once (and the naive counter without its inbox counts it twice).
+func TestLIKELabRedeliveryCountedOnce(t *testing.T) {
+	t.Parallel()
+	e2etest.Experiment(t, like.RedeliveryCountedOnce)
+}

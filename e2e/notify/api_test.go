@@ -40,7 +40,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		"user token":        {user42, `{"user_id":"user-0042","event_key":"k1","template":"t"}`, 403, "forbidden"},
 		"no token":          {"", `{"user_id":"user-0042","event_key":"k1","template":"t"}`, 401, "unauthorized"},
 	} {
-		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/notify/events", Token: tc.token, Body: tc.body})
+		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/notify/events", Token: tc.token, Body: tc.body, Invalid: true})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, tc.code, r.Code(), name)
 	}
@@ -58,7 +58,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		"service token":     {prefs, l.Svc, `{"channels":{"email":true}}`, 403, "forbidden"},
 		"admin, invalid id": {"/notify/users/user%20x/preferences", l.Admin, `{"channels":{"email":true}}`, 400, "invalid_id"},
 	} {
-		r := l.Do(t, e2etest.Req{Method: "PUT", Path: tc.path, Token: tc.token, Body: tc.body})
+		r := l.Do(t, e2etest.Req{Method: "PUT", Path: tc.path, Token: tc.token, Body: tc.body, Invalid: true})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, tc.code, r.Code(), name)
 	}
@@ -112,7 +112,7 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 		"review as user":        {"GET", "/notify/review", user42, 403},
 		"review as service":     {"GET", "/notify/review", l.Svc, 403},
 	} {
-		r := l.Do(t, e2etest.Req{Method: tc.method, Path: tc.path, Token: tc.token})
+		r := l.Do(t, e2etest.Req{Method: tc.method, Path: tc.path, Token: tc.token, Invalid: name == "bad id"})
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
 		if r.Status == 200 {
 			// Personal reads are never cached (issue 20 item 17).
@@ -170,7 +170,8 @@ func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 		"no reason":      {notify.ActionResend, "", "invalid_reason"},
 		"blank reason":   {notify.ActionResend, "   ", "invalid_reason"},
 	} {
-		r := resolve(tasks[0], tc.action, tc.reason, nil)
+		r := l.Do(t, e2etest.Req{Method: "POST", Path: fmt.Sprintf("/notify/review/%d/resolve", tasks[0].ID), Token: l.Admin,
+			Body: notify.ResolveRequest{Action: tc.action, Reason: tc.reason}, Invalid: true})
 		require.Equal(t, 422, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, tc.code, r.Code(), name)
 	}

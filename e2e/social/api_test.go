@@ -41,7 +41,7 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 	requireStatus(t, e.read(t, "user-fan", self.PostID), http.StatusForbidden, "forbidden")
 	requireStatus(t, e.read(t, "user-ownerp", self.PostID), http.StatusOK, "")
 	requireStatus(t, e.read(t, "user-fan", 999999), http.StatusNotFound, "post_not_found")
-	requireStatus(t, e.call(t, "user-fan", "GET", "/social/posts/abc", nil), http.StatusBadRequest, "invalid_id")
+	requireStatus(t, e.badCall(t, "user-fan", "GET", "/social/posts/abc", nil), http.StatusBadRequest, "invalid_id")
 
 	// Tokens: forged (another secret), expired, missing, wrong role.
 	other, err := httpx.NewAuth([]byte("not-the-app-secret-0123456789"))
@@ -96,12 +96,12 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 	// Bounds: a client's mistake is a 4xx.
 	requireStatus(t, e.call(t, "user-c", "POST", "/social/users/user-c/follow", nil), http.StatusUnprocessableEntity, "self_relation")
 	requireStatus(t, e.call(t, "user-c", "POST", "/social/users/user-nobody/follow", nil), http.StatusNotFound, "user_not_found")
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/users/bad%20id/follow", nil), http.StatusBadRequest, "invalid_id")
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: "x", Visibility: "FRIENDS"}), http.StatusUnprocessableEntity, "invalid_visibility")
-	requireStatus(t, e.call(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: strings.Repeat("x", rel.MaxBody+1), Visibility: rel.Public}), http.StatusUnprocessableEntity, "invalid_body")
-	requireStatus(t, e.call(t, "user-c", "GET", "/social/users/user-c/followers?limit=100000", nil), http.StatusBadRequest, "invalid_limit")
-	requireStatus(t, e.call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=!!", nil), http.StatusBadRequest, "invalid_cursor")
-	requireStatus(t, e.call(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=bm90LWEtY3Vyc29y", nil), http.StatusBadRequest, "invalid_cursor")
+	requireStatus(t, e.badCall(t, "user-c", "POST", "/social/users/bad%20id/follow", nil), http.StatusBadRequest, "invalid_id")
+	requireStatus(t, e.badCall(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: "x", Visibility: "FRIENDS"}), http.StatusUnprocessableEntity, "invalid_visibility")
+	requireStatus(t, e.badCall(t, "user-c", "POST", "/social/posts", rel.PostRequest{Body: strings.Repeat("x", rel.MaxBody+1), Visibility: rel.Public}), http.StatusUnprocessableEntity, "invalid_body")
+	requireStatus(t, e.badCall(t, "user-c", "GET", "/social/users/user-c/followers?limit=100000", nil), http.StatusBadRequest, "invalid_limit")
+	requireStatus(t, e.badCall(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=!!", nil), http.StatusBadRequest, "invalid_cursor")
+	requireStatus(t, e.badCall(t, "user-c", "GET", "/social/users/user-ownerp/posts?cursor=bm90LWEtY3Vyc29y", nil), http.StatusBadRequest, "invalid_cursor")
 	requireStatus(t, e.call(t, "user-c", "GET", "/social/views", nil), http.StatusForbidden, "forbidden")
 	e.catchUp(t)
 	e2etest.Assert(t, e.a.Pool, "social")
@@ -117,7 +117,7 @@ func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	for _, u := range []string{"user-a", "user-b", "user-cp"} {
 		requireStatus(t, e.call(t, u, "PUT", "/social/me", map[string]bool{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}
-	requireStatus(t, e.call(t, "user-a", "PUT", "/social/me", map[string]any{}), http.StatusUnprocessableEntity, "missing_field")
+	requireStatus(t, e.badCall(t, "user-a", "PUT", "/social/me", map[string]any{}), http.StatusUnprocessableEntity, "missing_field")
 	requireStatus(t, e.call(t, "user-a", "POST", "/social/users/user-b/follow", nil), http.StatusOK, "")
 	requireStatus(t, e.call(t, "user-a", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")
 	requireStatus(t, e.call(t, "user-b", "POST", "/social/users/user-cp/follow", nil), http.StatusOK, "")

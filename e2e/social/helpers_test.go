@@ -94,6 +94,13 @@ func (e *env) call(t *testing.T, sub, method, path string, body any) e2etest.Res
 	return e.a.Do(t, e2etest.Req{Method: method, Path: path, Token: e.token(t, sub), Body: body})
 }
 
+// badCall is call for input that breaks the HTTP contract on purpose: it
+// is sent as it is and only its answer is checked against the contract.
+func (e *env) badCall(t *testing.T, sub, method, path string, body any) e2etest.Response {
+	t.Helper()
+	return e.a.Do(t, e2etest.Req{Method: method, Path: path, Token: e.token(t, sub), Body: body, Invalid: true})
+}
+
 type pair struct{ follower, followee string }
 
 // viewRow is a derived view's row as (follower, followee).

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/labstack/echo/v4"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	consolebench "github.com/fencelab/fencelab/bench/console"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -31,6 +33,7 @@ import (
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/services/console"
 )
 
 // Secret is the token secret of every lab app and of its child processes.
@@ -42,6 +45,15 @@ type Process struct {
 	Deps app.Deps
 	Mods []app.Running
 	Proc *app.Process
+	Echo *echo.Echo // the router: its Routes() are what the HTTP contract must cover
+}
+
+// BadInput is the process whose every request is marked Req.Invalid
+// (lab.App.BadInput).
+func (p *Process) BadInput() *Process {
+	b := *p
+	b.App = p.App.BadInput()
+	return &b
 }
 
 // Serve builds every module on dbURL exactly as `serve` does (app.Build
@@ -62,11 +74,14 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 		cfg.MaxConns = o.MaxConns
 	}
 	fs := faults.New()
-	p, err := app.Build(context.Background(), cfg, services.Modules(), app.BuildOptions{Faults: fs, Log: log, Role: "lab"})
+	runner := NewRunner(log)
+	t.Cleanup(runner.Close)
+	p, err := app.Build(context.Background(), cfg, Modules(runner), app.BuildOptions{Faults: fs, Log: log, Role: "lab"})
 	if err != nil {
 		t.Fatalf("labenv: build the process: %v", err)
 	}
-	srv := httptest.NewServer(p.HTTP())
+	e := p.HTTP()
+	srv := httptest.NewServer(e)
 	runCtx, stop := context.WithCancel(context.Background())
 	wait := func() {}
 	if o.Tasks {
@@ -87,7 +102,40 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 			return fmt.Errorf("labenv: no module %q with a seed", name)
 		},
 	}
-	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p}
+	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p, Echo: e}
+}
+
+// Modules is the program: every module of services.Modules and the web
+// console, whose experiments run through runner (nil: the console lists
+// them but cannot run them). The console is listed here rather than in
+// services.Modules because running an experiment starts the whole
+// deployable: only the package that can build it can give the console a
+// lab, as benches receive the module list instead of importing it.
+func Modules(runner *console.Runner) []app.Module {
+	m := console.Module(console.Options{
+		Experiments: services.Experiments(),
+		Invariants:  services.Invariants(),
+		Runner:      runner,
+	})
+	m.Benches = append(m.Benches, consolebench.Bench)
+	return append(services.Modules(), m)
+}
+
+// EnvLabDatabaseURL names a PostgreSQL server the console's experiments
+// make their scratch databases on (its role must be able to create
+// databases); unset, they run on a throwaway local cluster.
+const EnvLabDatabaseURL = "FENCELAB_LAB_DATABASE_URL"
+
+// NewRunner is the console's runner of experiments on a Cluster of its own,
+// provisioned on the first run and removed by Close.
+func NewRunner(log *slog.Logger) *console.Runner {
+	return console.NewRunner(func(ctx context.Context) (lab.Env, func() error, error) {
+		cl, err := NewCluster(ctx, app.Env(EnvLabDatabaseURL, ""))
+		if err != nil {
+			return nil, nil, err
+		}
+		return cl, cl.Close, nil
+	}, 1, 4, log)
 }
 
 // ChildEnv is the environment of a fencelab child process on dbURL, with

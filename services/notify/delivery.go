@@ -39,10 +39,13 @@ func (s *Service) kinds() []claim.Kind {
 		k := claim.Kind{
 			Name:        ch.Kind(),
 			SideEffects: !ch.Keys,
-			OnClaim:     s.stillWanted,
-			Handle:      s.sendVia(ch),
-			MaxAttempts: s.cfg.MaxAttempts,
-			Backoff:     s.backoff,
+			// The task is the job's state (NTF-I1): the job lives as
+			// long as its notification (docs/DATA.md).
+			KeepFinished: true,
+			OnClaim:      s.stillWanted,
+			Handle:       s.sendVia(ch),
+			MaxAttempts:  s.cfg.MaxAttempts,
+			Backoff:      s.backoff,
 		}
 		if ch.Query {
 			k.Resolve = s.lookUpVia(ch)

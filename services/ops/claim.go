@@ -2,6 +2,7 @@ package ops
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -10,9 +11,16 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 )
 
-// Claim is chapter 2's engine as a module: its invariants, and the admin
-// view of a job (GET /jobs/{id}). The engine itself is Deps.Jobs, which
-// app.Build makes and every module enqueues on.
+// EnvClaimRetention is how long finished jobs and their history are kept
+// (default claim.DefaultRetention).
+const EnvClaimRetention = "FENCELAB_CLAIM_RETENTION"
+
+// Claim is chapter 2's engine as a module: its invariants, the admin view
+// of a job (GET /jobs/{id}) and claim.purge, the periodic kind that
+// deletes finished jobs (and their job_event rows) older than
+// FENCELAB_CLAIM_RETENTION, kinds registered with KeepFinished excepted
+// (docs/DATA.md). The engine itself is Deps.Jobs, which app.Build makes
+// and every module enqueues on.
 func Claim() app.Module {
 	return app.Module{
 		Name: "claim", Chapter: "claim",
@@ -22,9 +30,19 @@ func Claim() app.Module {
 			httpx.Map(claim.ErrNotInReview, http.StatusConflict, "not_in_review"),
 		},
 		Build: func(d app.Deps) (app.Runtime, error) {
-			return app.Runtime{Routes: func(e *echo.Echo) {
+			retention := claim.DefaultRetention
+			r := app.NewSettingsReader(d.Config, "claim")
+			r.Duration(EnvClaimRetention, &retention, time.Hour, 366*24*time.Hour)
+			if err := r.Err(); err != nil {
+				return app.Runtime{}, err
+			}
+			rt := app.Runtime{Routes: func(e *echo.Echo) {
 				e.GET("/jobs/:id", getJob(d.Jobs), d.Auth.Require(httpx.RoleAdmin, httpx.RoleService))
-			}}, nil
+			}}
+			if d.Jobs != nil {
+				rt.Kinds = []claim.Kind{d.Jobs.PurgeKind(retention)}
+			}
+			return rt, nil
 		},
 	}
 }

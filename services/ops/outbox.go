@@ -34,7 +34,7 @@ func Outbox() app.Module {
 
 func buildOutbox(d app.Deps) (app.Runtime, error) {
 	if d.Metrics != nil {
-		for _, c := range outbox.Collectors(d.Pool) {
+		for _, c := range outbox.Collectors(d.Pool, d.Log) {
 			if err := d.Metrics.Register(c); err != nil {
 				return app.Runtime{}, fmt.Errorf("outbox: register metrics: %w", err)
 			}

@@ -54,37 +54,44 @@ type Config struct {
 	// from the request's Host header, which any client can set. Default:
 	// http:// and the listen address.
 	BaseURL string
+
+	// ClickRetention is how long click and drop rows are kept; the
+	// shortlink.purge kind deletes older ones, and the per-link counters
+	// keep the totals (SL-I5).
+	ClickRetention time.Duration
 }
 
 // Setting names, as environment variables.
 const (
-	EnvCacheTTL      = "FENCELAB_SHORTLINK_CACHE_TTL"
-	EnvCacheSize     = "FENCELAB_SHORTLINK_CACHE_SIZE"
-	EnvLookupTimeout = "FENCELAB_SHORTLINK_LOOKUP_TIMEOUT"
-	EnvListen        = "FENCELAB_SHORTLINK_LISTEN"
-	EnvClickQueue    = "FENCELAB_SHORTLINK_CLICK_QUEUE"
-	EnvClickBatch    = "FENCELAB_SHORTLINK_CLICK_BATCH"
-	EnvClickInterval = "FENCELAB_SHORTLINK_CLICK_INTERVAL"
-	EnvStatsURL      = "FENCELAB_SHORTLINK_STATS_DATABASE_URL"
-	EnvStatsMaxConns = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
-	EnvStatsTimeout  = "FENCELAB_SHORTLINK_STATS_TIMEOUT"
-	EnvStatsAttempts = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
-	EnvBaseURL       = "FENCELAB_SHORTLINK_BASE_URL"
+	EnvCacheTTL       = "FENCELAB_SHORTLINK_CACHE_TTL"
+	EnvCacheSize      = "FENCELAB_SHORTLINK_CACHE_SIZE"
+	EnvLookupTimeout  = "FENCELAB_SHORTLINK_LOOKUP_TIMEOUT"
+	EnvListen         = "FENCELAB_SHORTLINK_LISTEN"
+	EnvClickQueue     = "FENCELAB_SHORTLINK_CLICK_QUEUE"
+	EnvClickBatch     = "FENCELAB_SHORTLINK_CLICK_BATCH"
+	EnvClickInterval  = "FENCELAB_SHORTLINK_CLICK_INTERVAL"
+	EnvStatsURL       = "FENCELAB_SHORTLINK_STATS_DATABASE_URL"
+	EnvStatsMaxConns  = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
+	EnvStatsTimeout   = "FENCELAB_SHORTLINK_STATS_TIMEOUT"
+	EnvStatsAttempts  = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
+	EnvBaseURL        = "FENCELAB_SHORTLINK_BASE_URL"
+	EnvClickRetention = "FENCELAB_SHORTLINK_CLICK_RETENTION"
 )
 
 // DefaultConfig returns the defaults; StatsURL is filled from the app.
 func DefaultConfig() Config {
 	return Config{
-		CacheTTL:      5 * time.Second,
-		CacheSize:     100_000,
-		LookupTimeout: time.Second,
-		Listen:        true,
-		ClickQueue:    10_000,
-		ClickBatch:    500,
-		ClickInterval: 100 * time.Millisecond,
-		StatsMaxConns: 2,
-		StatsTimeout:  500 * time.Millisecond,
-		StatsAttempts: 3,
+		CacheTTL:       5 * time.Second,
+		CacheSize:      100_000,
+		LookupTimeout:  time.Second,
+		Listen:         true,
+		ClickQueue:     10_000,
+		ClickBatch:     500,
+		ClickInterval:  100 * time.Millisecond,
+		StatsMaxConns:  2,
+		StatsTimeout:   500 * time.Millisecond,
+		StatsAttempts:  3,
+		ClickRetention: 90 * 24 * time.Hour,
 	}
 }
 
@@ -116,6 +123,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 		return nil
 	})
 	c.BaseURL = strings.TrimSuffix(c.BaseURL, "/")
+	r.Duration(EnvClickRetention, &c.ClickRetention, time.Hour, 10*366*24*time.Hour)
 	if r.Err() != nil {
 		return Config{}, r.Err()
 	}

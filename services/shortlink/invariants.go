@@ -48,9 +48,10 @@ SELECT 'click more than the largest TTL after revocation', l.code, c.clicked_at,
 	{
 		ID: "SL-I3", Module: "shortlink", Chapter: chapter,
 		Statement: "stats failures never change a redirect's status and the redirect never waits on the stats side (measured by TestSL03 and the benchmark)",
-		// What the schema can promise: a click write touches nothing
-		// but the clicks table (no foreign key, no trigger), and stats
-		// rows only name links that exist.
+		// What the schema can promise: a click write touches nothing but
+		// the stats tables — the clicks and their counters (SL-I5), no
+		// foreign key, no trigger — and stats rows only name links that
+		// exist.
 		SQL: `
 SELECT 'foreign key on shortlink_clicks' AS problem, conname::text AS detail
   FROM pg_constraint WHERE conrelid = 'shortlink_clicks'::regclass AND contype = 'f'
@@ -78,5 +79,23 @@ SELECT 'no unique index on shortlink_clicks (id)', NULL, 0
 UNION ALL
 SELECT 'drop count not positive', code, dropped
   FROM shortlink_click_drops WHERE dropped <= 0`,
+	},
+	{
+		ID: "SL-I5", Module: "shortlink", Chapter: chapter,
+		Statement: "a link's counters are its stored rows plus the rows the retention purge removed: stats read the counter, never a count over the history",
+		// The writer and the purge move a counter in the statement that
+		// inserts or deletes its rows, so this holds at every commit.
+		SQL: `
+SELECT 'click counter disagrees with the rows' AS problem, coalesce(k.code, c.code) AS code,
+       coalesce(k.clicks, 0) AS counted, coalesce(c.n, 0) + coalesce(k.purged_clicks, 0) AS rows_plus_purged
+  FROM shortlink_click_count k
+  FULL JOIN (SELECT code, count(*) AS n FROM shortlink_clicks GROUP BY code) c ON c.code = k.code
+ WHERE coalesce(k.clicks, 0) <> coalesce(c.n, 0) + coalesce(k.purged_clicks, 0)
+UNION ALL
+SELECT 'drop counter disagrees with the rows', coalesce(k.code, d.code), coalesce(k.dropped, 0),
+       coalesce(d.n, 0) + coalesce(k.purged_drops, 0)
+  FROM shortlink_click_count k
+  FULL JOIN (SELECT code, sum(dropped) AS n FROM shortlink_click_drops GROUP BY code) d ON d.code = k.code
+ WHERE coalesce(k.dropped, 0) <> coalesce(d.n, 0) + coalesce(k.purged_drops, 0)`,
 	},
 }

@@ -269,8 +269,17 @@ var RedirectsOutliveStats = lab.Experiment{
 			return dropped > 0
 		}, 10*time.Second, 10*time.Millisecond)
 		require.Positive(t, a.Counter(t, "fencelab_shortlink_clicks_dropped_total"))
-		// The owner's stats read cannot count a locked table: it gives up with
-		// a 503, it does not hang.
+		// The owner's stats read does not touch the clicks table: it reads
+		// the link's counters (SL-I5), so it answers while the table is
+		// locked.
+		during := a.Stats(t, tok, l.Code)
+		require.Positive(t, during.Clicks, "the healthy round's clicks, from the counter")
+		require.LessOrEqual(t, during.Clicks, int64(n))
+		require.Positive(t, during.Dropped)
+		// With the counters locked too, the read gives up with a 503; it
+		// does not hang.
+		_, err = lockTx.Exec(ctx, `LOCK TABLE shortlink_click_count IN ACCESS EXCLUSIVE MODE`)
+		require.NoError(t, err)
 		r := a.Do(t, lab.Req{Method: "GET", Path: "/shortlink/links/" + l.Code + "/stats", Token: tok})
 		require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 		require.Equal(t, "stats_unavailable", r.Code())

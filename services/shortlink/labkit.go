@@ -37,6 +37,10 @@ func StartLab(x *lab.X, o LabOptions) *Lab {
 	return &Lab{App: a}
 }
 
+// BadInput is the replica whose every request is marked lab.Req.Invalid:
+// bad input on purpose, only the answers are checked against the contract.
+func (a *Lab) BadInput() *Lab { return &Lab{App: a.App.BadInput()} }
+
 func (a *Lab) Create(t lab.T, tok string, body any) lab.Response {
 	t.Helper()
 	return a.Do(t, lab.Req{Method: "POST", Path: "/shortlink/links", Token: tok, Body: body})

@@ -14,7 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 )
+
+// PurgeKind is the periodic kind that enforces ClickRetention.
+const PurgeKind = "shortlink.purge"
 
 // DemoCode is the link `fencelab dev` seeds.
 const DemoCode = "demo"
@@ -43,6 +47,14 @@ func build(d app.Deps) (app.Runtime, error) {
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth) },
 		Tasks:  tasks,
 		Seed:   svc.seed,
+		Kinds: []claim.Kind{{Name: PurgeKind, Every: min(cfg.ClickRetention/24, 10*time.Minute),
+			Handle: func(ctx context.Context, j *claim.Job) error {
+				n, err := PurgeClicks(ctx, d.Pool, cfg.ClickRetention)
+				if err != nil {
+					return err
+				}
+				return j.SetResult(map[string]int64{"deleted": n})
+			}}},
 	}, nil
 }
 

@@ -56,23 +56,81 @@ FROM shortlink_links WHERE code = $1`
 	// sqlLookup is the redirect path's only query (on a cache miss).
 	sqlLookup = `SELECT target, expires_at, revoked_at IS NOT NULL, custom FROM shortlink_links WHERE code = $1`
 
-	// sqlInsertClicks writes one batch. SL-I4: a retry of the same batch
-	// carries the same ids and inserts nothing new.
+	// sqlInsertClicks writes one batch and adds the clicks it inserted to
+	// their links' counters in the same statement. SL-I4: a retry of the
+	// same batch carries the same ids, inserts nothing new and so counts
+	// nothing (RETURNING yields only inserted rows). SL-I5: the counter
+	// moves with the rows. Counters are upserted in code order, so two
+	// writers' batches lock shared counters in one order (no deadlock).
 	sqlInsertClicks = `
-INSERT INTO shortlink_clicks (id, code, clicked_at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[])
-ON CONFLICT (id) DO NOTHING`
+WITH ins AS (
+    INSERT INTO shortlink_clicks (id, code, clicked_at)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[])
+    ON CONFLICT (id) DO NOTHING
+    RETURNING code
+)
+INSERT INTO shortlink_click_count AS k (code, clicks)
+SELECT code, count(*) FROM ins GROUP BY code ORDER BY code
+ON CONFLICT (code) DO UPDATE SET clicks = k.clicks + EXCLUDED.clicks`
 
-	// sqlInsertDrops records one flush of drop counts; a retried flush
-	// carries the same flush_id and counts nothing twice (SL-I4).
+	// sqlInsertDrops records one flush of drop counts and adds them to the
+	// counters; a retried flush carries the same flush_id and counts
+	// nothing twice (SL-I4, SL-I5).
 	sqlInsertDrops = `
-INSERT INTO shortlink_click_drops (flush_id, code, dropped)
-SELECT $1, * FROM unnest($2::text[], $3::bigint[])
-ON CONFLICT (flush_id, code) DO NOTHING`
+WITH ins AS (
+    INSERT INTO shortlink_click_drops (flush_id, code, dropped)
+    SELECT $1, * FROM unnest($2::text[], $3::bigint[])
+    ON CONFLICT (flush_id, code) DO NOTHING
+    RETURNING code, dropped
+)
+INSERT INTO shortlink_click_count AS k (code, dropped)
+SELECT code, sum(dropped) FROM ins GROUP BY code ORDER BY code
+ON CONFLICT (code) DO UPDATE SET dropped = k.dropped + EXCLUDED.dropped`
 
+	// sqlStats reads the link's counters: one primary-key lookup, whatever
+	// the click history (the rows themselves age out, SL-I5).
 	sqlStats = `
-SELECT (SELECT count(*) FROM shortlink_clicks WHERE code = $1),
-       (SELECT coalesce(sum(dropped), 0)::bigint FROM shortlink_click_drops WHERE code = $1)`
+SELECT coalesce((SELECT clicks FROM shortlink_click_count WHERE code = $1), 0),
+       coalesce((SELECT dropped FROM shortlink_click_count WHERE code = $1), 0)`
+
+	// sqlPurgeClicks deletes up to $2 clicks older than $1 microseconds
+	// (the cutoff on the database clock), oldest first from
+	// shortlink_clicks_clicked_at, and moves them into the counters'
+	// purged_clicks in the same statement (SL-I5 holds at every commit).
+	sqlPurgeClicks = `
+WITH doomed AS (
+    SELECT id FROM shortlink_clicks
+     WHERE clicked_at < now() - $1::bigint * interval '1 microsecond'
+     ORDER BY clicked_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM shortlink_clicks WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING code
+), counted AS (
+    UPDATE shortlink_click_count k SET purged_clicks = k.purged_clicks + g.n
+      FROM (SELECT code, count(*) AS n FROM gone GROUP BY code) g
+     WHERE k.code = g.code
+)
+SELECT count(*) FROM gone`
+
+	// sqlPurgeDrops is sqlPurgeClicks for the drop records.
+	sqlPurgeDrops = `
+WITH doomed AS (
+    SELECT flush_id, code FROM shortlink_click_drops
+     WHERE flushed_at < now() - $1::bigint * interval '1 microsecond'
+     ORDER BY flushed_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM shortlink_click_drops x USING doomed d
+     WHERE x.flush_id = d.flush_id AND x.code = d.code
+    RETURNING x.code, x.dropped
+), counted AS (
+    UPDATE shortlink_click_count k SET purged_drops = k.purged_drops + g.n
+      FROM (SELECT code, sum(dropped) AS n FROM gone GROUP BY code) g
+     WHERE k.code = g.code
+)
+SELECT count(*) FROM gone`
 
 	sqlListen = `LISTEN ` + invalidateChannel
 )
@@ -142,4 +200,38 @@ func readStats(ctx context.Context, db pg.Querier, code string) (Stats, error) {
 	s := Stats{Code: code}
 	err := db.QueryRow(ctx, sqlStats, code).Scan(&s.Clicks, &s.Dropped)
 	return s, pg.MapError(err)
+}
+
+// PurgeBatch bounds one retention statement.
+const PurgeBatch = 1000
+
+// PurgeClicks deletes clicks and drop records older than retention, in
+// batches, keeping the counters whole; it returns the rows deleted.
+func PurgeClicks(ctx context.Context, db pg.Querier, retention time.Duration) (int64, error) {
+	var total int64
+	for _, q := range []string{sqlPurgeClicks, sqlPurgeDrops} {
+		for {
+			var n int64
+			if err := db.QueryRow(ctx, q, retention.Microseconds(), PurgeBatch).Scan(&n); err != nil {
+				return total, fmt.Errorf("shortlink: purge clicks: %w", pg.MapError(err))
+			}
+			total += n
+			if n < PurgeBatch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// GrowthProbes are the module's periodic and per-request queries whose
+// cost must not grow with the click history (plan tests, bench growth).
+func GrowthProbes(retention time.Duration, code string) []pg.Probe {
+	return []pg.Probe{
+		{Name: "shortlink.purge clicks batch", When: pg.Periodic, SQL: sqlPurgeClicks,
+			Args: []any{retention.Microseconds(), PurgeBatch}, Bound: pg.Batch(PurgeBatch)},
+		{Name: "shortlink.purge drops batch", When: pg.Periodic, SQL: sqlPurgeDrops,
+			Args: []any{retention.Microseconds(), PurgeBatch}, Bound: pg.Batch(PurgeBatch)},
+		{Name: "shortlink stats read", When: pg.PerRequest, SQL: sqlStats, Args: []any{code}, Bound: pg.Batch(1)},
+	}
 }

@@ -21,7 +21,7 @@ func Module() app.Module {
 		Name:        "social",
 		Invariants:  slices.Concat(rel.Invariants, feed.Invariants, like.Invariants),
 		Errors:      slices.Concat(rel.Errors, feed.Errors, like.Errors),
-		Experiments: slices.Concat(rel.Experiments),
+		Experiments: slices.Concat(rel.Experiments, feed.Experiments, like.Experiments),
 		Build:       build,
 	}
 }

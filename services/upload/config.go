@@ -29,6 +29,10 @@ type Config struct {
 	// GCInterval is how often GC runs (one periodic job per slot across
 	// every process).
 	GCInterval time.Duration
+	// SessionRetention is how long a session that ended without a file
+	// (failed, aborted, expired) is kept for inspection before GC deletes
+	// it with its chunk and hash rows.
+	SessionRetention time.Duration
 	// ChunkTimeout bounds reading one chunk's body, so a stalled client
 	// cannot hold a chunk's range lock indefinitely.
 	ChunkTimeout time.Duration
@@ -36,24 +40,26 @@ type Config struct {
 
 // Setting names, as environment variables.
 const (
-	EnvDir          = "FENCELAB_UPLOAD_DIR"
-	EnvMaxFileSize  = "FENCELAB_UPLOAD_MAX_FILE_SIZE"
-	EnvMaxChunkSize = "FENCELAB_UPLOAD_MAX_CHUNK_SIZE"
-	EnvMaxChunks    = "FENCELAB_UPLOAD_MAX_CHUNKS"
-	EnvGrace        = "FENCELAB_UPLOAD_GRACE"
-	EnvGCInterval   = "FENCELAB_UPLOAD_GC_INTERVAL"
-	EnvChunkTimeout = "FENCELAB_UPLOAD_CHUNK_TIMEOUT"
+	EnvDir              = "FENCELAB_UPLOAD_DIR"
+	EnvMaxFileSize      = "FENCELAB_UPLOAD_MAX_FILE_SIZE"
+	EnvMaxChunkSize     = "FENCELAB_UPLOAD_MAX_CHUNK_SIZE"
+	EnvMaxChunks        = "FENCELAB_UPLOAD_MAX_CHUNKS"
+	EnvGrace            = "FENCELAB_UPLOAD_GRACE"
+	EnvGCInterval       = "FENCELAB_UPLOAD_GC_INTERVAL"
+	EnvSessionRetention = "FENCELAB_UPLOAD_SESSION_RETENTION"
+	EnvChunkTimeout     = "FENCELAB_UPLOAD_CHUNK_TIMEOUT"
 )
 
 // DefaultConfig returns the defaults; Dir is filled from the app's data dir.
 func DefaultConfig() Config {
 	return Config{
-		MaxFileSize:  4 << 30,
-		MaxChunkSize: 64 << 20,
-		MaxChunks:    10_000,
-		Grace:        24 * time.Hour,
-		GCInterval:   10 * time.Minute,
-		ChunkTimeout: 5 * time.Minute,
+		MaxFileSize:      4 << 30,
+		MaxChunkSize:     64 << 20,
+		MaxChunks:        10_000,
+		Grace:            24 * time.Hour,
+		GCInterval:       10 * time.Minute,
+		SessionRetention: 7 * 24 * time.Hour,
+		ChunkTimeout:     5 * time.Minute,
 	}
 }
 
@@ -79,6 +85,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 	r.Int(EnvMaxChunks, &c.MaxChunks, 1, 1_000_000)
 	r.Duration(EnvGrace, &c.Grace, time.Second, 365*24*time.Hour)
 	r.Duration(EnvGCInterval, &c.GCInterval, time.Second, 24*time.Hour)
+	r.Duration(EnvSessionRetention, &c.SessionRetention, time.Minute, 10*366*24*time.Hour)
 	r.Duration(EnvChunkTimeout, &c.ChunkTimeout, time.Second, 24*time.Hour)
 	if err := r.Err(); err != nil {
 		return Config{}, err

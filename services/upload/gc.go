@@ -29,7 +29,9 @@ func (s *Service) runGC(ctx context.Context, j *claim.Job) error {
 //
 //  1. open or completed sessions idle for the grace period are expired and
 //     their partial files removed;
-//  2. partial files of sessions that are not open are removed;
+//  2. partial files of sessions that are not open are removed, and
+//     sessions that ended without a file more than SessionRetention ago
+//     are deleted with their chunk and hash rows (docs/DATA.md);
 //  3. blobs with no reference whose grace period has passed are marked
 //     'deleting' — a write on the row commit raises refs on, so the two
 //     serialise and a blob is marked only if no commit got there first;
@@ -64,6 +66,16 @@ func (s *Service) gc(ctx context.Context, r *GCReport) error {
 		}
 		r.SessionsExpired += len(ids)
 		if len(ids) < gcBatch {
+			break
+		}
+	}
+	for {
+		n, err := purgeSessions(ctx, s.db, s.cfg.SessionRetention, gcBatch)
+		if err != nil {
+			return fmt.Errorf("upload: gc: purge ended sessions: %w", err)
+		}
+		r.SessionsPurged += n
+		if n < gcBatch {
 			break
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -162,36 +164,29 @@ func checkBlobFiles(ctx context.Context, db pg.Querier) ([]string, [][]any, erro
 	}
 	path := func(sha string) string { return filepath.Join(dir, sha) }
 
-	// Every referenced blob exists, with its recorded size.
-	refd, err := db.Query(ctx, `SELECT sha256, size FROM upload_blob WHERE refs > 0 ORDER BY sha256`)
-	if err != nil {
-		return nil, nil, err
-	}
-	type blob struct {
-		sha  string
-		size int64
-	}
-	var referenced []blob
-	for refd.Next() {
-		var b blob
-		if err := refd.Scan(&b.sha, &b.size); err != nil {
-			refd.Close()
+	// Every referenced blob exists, with its recorded size. Read in keyset
+	// pages of checkPage rows (primary-key order), each page checked
+	// before the next is read: memory stays one page, whatever the store
+	// holds.
+	after := ""
+	for {
+		page, err := referencedPage(ctx, db, after)
+		if err != nil {
 			return nil, nil, err
 		}
-		referenced = append(referenced, b)
-	}
-	refd.Close()
-	if err := refd.Err(); err != nil {
-		return nil, nil, err
-	}
-	for _, b := range referenced {
-		st, err := os.Stat(path(b.sha))
-		switch {
-		case err != nil:
-			bad("referenced blob missing", b.sha, err.Error())
-		case st.Size() != b.size:
-			bad("referenced blob has the wrong size", b.sha, fmt.Sprintf("%d bytes, %d recorded", st.Size(), b.size))
+		for _, b := range page {
+			st, err := os.Stat(path(b.sha))
+			switch {
+			case err != nil:
+				bad("referenced blob missing", b.sha, err.Error())
+			case st.Size() != b.size:
+				bad("referenced blob has the wrong size", b.sha, fmt.Sprintf("%d bytes, %d recorded", st.Size(), b.size))
+			}
 		}
+		if len(page) < checkPage {
+			break
+		}
+		after = page[len(page)-1].sha
 	}
 
 	// A sample of blob files hashes to its name.
@@ -249,6 +244,29 @@ UNION
 		return nil, nil, err
 	}
 	return cols, rows, nil
+}
+
+// checkPage is the keyset page checkBlobFiles reads referenced blobs in.
+const checkPage = 1000
+
+type blobRef struct {
+	sha  string
+	size int64
+}
+
+// referencedPage is the next page of referenced blobs after the sha256
+// after, in primary-key order.
+func referencedPage(ctx context.Context, db pg.Querier, after string) ([]blobRef, error) {
+	rows, err := db.Query(ctx, `SELECT sha256, size FROM upload_blob WHERE refs > 0 AND sha256 > $1 ORDER BY sha256 LIMIT $2`,
+		after, checkPage)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (blobRef, error) {
+		var b blobRef
+		err := r.Scan(&b.sha, &b.size)
+		return b, err
+	})
 }
 
 func hashFile(path string) (string, int64, error) {

@@ -115,6 +115,7 @@ type Summary struct {
 // GCReport counts what one GC run did.
 type GCReport struct {
 	SessionsExpired int `json:"sessions_expired"`
+	SessionsPurged  int `json:"sessions_purged"`
 	BlobsReclaimed  int `json:"blobs_reclaimed"`
 	StrayBlobs      int `json:"stray_blobs"`
 	StrayPartials   int `json:"stray_partials"`

@@ -38,7 +38,9 @@ func build(d app.Deps) (app.Runtime, error) {
 		Kinds: []claim.Kind{
 			// Publishing commits with the fenced completion: re-running a
 			// lapsed run is safe, so no SideEffects.
-			{Name: KindProcess, Handle: svc.process},
+			// A file records the run that published it (UP-F3): the job
+			// lives as long as the file (docs/DATA.md).
+			{Name: KindProcess, Handle: svc.process, KeepFinished: true},
 			{Name: KindGC, Every: cfg.GCInterval, Handle: svc.runGC},
 		},
 	}, nil

@@ -141,6 +141,25 @@ WHERE s.id = d.id AND s.state IN ('open', 'completed')
   AND s.touched_at < now() - $1::bigint * interval '1 microsecond'
 RETURNING s.id::text`
 
+	// sqlPurgeSessions deletes up to $2 sessions that ended without a file
+	// (failed, aborted, expired) more than $1 microseconds ago by the
+	// database clock, with their chunk and hash rows, oldest first from
+	// upload_session_ended. No file_object points at such a session.
+	sqlPurgeSessions = `
+WITH doomed AS (
+    SELECT id FROM upload_session
+     WHERE state IN ('failed', 'aborted', 'expired')
+       AND ended_at < now() - $1::bigint * interval '1 microsecond'
+     ORDER BY ended_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), chunks AS (
+    DELETE FROM upload_chunk WHERE session_id = ANY (ARRAY(SELECT id FROM doomed))
+), hashes AS (
+    DELETE FROM upload_hash WHERE session_id = ANY (ARRAY(SELECT id FROM doomed))
+)
+DELETE FROM upload_session WHERE id = ANY (ARRAY(SELECT id FROM doomed))`
+
 	sqlMarkBlobsDeleting = `
 UPDATE upload_blob b SET state = 'deleting'
 FROM (SELECT sha256 FROM upload_blob
@@ -353,6 +372,18 @@ func collectStrings(ctx context.Context, db pg.Querier, sql string, args ...any)
 
 func expireSessions(ctx context.Context, db pg.Querier, grace time.Duration, limit int) ([]string, error) {
 	return collectStrings(ctx, db, sqlExpireSessions, grace.Microseconds(), limit)
+}
+
+func purgeSessions(ctx context.Context, db pg.Querier, retention time.Duration, limit int) (int, error) {
+	tag, err := db.Exec(ctx, sqlPurgeSessions, retention.Microseconds(), limit)
+	return int(tag.RowsAffected()), pg.MapError(err)
+}
+
+// GrowthProbes are the upload GC's statements whose cost must not grow
+// with the history of sessions (plan tests, bench growth).
+func GrowthProbes(retention time.Duration) []pg.Probe {
+	return []pg.Probe{{Name: "upload.gc session purge batch", When: pg.Periodic, SQL: sqlPurgeSessions,
+		Args: []any{retention.Microseconds(), gcBatch}, Bound: pg.Batch(gcBatch)}}
 }
 
 func markBlobsDeleting(ctx context.Context, db pg.Querier, grace time.Duration, limit int) ([]string, error) {

@@ -314,7 +314,7 @@ var ForgedCallbacks = lab.Experiment{
 			{"body altered after signing", altered, sig, "callback_signature_invalid"},
 			{"signed outside the window", body, stale, "callback_signature_stale"},
 		} {
-			r := l.Callback(t, tc.body, tc.signature)
+			r := l.ForgedCallback(t, tc.body, tc.signature)
 			require.Equal(t, http.StatusUnauthorized, r.Status, "%s: %s", tc.name, r.Body)
 			require.Equal(t, tc.code, r.Code(), tc.name)
 		}

@@ -197,11 +197,24 @@ func (l *Lab) RunRefundJobs(t lab.T) []*claim.Job {
 // Callback posts a body to the callback route with a signature header.
 func (l *Lab) Callback(t lab.T, body []byte, signature string) lab.Response {
 	t.Helper()
+	return l.callback(t, body, signature, false)
+}
+
+// ForgedCallback is Callback with a signature made to be refused: the
+// request breaks the HTTP contract on purpose (a missing or malformed
+// Fake-Signature), so only its answer is checked against the contract.
+func (l *Lab) ForgedCallback(t lab.T, body []byte, signature string) lab.Response {
+	t.Helper()
+	return l.callback(t, body, signature, true)
+}
+
+func (l *Lab) callback(t lab.T, body []byte, signature string, forged bool) lab.Response {
+	t.Helper()
 	h := map[string]string{}
 	if signature != "" {
 		h[fakeprovider.SignatureHeader] = signature
 	}
-	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: CallbackPath, Body: body, Headers: h})
+	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: CallbackPath, Body: body, Headers: h, Invalid: forged})
 	var cb fakeprovider.Callback
 	_ = json.Unmarshal(body, &cb)
 	outcome := lab.Accepted

@@ -99,7 +99,9 @@ func (s *Service) Routes(e *echo.Echo) { routes(e, &handlers{svc: s}, s.auth, s.
 func (s *Service) Kinds() []claim.Kind {
 	return []claim.Kind{
 		{Name: ReconcileKind, Every: s.cfg.ReconcileEvery, Handle: s.reconcileJob},
-		{Name: RefundKind, Handle: s.refundJob, MaxAttempts: s.cfg.RefundAttempts},
+		// An order owed a refund points at its refund job (ORD-O4):
+		// the job lives as long as the order.
+		{Name: RefundKind, Handle: s.refundJob, MaxAttempts: s.cfg.RefundAttempts, KeepFinished: true},
 	}
 }
 

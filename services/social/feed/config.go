@@ -15,7 +15,19 @@ type Config struct {
 	ResponseLogRows int64
 	// CursorKey signs cursors (CursorKey(token secret)).
 	CursorKey []byte
+	// BackfillPosts bounds a new follow's backfill to the author's newest
+	// pushed posts (FENCELAB_FEED_BACKFILL_POSTS, default
+	// DefaultBackfillPosts, at least MinBackfillPosts).
+	BackfillPosts int
 }
+
+// Backfill bounds: the default, and the least a setting may ask for —
+// FEED-I2 checks completeness over the newest MinBackfillPosts of each
+// author, which every allowed setting backfills.
+const (
+	DefaultBackfillPosts = 500
+	MinBackfillPosts     = 50
+)
 
 // Settings (environment, or app.Config.Settings in tests).
 const (
@@ -29,6 +41,9 @@ const (
 	EnvResponseLog = "FENCELAB_FEED_RESPONSE_LOG"
 	// EnvResponseLogRows: how many log rows to keep (default 100000).
 	EnvResponseLogRows = "FENCELAB_FEED_RESPONSE_LOG_ROWS"
+	// EnvBackfillPosts: how many of an author's newest pushed posts a new
+	// follow copies into the follower's inbox (default DefaultBackfillPosts).
+	EnvBackfillPosts = "FENCELAB_FEED_BACKFILL_POSTS"
 )
 
 // LoadConfig reads the feed's settings (app.Config.Settings first, then
@@ -45,6 +60,8 @@ func LoadConfig(c app.Config) (Config, error) {
 	r.Bool(EnvResponseLog, &cfg.ResponseLog)
 	rows := int(cfg.ResponseLogRows)
 	r.Int(EnvResponseLogRows, &rows, 100, 100_000_000)
+	cfg.BackfillPosts = DefaultBackfillPosts
+	r.Int(EnvBackfillPosts, &cfg.BackfillPosts, MinBackfillPosts, 1_000_000)
 	if err := r.Err(); err != nil {
 		return Config{}, err
 	}

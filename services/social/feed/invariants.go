@@ -1,6 +1,10 @@
 package feed
 
-import "github.com/fencelab/fencelab/core/invariant"
+import (
+	"strconv"
+
+	"github.com/fencelab/fencelab/core/invariant"
+)
 
 const chapter = "home feed (spec 40 B)"
 
@@ -58,12 +62,20 @@ SELECT CASE WHEN post_author IS NULL THEN 'served a post that does not exist'
 //     post missing from all three).
 //   - Every inbox row is a settled, pushed post at its keyset position (push
 //     adds nothing, and hybrid takes no post from both sides).
-//   - Every pushed post is in the inbox of every active follower whose
-//     current relation event the consumer has applied (push misses
-//     nothing pull shows).
+//   - Every pushed post among its author's newest MinBackfillPosts is in
+//     the inbox of every active follower whose current relation event the
+//     consumer has applied (push misses nothing pull shows in that range).
+//     Such a post either settled after the follow was applied (sqlSettle
+//     fanned it out) or was, at the backfill, among the author's newest
+//     FENCELAB_FEED_BACKFILL_POSTS ≥ MinBackfillPosts pushed posts (its
+//     rank only grows as the author posts).
 //   - Every post that was not pushed has its author in the pull set
 //     (hybrid's pull side sees it; push refuses readers of that author).
-const sqlFEED2 = `
+//
+// minBackfill is MinBackfillPosts, spelled for the SQL.
+var minBackfill = strconv.Itoa(MinBackfillPosts)
+
+var sqlFEED2 = `
 SELECT 'settled post disagrees with social_post' AS problem, NULL::text AS reader, fp.post_id,
        format('settled %s at %s; post %s at %s', fp.author, fp.created_at, coalesce(p.author, '(none)'), p.created_at) AS detail
   FROM social_feed_post fp
@@ -86,10 +98,11 @@ SELECT 'inbox row without its pushed settled post', i.reader, i.post_id,
 UNION ALL
 SELECT 'pushed post missing from an active follower''s inbox', r.follower, fp.post_id,
        format('author %s, follow version %s applied', fp.author, r.version)
-  FROM social_feed_post fp
+  FROM (SELECT p.*, row_number() OVER (PARTITION BY p.author ORDER BY p.created_at DESC, p.post_id DESC) AS rank
+          FROM social_feed_post p WHERE p.pushed) fp
   JOIN social_relation r ON r.followee = fp.author AND r.state = 'active'
   JOIN outbox_consumer c ON c.name = 'social.feed.fanout'
- WHERE fp.pushed
+ WHERE fp.rank <= ` + minBackfill + `
    AND (r.changed_tx, r.event_id) <= (c.position_tx, c.position_id)
    AND NOT EXISTS (SELECT 1 FROM social_feed_inbox i
                     WHERE i.reader = r.follower AND i.created_at = fp.created_at AND i.post_id = fp.post_id)

@@ -35,6 +35,12 @@ func NewService(pool *pgxpool.Pool, cfg Config, log *slog.Logger) (*Service, err
 	if cfg.Threshold < 1 {
 		cfg.Threshold = DefaultThreshold
 	}
+	if cfg.BackfillPosts == 0 {
+		cfg.BackfillPosts = DefaultBackfillPosts
+	}
+	if cfg.BackfillPosts < MinBackfillPosts {
+		return nil, fmt.Errorf("feed: backfill of %d posts: want at least %d", cfg.BackfillPosts, MinBackfillPosts)
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -312,7 +318,7 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) erro
 		}
 	}
 	if len(followers) > 0 {
-		if _, err := tx.Exec(ctx, sqlBackfill, followers, followee); err != nil {
+		if _, err := tx.Exec(ctx, sqlBackfill, followers, followee, s.cfg.BackfillPosts); err != nil {
 			return fmt.Errorf("feed: backfill %d follows: %w", len(followers), pg.MapError(err))
 		}
 	}

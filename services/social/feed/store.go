@@ -218,16 +218,23 @@ SELECT s.post_id, s.pushed, s.created_at, coalesce(n.rows, 0)
   FROM settled s
   LEFT JOIN (SELECT post_id, count(*) AS rows FROM fanned GROUP BY post_id) n USING (post_id)`
 
-// sqlBackfill gives a follow that became active the author's pushed posts
-// settled so far (those settled later are fanned out to it by sqlSettle).
-// The follow is re-read from the truth: an event applied after the follow
-// ended writes nothing.
+// sqlBackfill gives a follow that became active the author's newest $3
+// pushed posts settled so far (those settled later are fanned out to it
+// by sqlSettle): one range of social_feed_post_pushed per follow, so a new
+// follower of an author with years of posts costs $3 rows, not the years.
+// Reading further back in a push feed shows nothing older; pull and
+// hybrid reads do (docs/DATA.md). The follow is re-read from the truth:
+// an event applied after the follow ended writes nothing.
 const sqlBackfill = `
 INSERT INTO social_feed_inbox (reader, created_at, post_id)
 SELECT r.follower, fp.created_at, fp.post_id
   FROM unnest($1::text[], $2::text[]) AS e(follower, followee)
   JOIN social_relation r ON r.follower = e.follower AND r.followee = e.followee AND r.state = 'active'
-  JOIN social_feed_post fp ON fp.author = r.followee AND fp.pushed
+ CROSS JOIN LATERAL (
+       SELECT p.created_at, p.post_id FROM social_feed_post p
+        WHERE p.author = r.followee AND p.pushed
+        ORDER BY p.created_at DESC, p.post_id DESC
+        LIMIT $3) fp
 ON CONFLICT DO NOTHING`
 
 // sqlPruneServed keeps the newest $1 rows of the response log.

@@ -2,10 +2,13 @@ package rel
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 var (
@@ -37,14 +40,16 @@ func countAccess(ok bool) {
 type lagCollector struct {
 	pool                        *pgxpool.Pool
 	events, seconds, maxLag, up *prometheus.Desc
+	health                      *pg.CollectorUp
 }
 
-func newLagCollector(pool *pgxpool.Pool) *lagCollector {
+func newLagCollector(pool *pgxpool.Pool, log *slog.Logger) *lagCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("fencelab_social_view_"+name, help, []string{"view"}, nil)
 	}
 	return &lagCollector{
 		pool:    pool,
+		health:  pg.NewCollectorUp("social_view_lag", log),
 		events:  d("lag_events", "Relation events the view's consumer has not applied."),
 		seconds: d("lag_seconds", "Age of the oldest relation event the view has not applied (0 when caught up)."),
 		maxLag:  d("max_lag_seconds", "The view's declared lag bound (social_view.max_lag)."),
@@ -56,6 +61,7 @@ func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{l.events, l.seconds, l.maxLag, l.up} {
 		ch <- d
 	}
+	l.health.Describe(ch)
 }
 
 func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
@@ -64,9 +70,11 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	lags, err := ViewLags(ctx, l.pool)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 0)
+		l.health.Report(ch, err)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 1)
+	l.health.Report(ch)
 	for _, v := range lags {
 		ch <- prometheus.MustNewConstMetric(l.events, prometheus.GaugeValue, float64(v.Events), v.View)
 		ch <- prometheus.MustNewConstMetric(l.seconds, prometheus.GaugeValue, v.Seconds, v.View)
@@ -74,10 +82,10 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func collectors(pool *pgxpool.Pool) []prometheus.Collector {
+func collectors(pool *pgxpool.Pool, log *slog.Logger) []prometheus.Collector {
 	cs := []prometheus.Collector{metricChanges, metricAccess, metricApplyDelay}
 	if pool != nil {
-		cs = append(cs, newLagCollector(pool))
+		cs = append(cs, newLagCollector(pool, log))
 	}
 	return cs
 }

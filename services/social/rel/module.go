@@ -31,7 +31,7 @@ import (
 func New(d app.Deps) (*Service, app.Runtime, error) {
 	s := NewService(d.Pool, d.Faults, d.Log)
 	if d.Metrics != nil {
-		for _, c := range collectors(d.Pool) {
+		for _, c := range collectors(d.Pool, d.Log) {
 			if err := d.Metrics.Register(c); err != nil {
 				return nil, app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
 			}

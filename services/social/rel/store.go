@@ -141,18 +141,32 @@ SELECT v.name, count(e.id)
  GROUP BY v.name`
 
 	// sqlViewLag is every declared view with its consumer's unapplied
-	// events, the age of the oldest and the declared bound. A consumer
-	// that has never run counts from the beginning.
+	// events (up to outbox.LagCountCap per topic), the age on the database
+	// clock of the first of them in read order, and the declared bound. A
+	// consumer that has never run counts from the beginning. Each topic is
+	// one range of outbox_event_topic_order from the position (run on
+	// every /metrics scrape: it examines the lag, never the history).
 	sqlViewLag = `
 SELECT v.name, v.consumer, extract(epoch FROM v.max_lag)::float8,
-       lag.events, coalesce(extract(epoch FROM now() - lag.oldest), 0)::float8
+       lag.events, coalesce(greatest(extract(epoch FROM now() - lag.oldest), 0), 0)::float8
   FROM social_view v
   LEFT JOIN outbox_consumer c ON c.name = v.consumer
  CROSS JOIN LATERAL (
-        SELECT count(*) AS events, min(e.created_at) AS oldest
-          FROM outbox_event e
-         WHERE e.topic = ANY (v.topics)
-           AND (e.tx_id, e.id) > (coalesce(c.position_tx, '0'::xid8), coalesce(c.position_id, 0))) lag
+       SELECT coalesce(sum(n.events), 0)::bigint AS events, min(f.created_at) AS oldest
+         FROM (SELECT DISTINCT unnest(v.topics) AS topic) t
+        CROSS JOIN LATERAL (
+              SELECT count(*) AS events FROM (
+                     SELECT 1 FROM outbox_event e
+                      WHERE e.topic = t.topic
+                        AND (e.tx_id, e.id) > (coalesce(c.position_tx, '0'::xid8), coalesce(c.position_id, 0))
+                      ORDER BY e.tx_id, e.id
+                      LIMIT 100000) l) n
+         LEFT JOIN LATERAL (
+              SELECT e.created_at FROM outbox_event e
+               WHERE e.topic = t.topic
+                 AND (e.tx_id, e.id) > (coalesce(c.position_tx, '0'::xid8), coalesce(c.position_id, 0))
+               ORDER BY e.tx_id, e.id
+               LIMIT 1) f ON true) lag
  ORDER BY v.name`
 )
 
@@ -330,3 +344,13 @@ func AccessCheck(ctx context.Context, q pg.Querier, viewer string, postID int64)
 
 // noCursor sorts after every post: the first page.
 var noCursor = Cursor{CreatedAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), PostID: 1<<63 - 1}
+
+// GrowthProbes are rel's per-scrape and per-request lag queries for the
+// plan tests and `fencelab bench growth`: each examines the views' lag,
+// never the outbox's history.
+func GrowthProbes(user string) []pg.Probe {
+	return []pg.Probe{
+		{Name: "social view lag", When: pg.PerScrape, SQL: sqlViewLag, Bound: pg.Live},
+		{Name: "social pending for user", When: pg.PerRequest, SQL: sqlPendingForUser, Args: []any{user}, Bound: pg.Live},
+	}
+}

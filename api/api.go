@@ -1,0 +1,121 @@
+// Package api holds the deployable's HTTP contract: an OpenAPI 3.1 document,
+// hand-written as one YAML file per module under openapi/, merged here into
+// one document, served at GET /openapi.json and /openapi.yaml and rendered
+// as a reference page at GET /docs/api. The e2e client validates every
+// request and response against it (e2e/e2etest), so the document cannot
+// drift from what the server does without a test failing.
+package api
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+)
+
+//go:embed openapi/*.yaml
+var files embed.FS
+
+// merged is the document as one JSON value, built once per process.
+var merged = sync.OnceValues(func() (map[string]any, error) { return merge(files) })
+
+// JSON returns the merged document as JSON (what GET /openapi.json serves).
+var JSON = sync.OnceValues(func() ([]byte, error) {
+	doc, err := merged()
+	if err != nil {
+		return nil, err
+	}
+	return json.MarshalIndent(doc, "", "  ")
+})
+
+// YAML returns the merged document as YAML (GET /openapi.yaml).
+var YAML = sync.OnceValues(func() ([]byte, error) {
+	doc, err := merged()
+	if err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(doc)
+})
+
+// merge reads openapi/*.yaml in name order. 00-base.yaml holds the top
+// level (openapi, info, security, shared components); every other file
+// holds a module's `paths` and `components` (and may add `tags`). A path,
+// component or tag defined twice is an error: two modules must not claim
+// the same thing.
+func merge(fsys fs.FS) (map[string]any, error) {
+	names, err := fs.Glob(fsys, "openapi/*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	if len(names) == 0 || path.Base(names[0]) != "00-base.yaml" {
+		return nil, fmt.Errorf("api: openapi/00-base.yaml must come first, have %v", names)
+	}
+	var doc map[string]any
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		var part map[string]any
+		if err := yaml.Unmarshal(b, &part); err != nil {
+			return nil, fmt.Errorf("api: %s: %w", name, err)
+		}
+		if doc == nil {
+			doc = part
+			continue
+		}
+		for key, v := range part {
+			switch key {
+			case "paths":
+				if err := mergeMap(doc, "paths", v, name); err != nil {
+					return nil, err
+				}
+			case "components":
+				cs, ok := v.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("api: %s: components is not a map", name)
+				}
+				if doc["components"] == nil {
+					doc["components"] = map[string]any{}
+				}
+				for kind, m := range cs {
+					if err := mergeMap(doc["components"].(map[string]any), kind, m, name+": components"); err != nil {
+						return nil, err
+					}
+				}
+			case "tags":
+				tags, _ := v.([]any)
+				have, _ := doc["tags"].([]any)
+				doc["tags"] = append(have, tags...)
+			default:
+				return nil, fmt.Errorf("api: %s: top-level key %q belongs in 00-base.yaml", name, key)
+			}
+		}
+	}
+	return doc, nil
+}
+
+func mergeMap(into map[string]any, key string, v any, where string) error {
+	src, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("api: %s: %s is not a map", where, key)
+	}
+	dst, _ := into[key].(map[string]any)
+	if dst == nil {
+		dst = map[string]any{}
+		into[key] = dst
+	}
+	for k, val := range src {
+		if _, dup := dst[k]; dup {
+			return fmt.Errorf("api: %s: %s %q is defined twice", where, key, k)
+		}
+		dst[k] = val
+	}
+	return nil
+}

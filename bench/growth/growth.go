@@ -1,0 +1,288 @@
+package growthbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/pg/pgserver"
+	"github.com/fencelab/fencelab/migrations"
+	"github.com/fencelab/fencelab/services/social/feed"
+	"github.com/fencelab/fencelab/services/social/rel"
+)
+
+// Bench is `fencelab bench growth`.
+var Bench = app.Bench{Name: "growth",
+	Summary: "history in every growing table on scratch databases: purge batches, a /metrics scrape, stats and feed reads, claim throughput at 0 and N rows",
+	Run:     Run}
+
+// Run parses flags and runs the benchmark: two scratch databases on one
+// server, one loaded with no history and one with --history rows per
+// growing table, measured side by side; both are dropped at the end. It
+// drives the modules' stores directly (the module list is not needed).
+func Run(_ []app.Module, args []string) error {
+	fs := flag.NewFlagSet("bench growth", flag.ContinueOnError)
+	history := fs.Int("history", 1_000_000, "rows of history per growing table")
+	dbURL := fs.String("database-url", "", "a server to create the scratch databases on (its role needs CREATEDB); "+
+		"empty: a fresh local cluster. DATABASE_URL is deliberately not read: the dev database is never touched unless named here")
+	jobs := fs.Int("claim-jobs", 20_000, "jobs drained to measure claim throughput")
+	workers := fs.Int("workers", 200, "claim worker goroutines")
+	repeat := fs.Int("repeat", 5, "runs per query (the median is reported)")
+	keep := fs.Bool("keep", false, "keep the scratch databases (their URLs are printed)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *history < 0 || *history > 100_000_000 || *jobs < 100 || *repeat < 1 {
+		return errors.New("bench growth: --history must be 0..100000000, --claim-jobs ≥ 100, --repeat ≥ 1")
+	}
+	ctx := context.Background()
+	server := *dbURL
+	if server == "" {
+		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
+		srv, err := pgserver.Provision(ctx, "", pgserver.Options{})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = srv.Close() }()
+		server = srv.URL("postgres")
+	}
+	admin, err := pg.Connect(ctx, server, pg.PoolOptions{MaxConns: 2, ApplicationName: "fencelab-bench-growth"})
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	var version string
+	_ = admin.QueryRow(ctx, `SELECT current_setting('server_version')`).Scan(&version)
+
+	run := make([]byte, 4)
+	_, _ = rand.Read(run)
+	sizes := []int{0, *history}
+	results := make([]phase, len(sizes))
+	for i, h := range sizes {
+		name := fmt.Sprintf("fencelab_growth_%s_%d", hex.EncodeToString(run), h)
+		if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+			return fmt.Errorf("bench growth: create the scratch database: %w", err)
+		}
+		u, err := withDatabase(server, name)
+		if err != nil {
+			return err
+		}
+		if !*keep {
+			defer func() {
+				if _, err := admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
+					fmt.Fprintf(os.Stderr, "bench growth: drop %s: %v\n", name, err)
+				}
+			}()
+		} else {
+			fmt.Printf("keeping %s\n", u)
+		}
+		fmt.Printf("history %d: loading …\n", h)
+		results[i], err = measure(ctx, u, h, *jobs, *workers, *repeat)
+		if err != nil {
+			return err
+		}
+	}
+	report(os.Stdout, results, version)
+	return nil
+}
+
+func withDatabase(server, db string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", fmt.Errorf("bench growth: database url: %w", err)
+	}
+	u.Path = "/" + db
+	return u.String(), nil
+}
+
+// row is one measured query.
+type row struct {
+	name     string
+	when     pg.When
+	ms       float64
+	examined int64
+}
+
+type phase struct {
+	history   int
+	load      time.Duration
+	rows      []row
+	claimRate float64
+}
+
+func measure(ctx context.Context, u string, history, jobs, workers, repeat int) (phase, error) {
+	p := phase{history: history}
+	if err := (pg.Migrator{FS: migrations.FS, URL: u}).Up(); err != nil {
+		return p, err
+	}
+	pool, err := pg.Connect(ctx, u, pg.PoolOptions{MaxConns: 12, ApplicationName: "fencelab-bench-growth"})
+	if err != nil {
+		return p, err
+	}
+	defer pool.Close()
+	begin := time.Now()
+	if err := Load(ctx, pool, history, LoadOptions{Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }}); err != nil {
+		return p, err
+	}
+	p.load = time.Since(begin)
+
+	probes, err := Probes(ctx, pool)
+	if err != nil {
+		return p, err
+	}
+	var scrapeRows int64
+	for _, pr := range probes {
+		r := row{name: pr.Name, when: pr.When}
+		var ms []float64
+		for range repeat {
+			plan, err := pg.Explain(ctx, pool, pr.SQL, pr.Args...)
+			if err != nil {
+				return p, fmt.Errorf("bench growth: %s: %w", pr.Name, err)
+			}
+			ms, r.examined = append(ms, plan.Ms), plan.Examined
+		}
+		r.ms = median(ms)
+		if pr.When == pg.PerScrape {
+			scrapeRows += r.examined
+		}
+		p.rows = append(p.rows, r)
+	}
+
+	// A feed page (push: the inbox read), as the feed benchmark measures it.
+	st, err := feed.ParseStrategy("push", feed.DefaultThreshold)
+	if err != nil {
+		return p, err
+	}
+	fsvc, err := feed.NewService(pool, feed.Config{Strategy: st, CursorKey: feed.CursorKey([]byte("bench-growth-cursor-key"))}, nil)
+	if err != nil {
+		return p, err
+	}
+	fr := row{name: "feed page (push, 20 posts)", when: pg.PerRequest}
+	var fms []float64
+	for range repeat {
+		s, err := fsvc.Explain(ctx, st, Reader, 20)
+		if err != nil {
+			return p, err
+		}
+		fms, fr.examined = append(fms, float64(s.Execution.Microseconds())/1000), s.RowsScanned
+	}
+	fr.ms = median(fms)
+	p.rows = append(p.rows, fr)
+
+	// One /metrics scrape of every database-reading collector (claim
+	// queue, outbox lag, social view lag), timed as Prometheus would see
+	// it; its rows are the per-scrape probes' sum.
+	reg := prometheus.NewRegistry()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d := app.Deps{Config: app.Defaults(), Pool: pool, Log: quiet, Metrics: reg}
+	d.Config.TokenSecret = "bench-growth-secret"
+	d.Jobs = claim.NewClient(pool, claim.Options{Log: quiet, Metrics: reg, Owner: "bench-growth"})
+	for _, c := range outbox.Collectors(pool, quiet) {
+		if err := reg.Register(c); err != nil {
+			return p, err
+		}
+	}
+	if _, _, err := rel.New(d); err != nil {
+		return p, err
+	}
+	var sms []float64
+	for range repeat {
+		t0 := time.Now()
+		mfs, err := reg.Gather()
+		if err != nil {
+			return p, fmt.Errorf("bench growth: scrape: %w", err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "fencelab_collector_up" {
+				for _, m := range mf.GetMetric() {
+					if m.GetGauge().GetValue() != 1 {
+						return p, fmt.Errorf("bench growth: a collector failed: %v", m.GetLabel())
+					}
+				}
+			}
+		}
+		sms = append(sms, float64(time.Since(t0).Microseconds())/1000)
+	}
+	p.rows = append(p.rows, row{name: "/metrics scrape (claim, outbox, social)", when: pg.PerScrape, ms: median(sms), examined: scrapeRows})
+
+	// Claim throughput: drain jobs with the history in the table.
+	c := d.Jobs
+	if err := c.Register(claim.Kind{Name: "growth.tp", Handle: func(context.Context, *claim.Job) error { return nil }}); err != nil {
+		return p, err
+	}
+	const chunk = 5000
+	for i := 0; i < jobs; i += chunk {
+		batch := make([]claim.NewJob, min(chunk, jobs-i))
+		for k := range batch {
+			batch[k] = claim.NewJob{Kind: "growth.tp", BusinessKey: fmt.Sprintf("tp-%d", i+k)}
+		}
+		if _, err := c.EnqueueMany(ctx, pool, batch); err != nil {
+			return p, err
+		}
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE job`); err != nil {
+		return p, err
+	}
+	t0 := time.Now()
+	if err := c.Work(ctx, claim.PoolOptions{Workers: workers, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond}); err != nil {
+		return p, err
+	}
+	elapsed := time.Since(t0)
+	var done int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind = 'growth.tp' AND state = 'succeeded'`).Scan(&done); err != nil {
+		return p, err
+	}
+	if done != jobs {
+		return p, fmt.Errorf("bench growth: %d of %d jobs succeeded", done, jobs)
+	}
+	p.claimRate = float64(jobs) / elapsed.Seconds()
+	return p, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func report(w io.Writer, ps []phase, version string) {
+	empty, full := ps[0], ps[len(ps)-1]
+	fmt.Fprintf(w, "\nfencelab growth: every periodic, per-scrape and per-request query at history 0 and %d (PostgreSQL %s)\n", full.history, version)
+	fmt.Fprintf(w, "  load: %v for %d rows per growing table\n", full.load.Round(time.Second), full.history)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "query\twhen\tms @0\trows @0\tms @%d\trows @%d\t\n", full.history, full.history)
+	worst, worstMs := "", -1.0
+	for i, r := range full.rows {
+		e := empty.rows[i]
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%.2f\t%d\t\n", r.name, r.when, e.ms, e.examined, r.ms, r.examined)
+		if r.ms > worstMs {
+			worst, worstMs = r.name, r.ms
+		}
+	}
+	fmt.Fprintf(tw, "claim throughput (jobs/s)\tper-job\t%.0f\t\t%.0f\t\t\n", empty.claimRate, full.claimRate)
+	_ = tw.Flush()
+	ratio := 0.0
+	if empty.claimRate > 0 {
+		ratio = full.claimRate / empty.claimRate
+	}
+	fmt.Fprintf(w, "  rows = rows examined by every scan (EXPLAIN ANALYZE); ms = median execution time; the machine is shared, figures are under contention\n")
+	fmt.Fprintf(w, "RESULT growth history=%d worst_query=%s worst_ms=%.2f claim_ratio=%.2f\n",
+		full.history, strings.ReplaceAll(worst, " ", "_"), worstMs, ratio)
+}

@@ -1,0 +1,198 @@
+// Package growthbench is `fencelab bench growth`: it loads history into
+// every growing table on a scratch database and measures, at empty and at
+// that history, every periodic, per-scrape and per-request query whose
+// cost must not grow with it (docs/DATA.md). Load is shared with the plan
+// tests (e2e/growth), which assert the same probes' rows examined.
+package growthbench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/social/rel"
+	"github.com/fencelab/fencelab/services/upload"
+)
+
+// The shape of the loaded state: what is history (n rows per table, inside
+// the retention window, so no purge may touch it), what is purgeable
+// (a few batches past the retention, the steady state of a purge that
+// runs every slot) and what is live (the queue, a consumer's lag).
+const (
+	Retention       = 72 * time.Hour // every retention the probes use
+	PurgeableRows   = 3 * 1000       // past the retention, per purged table
+	LiveJobs        = 1000           // ready jobs
+	ConsumerLag     = 100            // events after the consumer's position
+	Consumer        = "growth.consumer"
+	ConsumedTopic   = "growth.consumed"
+	UnconsumedTopic = "growth.unconsumed"
+	LinkCode        = "growth"
+	Reader          = "growth-reader"
+	Author          = "growth-author"
+	historyKinds    = 4
+)
+
+// LoadOptions shape Load.
+type LoadOptions struct {
+	// SkipFeed leaves the feed tables empty (the plan tests: a feed page
+	// is a per-request read, measured by the benchmark).
+	SkipFeed bool
+	// Logf, if set, reports each step's rows and time.
+	Logf func(format string, args ...any)
+}
+
+// Live is the live set the probes' bounds are judged against (the largest
+// of the queue and the lag).
+const Live = LiveJobs
+
+// Load grows every growing table by n rows of history (jobs with two
+// events each, outbox events of a consumed and an unconsumed topic with the
+// consumer's inbox rows, clicks, posts with their feed inbox rows) and adds
+// the purgeable slice and the live set, in bulk INSERT … SELECT
+// generate_series statements, then VACUUM ANALYZE so plans see the
+// tables as they are. The rows obey the claim, outbox and shortlink
+// invariants. n = 0 loads only the purgeable slice and the live set: the
+// empty baseline.
+func Load(ctx context.Context, db pg.Querier, n int, o LoadOptions) error {
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	ret := Retention.Microseconds()
+	steps := []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		// Claim: purgeable finished jobs first (oldest), then history
+		// spread over 90% of the retention, then the live queue.
+		{"jobs past retention", `
+INSERT INTO job (kind, business_key, state, due_at, created_at, updated_at, attempts, fence, owner)
+SELECT 'growth.k' || (i % $3), 'old-' || i, 'succeeded', t, t, t, 1, 1, 'growth'
+  FROM generate_series(1, $1) i, LATERAL (SELECT now() - $2::bigint * interval '1 microsecond' - interval '1 hour' - i * interval '1 millisecond' AS t) x`,
+			[]any{PurgeableRows, ret, historyKinds}},
+		{"job history", `
+INSERT INTO job (kind, business_key, state, due_at, created_at, updated_at, attempts, fence, owner)
+SELECT 'growth.k' || (i % $3), 'h-' || i, 'succeeded', t, t, t, 1, 1, 'growth'
+  FROM generate_series(1, $1) i, LATERAL (SELECT now() - (0.9 * $2::bigint * (i::float8 / $1)) * interval '1 microsecond' AS t) x`,
+			[]any{n, ret, historyKinds}},
+		{"job events", `
+INSERT INTO job_event (job_id, event, fence, owner, state, at)
+SELECT id, e.event, 1, 'growth', e.state, updated_at
+  FROM job, (VALUES ('claimed', 'running'), ('succeeded', 'succeeded')) AS e(event, state)
+ WHERE kind LIKE 'growth.k%'
+ ORDER BY id, e.event`, nil},
+		{"live jobs", `
+INSERT INTO job (kind, business_key)
+SELECT 'growth.live', 'live-' || i FROM generate_series(1, $1) i`, []any{LiveJobs}},
+
+		// Outbox: old events of both topics, then history, then the
+		// consumer at ConsumerLag events before the end of its topic,
+		// with an inbox row for every event it passed (OUTBOX-I2).
+		{"outbox events past retention", `
+INSERT INTO outbox_event (topic, key, payload, created_at)
+SELECT CASE WHEN i % 2 = 0 THEN $3 ELSE $4 END, 'k' || (i % 1000), '{"n":1}',
+       now() - $2::bigint * interval '1 microsecond' - interval '1 hour'
+  FROM generate_series(1, $1) i`, []any{2 * PurgeableRows, ret, ConsumedTopic, UnconsumedTopic}},
+		{"outbox history", `
+INSERT INTO outbox_event (topic, key, payload, created_at)
+SELECT CASE WHEN i % 2 = 0 THEN $3 ELSE $4 END, 'k' || (i % 1000), '{"n":1}',
+       now() - (0.9 * $2::bigint * (1 - i::float8 / ($1 + 1))) * interval '1 microsecond'
+  FROM generate_series(1, $1) i`, []any{n, ret, ConsumedTopic, UnconsumedTopic}},
+		{"outbox lag", `
+INSERT INTO outbox_event (topic, key, payload)
+SELECT $2, 'lag' || i, '{"n":1}' FROM generate_series(1, $1) i`, []any{ConsumerLag, ConsumedTopic}},
+		{"outbox consumer", `
+INSERT INTO outbox_consumer (name, topics, position_tx, position_id)
+SELECT $1, ARRAY[$2], tx_id, id
+  FROM outbox_event WHERE topic = $2 ORDER BY tx_id DESC, id DESC OFFSET $3 LIMIT 1`,
+			[]any{Consumer, ConsumedTopic, ConsumerLag}},
+		{"outbox inbox", `
+INSERT INTO outbox_inbox (consumer, event_id, fence, processed_at)
+SELECT c.name, e.id, 1, e.created_at
+  FROM outbox_consumer c JOIN outbox_event e ON e.topic = ANY (c.topics) AND (e.tx_id, e.id) <= (c.position_tx, c.position_id)
+ WHERE c.name = $1`, []any{Consumer}},
+
+		// Short links: one link, old clicks, history, its counter.
+		{"shortlink link", `
+WITH l AS (INSERT INTO shortlink_links (code, target, owner, custom) VALUES ($1, 'https://example.test/growth', 'user-growth', true)
+           RETURNING code, target, owner, created_at)
+INSERT INTO shortlink_creations (code, target, owner, created_at) SELECT * FROM l`, []any{LinkCode}},
+		{"clicks", `
+INSERT INTO shortlink_clicks (id, code, clicked_at)
+SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(i), 12, '0'))::uuid, $3,
+       CASE WHEN i <= $4 THEN now() - $2::bigint * interval '1 microsecond' - interval '1 hour'
+            ELSE now() - (0.9 * $2::bigint * random()) * interval '1 microsecond' END
+  FROM generate_series(1, $1::int + $4::int) i`, []any{n, ret, LinkCode, PurgeableRows}},
+		{"click counter", `
+INSERT INTO shortlink_click_count (code, clicks) SELECT $1, count(*) FROM shortlink_clicks WHERE code = $1`, []any{LinkCode}},
+
+		// Upload: sessions that ended without a file, a purgeable slice
+		// past the retention and history inside it.
+		{"upload sessions", `
+INSERT INTO upload_session (id, owner, total_size, chunk_count, chunk_size, sha256, state, touched_at, ended_at)
+SELECT ('00000000-0000-7000-9000-' || lpad(to_hex(i), 12, '0'))::uuid, 'user-growth', 0, 1, 0, repeat('0', 64), 'expired', t, t
+  FROM generate_series(1, $1::int + $3::int) i,
+       LATERAL (SELECT CASE WHEN i <= $3 THEN now() - $2::bigint * interval '1 microsecond' - interval '1 hour'
+                            ELSE now() - (0.9 * $2::bigint * random()) * interval '1 microsecond' END AS t) x`,
+			[]any{n, ret, PurgeableRows}},
+
+		// Feed: an author with n pushed posts, a reader who follows them
+		// and has every post in the inbox.
+		{"feed users", `
+INSERT INTO social_user (user_id) VALUES ($1), ($2)`, []any{Author, Reader}},
+		{"feed follow", `
+INSERT INTO social_relation (follower, followee, state, version, event_id, changed_tx)
+VALUES ($1, $2, 'active', 1, 0, pg_current_xact_id())`, []any{Reader, Author}},
+		{"feed posts", `
+INSERT INTO social_post (author, visibility, body, created_at)
+SELECT $2, 'PUBLIC', 'post ' || i, now() - (($1 - i) * interval '1 second')
+  FROM generate_series(1, greatest($1, 100)) i`, []any{n, Author}},
+		{"feed settled posts", `
+INSERT INTO social_feed_post (post_id, author, created_at, pushed)
+SELECT post_id, author, created_at, true FROM social_post WHERE author = $1`, []any{Author}},
+		{"feed inbox", `
+INSERT INTO social_feed_inbox (reader, created_at, post_id)
+SELECT $1, created_at, post_id FROM social_feed_post WHERE author = $2`, []any{Reader, Author}},
+	}
+	for _, s := range steps {
+		if o.SkipFeed && strings.HasPrefix(s.name, "feed") {
+			continue
+		}
+		begin := time.Now()
+		tag, err := db.Exec(ctx, s.sql, s.args...)
+		if err != nil {
+			return fmt.Errorf("growth: load %s: %w", s.name, err)
+		}
+		logf("  loaded %-30s %9d rows in %v", s.name, tag.RowsAffected(), time.Since(begin).Round(time.Millisecond))
+	}
+	for _, t := range []string{"job", "job_event", "outbox_event", "outbox_inbox", "outbox_consumer",
+		"shortlink_clicks", "shortlink_click_count", "upload_session", "social_post", "social_feed_post", "social_feed_inbox"} {
+		if _, err := db.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+			return fmt.Errorf("growth: vacuum %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// Probes are every periodic, per-scrape and per-request query of the
+// loaded modules, with the arguments Load's state calls for.
+func Probes(ctx context.Context, db pg.Querier) ([]pg.Probe, error) {
+	var pos outbox.Position
+	if err := db.QueryRow(ctx, `SELECT position_tx, position_id FROM outbox_consumer WHERE name = $1`, Consumer).
+		Scan(&pos.TxID, &pos.ID); err != nil {
+		return nil, fmt.Errorf("growth: consumer position: %w", err)
+	}
+	var ps []pg.Probe
+	ps = append(ps, claim.GrowthProbes(Retention, nil)...)
+	ps = append(ps, outbox.GrowthProbes(Retention, []string{ConsumedTopic}, pos)...)
+	ps = append(ps, rel.GrowthProbes(Reader)...)
+	ps = append(ps, shortlink.GrowthProbes(Retention, LinkCode)...)
+	ps = append(ps, upload.GrowthProbes(Retention)...)
+	return ps, nil
+}

@@ -1,0 +1,73 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencelab/fencelab/core/pg"
+)
+
+// DefaultRetention is how long finished jobs (succeeded, failed,
+// cancelled) and their history are kept for inspection before claim.purge
+// deletes them (FENCELAB_CLAIM_RETENTION).
+const DefaultRetention = 72 * time.Hour
+
+// PurgeBatch bounds one purge statement: its row locks, its transaction
+// and the rows it examines.
+const PurgeBatch = 1000
+
+// PurgeKindName is the periodic kind that enforces the retention.
+const PurgeKindName = "claim.purge"
+
+// PurgeFinished deletes up to batch jobs that finished more than olderThan
+// ago by the database clock, with their job_event rows in the same
+// statement, skipping kinds registered with KeepFinished. It returns how
+// many jobs it deleted.
+func (c *Client) PurgeFinished(ctx context.Context, olderThan time.Duration, batch int) (int, error) {
+	var n int
+	err := c.pool.QueryRow(ctx, sqlPurgeFinished, olderThan.Microseconds(), batch, c.kept()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("claim: purge finished jobs: %w", pg.MapError(err))
+	}
+	return n, nil
+}
+
+// PurgeKind is claim.purge: a periodic kind (one run per slot across all
+// processes) that purges finished jobs older than retention in batches of
+// PurgeBatch until a batch comes back short.
+func (c *Client) PurgeKind(retention time.Duration) Kind {
+	return Kind{Name: PurgeKindName, Every: min(retention/24, 10*time.Minute),
+		Handle: func(ctx context.Context, j *Job) error {
+			var total int
+			for {
+				n, err := c.PurgeFinished(ctx, retention, PurgeBatch)
+				total += n
+				if err != nil {
+					return err
+				}
+				if n < PurgeBatch {
+					return j.SetResult(map[string]int{"deleted": total})
+				}
+			}
+		}}
+}
+
+// GrowthProbes are the claim engine's periodic and per-scrape queries, for
+// the plan tests and `fencelab bench growth`: each must examine rows in
+// proportion to its batch or the live queue, never to the history.
+func GrowthProbes(retention time.Duration, kept []string) []pg.Probe {
+	if kept == nil {
+		kept = []string{}
+	}
+	return []pg.Probe{
+		{Name: "claim.purge batch", When: pg.Periodic, SQL: sqlPurgeFinished,
+			Args: []any{retention.Microseconds(), PurgeBatch, kept}, Bound: pg.Batch(PurgeBatch)},
+		{Name: "claim queue depth", When: pg.PerScrape, SQL: sqlDepth, Bound: pg.Live},
+		{Name: "claim oldest ready", When: pg.PerScrape, SQL: sqlOldestReady, Bound: pg.Live},
+		{Name: "claim take unknown", When: pg.Periodic, SQL: sqlTakeUnknown,
+			Args: []any{100, "probe", int64(30_000_000)}, Bound: pg.Live},
+		{Name: "claim recover expired", When: pg.Periodic, SQL: sqlRecoverExpired,
+			Args: []any{100, []string{}, int64(0), "probe"}, Bound: pg.Live},
+	}
+}

@@ -1,0 +1,79 @@
+// Package growth_test holds the plan tests of docs/DATA.md: one database
+// grown to 200,000 rows of history per growing table, and every periodic,
+// per-scrape and per-request query checked, from EXPLAIN (ANALYZE, FORMAT
+// JSON), to examine rows in proportion to its batch or the live set, not
+// to the history. A plan regression (a lost index, a predicate that stops
+// matching a partial index) fails here.
+package growth_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	growthbench "github.com/fencelab/fencelab/bench/growth"
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/shortlink"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// history is the rows of history each growing table gets.
+const history = 200_000
+
+// One grown database for every probe: growing it is the expensive part.
+func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.New(t)
+	start := time.Now()
+	require.NoError(t, growthbench.Load(ctx, pool, history, growthbench.LoadOptions{SkipFeed: true, Logf: t.Logf}))
+	t.Logf("loaded %d rows of history per table in %v", history, time.Since(start).Round(time.Millisecond))
+	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks", "upload_session"} {
+		var n int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
+		require.GreaterOrEqual(t, n, int64(history), table)
+	}
+
+	probes, err := growthbench.Probes(ctx, pool)
+	require.NoError(t, err)
+	require.NotEmpty(t, probes)
+	for _, p := range probes {
+		t.Run(p.Name, func(t *testing.T) {
+			plan, err := pg.Explain(ctx, pool, p.SQL, p.Args...)
+			require.NoError(t, err)
+			limit := p.Bound.Max(growthbench.Live)
+			t.Logf("%s (%s): %d rows examined (bound %d), %.1f ms", p.Name, p.When, plan.Examined, limit, plan.Ms)
+			require.LessOrEqual(t, plan.Examined, limit, "%s examines history; plan:\n%s", p.Name, plan.Text)
+		})
+	}
+	// The purges, run for real: each removes exactly the purgeable slice
+	// (nothing of the history) and leaves the invariants whole.
+	t.Run("purges remove the purgeable slice only", func(t *testing.T) {
+		c := claim.NewClient(pool, claim.Options{})
+		var jobs int
+		for {
+			n, err := c.PurgeFinished(ctx, growthbench.Retention, claim.PurgeBatch)
+			require.NoError(t, err)
+			if jobs += n; n < claim.PurgeBatch {
+				break
+			}
+		}
+		require.Equal(t, growthbench.PurgeableRows, jobs)
+		events, err := outbox.Purge(ctx, pool, growthbench.Retention)
+		require.NoError(t, err)
+		require.EqualValues(t, 2*growthbench.PurgeableRows, events, "old events of the consumed and the unconsumed topic")
+		clicks, err := shortlink.PurgeClicks(ctx, pool, growthbench.Retention)
+		require.NoError(t, err)
+		require.EqualValues(t, growthbench.PurgeableRows, clicks)
+		var left int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind LIKE 'growth.k%'`).Scan(&left))
+		require.EqualValues(t, history, left, "no job of the history purged")
+		e2etest.Assert(t, pool, "claim", "outbox", "shortlink")
+	})
+}

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS social_feed_post_pushed;

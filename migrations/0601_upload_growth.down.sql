@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS upload_session_ended;

@@ -1,0 +1,47 @@
+package console
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// routes is the console's route table. Reader pages need a signed-in
+// session of any role; operator pages and every lab run need role admin;
+// every POST carries the session's CSRF token and must come from this
+// origin.
+func (c *Console) routes(e *echo.Echo) {
+	c.api = e
+	e.GET("/console/static/*", echo.WrapHandler(http.StripPrefix("/console/static/", http.FileServer(http.FS(static())))))
+	e.GET("/console/signin", c.signinForm)
+	e.POST("/console/signin", c.signin)
+
+	in, admin, csrf := c.signedIn, c.admin, c.csrf
+	e.POST("/console/signout", c.signout, in, csrf)
+
+	// Reader pages.
+	e.GET("/", c.index, in)
+	e.GET("/console", c.index, in)
+	e.GET("/console/chapters/:slug", c.chapter, in)
+	e.GET("/console/runs/:n", c.runPage, in)
+	e.POST("/console/check", c.checkNow, in, csrf)
+
+	// The lab: runs start a whole deployable on a scratch database.
+	e.POST("/console/experiments/run", c.startRun, in, admin, csrf)
+
+	// Operator pages.
+	e.GET("/console/queue", c.queue, in, admin)
+	e.GET("/console/jobs/:id", c.job, in, admin)
+	e.GET("/console/inbox", c.inbox, in, admin)
+	e.POST("/console/inbox/jobs/:id", c.decideJob, in, admin, csrf)
+	e.POST("/console/inbox/notify/:task", c.resolveTask, in, admin, csrf)
+	e.POST("/console/inbox/orders/reconcile", c.reconcileOrders, in, admin, csrf)
+	e.GET("/console/outbox", c.outboxPage, in, admin)
+	e.GET("/console/admission", c.admission, in, admin)
+}
+
+// AdminPages are the console's admin-only GET pages (tests walk them).
+var AdminPages = []string{"/console/queue", "/console/jobs/1", "/console/inbox", "/console/outbox", "/console/admission"}
+
+// AdminActions are the console's admin-only POST actions.
+var AdminActions = []string{"/console/experiments/run", "/console/inbox/jobs/1", "/console/inbox/notify/1", "/console/inbox/orders/reconcile"}
