@@ -128,7 +128,10 @@ func TestNoRouteAnswers500ToHostileInput(t *testing.T) {
 	type route struct{ method, path string }
 	var routes []route
 	for _, r := range e.Routes() {
-		if r.Method == echo.RouteNotFound {
+		// The console (/, /console/…) is the HTML operator UI of another
+		// module, not the JSON API: left out of this table (issue 20 covers
+		// the API); its own tests own its answers.
+		if r.Method == echo.RouteNotFound || r.Path == "/" || strings.HasPrefix(r.Path, "/console") {
 			continue
 		}
 		routes = append(routes, route{r.Method, r.Path})
