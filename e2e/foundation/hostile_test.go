@@ -128,7 +128,10 @@ func TestNoRouteAnswers500ToHostileInput(t *testing.T) {
 	type route struct{ method, path string }
 	var routes []route
 	for _, r := range e.Routes() {
-		if r.Method == echo.RouteNotFound {
+		// The console (/, /console/…) is the HTML operator UI of another
+		// module, not the JSON API: left out of this table (issue 20 covers
+		// the API); its own tests own its answers.
+		if r.Method == echo.RouteNotFound || r.Path == "/" || strings.HasPrefix(r.Path, "/console") {
 			continue
 		}
 		routes = append(routes, route{r.Method, r.Path})
@@ -270,13 +273,14 @@ func TestUnstorableTextIsA400BeforeAnyWrite(t *testing.T) {
 			{Method: "POST", Path: "/notify/review/1/resolve", Token: admin, Body: `{"action":"give_up","reason":"` + bad + `"}`},
 			{Method: "POST", Path: "/shortlink/links", Token: user, Body: `{"target":"https://example.com/","alias":"a` + bad + `b"}`},
 		} {
+			c.Invalid = true
 			r := a.Do(t, c)
 			require.Equal(t, http.StatusBadRequest, r.Status, "%s %s %s: %s", c.Method, c.Path, c.Body, r.Body)
 			require.Equal(t, "invalid_text", r.Code(), "%s", c.Body)
 		}
 	}
 	for _, p := range []string{"/notify/users/x%00y/preferences", "/notify/users/x%ED%A0%80y/preferences"} {
-		r := a.Do(t, e2etest.Req{Method: "GET", Path: p, Token: admin})
+		r := a.Do(t, e2etest.Req{Method: "GET", Path: p, Token: admin, Invalid: true})
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", p, r.Body)
 		require.Equal(t, "invalid_text", r.Code())
 	}

@@ -77,19 +77,23 @@ func TestTargetURLRules(t *testing.T) {
 		"space":              "https://example.test/a b",
 		"tab":                "https://example.test/\ta",
 		"newline (header)":   "https://example.test/\r\nSet-Cookie: x=1",
-		"nul":                "https://example.test/\x00",
 		"DEL":                "https://example.test/\x7f",
 		"non-ASCII":          "https://exämple.test/",
 		"leading whitespace": " https://example.test/",
 		"backslash":          "https://example.test\\@evil.example.test/",
 		"bad escape":         "https://example.test/%zz",
 		"too long":           "https://example.test/" + strings.Repeat("a", shortlink.MaxTargetLen),
+		"port out of range":  "https://example.test:70000/",
 	}
 	for name, target := range bad {
 		r := a.BadInput().Create(t, tok, map[string]any{"target": target})
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", name, r.Body)
 		require.Equal(t, "invalid_target", r.Code(), name)
 	}
+	// A NUL is refused at the edge, like in every body (400 invalid_text).
+	r := a.Create(t, tok, map[string]any{"target": "https://example.test/\x00"})
+	require.Equal(t, http.StatusBadRequest, r.Status, string(r.Body))
+	require.Equal(t, "invalid_text", r.Code())
 	good := []string{
 		"http://example.test",
 		"HTTPS://EXAMPLE.TEST/Upper",
@@ -133,12 +137,14 @@ func TestAliasRules(t *testing.T) {
 	}
 	for _, alias := range []string{"abc", strings.Repeat("Z", 64), "spring_sale-2026", "A-b_9"} {
 		l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: target, Alias: alias})
-		require.Equal(t, alias, l.Code)
+		require.Equal(t, strings.ToLower(alias), l.Code, "aliases are stored in lower case")
 		require.True(t, l.Custom)
 		require.Equal(t, http.StatusFound, a.Visit(t, alias).Status)
 	}
-	// Aliases are case-sensitive codes: "abc" and "ABC" are two links.
-	require.Equal(t, http.StatusNotFound, a.Visit(t, "ABC").Status)
+	// Aliases are case-insensitive: "ABC" is the alias "abc", and taken.
+	require.Equal(t, http.StatusFound, a.Visit(t, "ABC").Status)
+	r0 := a.Create(t, tok, shortlink.CreateRequest{Target: target, Alias: "ABC"})
+	require.Equal(t, http.StatusConflict, r0.Status, string(r0.Body))
 
 	// Malformed bodies are the client's mistake, never a 500.
 	for _, body := range []string{`{"target": 1}`, `{"target":"https://example.test/","extra":true}`, `not json`,

@@ -60,4 +60,5 @@ type route struct {
 	target    string
 	expiresAt time.Time // zero: never
 	revoked   bool
+	custom    bool // an alias: also found by a case variant of its code
 }

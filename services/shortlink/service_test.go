@@ -37,7 +37,10 @@ func TestRandomCodeCollisionDrawsAnotherCode(t *testing.T) {
 	t.Parallel()
 	s := newTestService(t, nil)
 	ctx := context.Background()
-	_, err := s.Create(ctx, "user-0001", CreateRequest{Target: "https://first.example.test/", Alias: "Coll1de8"})
+	// The first link holds the random code the next draws collide with
+	// (aliases are lower case, so a random one is used).
+	s.newCode = func() string { return "Coll1de8" }
+	_, err := s.Create(ctx, "user-0001", CreateRequest{Target: "https://first.example.test/"})
 	require.NoError(t, err)
 
 	draws := []string{"Coll1de8", "Coll1de8", "Fresh456"}

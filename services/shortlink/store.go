@@ -54,7 +54,7 @@ SELECT code, target, owner, custom, created_at, expires_at, revoked_at
 FROM shortlink_links WHERE code = $1`
 
 	// sqlLookup is the redirect path's only query (on a cache miss).
-	sqlLookup = `SELECT target, expires_at, revoked_at IS NOT NULL FROM shortlink_links WHERE code = $1`
+	sqlLookup = `SELECT target, expires_at, revoked_at IS NOT NULL, custom FROM shortlink_links WHERE code = $1`
 
 	// sqlInsertClicks writes one batch and adds the clicks it inserted to
 	// their links' counters in the same statement. SL-I4: a retry of the
@@ -173,7 +173,7 @@ func getLink(ctx context.Context, db pg.Querier, code string) (Link, error) {
 // unknown code.
 func lookupRoute(ctx context.Context, db pg.Querier, code string) (r route, found bool, err error) {
 	var expires *time.Time
-	err = pg.MapError(db.QueryRow(ctx, sqlLookup, code).Scan(&r.target, &expires, &r.revoked))
+	err = pg.MapError(db.QueryRow(ctx, sqlLookup, code).Scan(&r.target, &expires, &r.revoked, &r.custom))
 	switch {
 	case errors.Is(err, pg.ErrNotFound):
 		return route{}, false, nil
