@@ -132,7 +132,7 @@ func TestDuplicateKeysInADebitDebitNothing(t *testing.T) {
 	before := l.ledger(t)
 	for _, body := range []string{`{"amount":1,"amount":500,"reason":"x"}`, `{"Amount":500,"reason":"x"}`, `{"amount":1,"reason":"x","REASON":"y"}`} {
 		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts/acct-dup/debits", Token: tok, Body: body,
-			Headers: map[string]string{idem.Header: newKey()}})
+			Headers: map[string]string{idem.Header: newKey()}, Invalid: true})
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", body, r.Body)
 	}
 	require.Equal(t, before, l.ledger(t))
