@@ -22,7 +22,13 @@ import (
 var files embed.FS
 
 // merged is the document as one JSON value, built once per process.
-var merged = sync.OnceValues(func() (map[string]any, error) { return merge(files) })
+var merged = sync.OnceValues(func() (map[string]any, error) {
+	doc, err := merge(files)
+	if err != nil {
+		return nil, err
+	}
+	return doc, edgeRules(doc)
+})
 
 // JSON returns the merged document as JSON (what GET /openapi.json serves).
 var JSON = sync.OnceValues(func() ([]byte, error) {
@@ -118,4 +124,90 @@ func mergeMap(into map[string]any, key string, v any, where string) error {
 		dst[k] = val
 	}
 	return nil
+}
+
+// edgeRules adds to every operation the answers the HTTP edge (core/httpx)
+// gives before any module runs, so each module's file lists only its own:
+//   - 400 with EdgeCode (text that cannot be stored in the path or query,
+//     a malformed query), and on write routes BodyCode too;
+//   - 408 body_timeout on write routes (a body that trickles past its
+//     deadline);
+//   - 503 retry | database_unavailable | overloaded on every route (the
+//     database briefly away; bounded write admission full).
+//
+// A route's own 400 and 503 keep their codes; the edge's are added beside
+// them (anyOf). Written once here rather than in every file because the
+// edge answers them for every route alike.
+func edgeRules(doc map[string]any) error {
+	paths, _ := doc["paths"].(map[string]any)
+	comps, _ := doc["components"].(map[string]any)
+	responses, _ := comps["responses"].(map[string]any)
+	if responses == nil {
+		return fmt.Errorf("api: 00-base.yaml defines no components.responses")
+	}
+	for _, pi := range paths {
+		item, _ := pi.(map[string]any)
+		for method, op := range item {
+			o, ok := op.(map[string]any)
+			if !ok || !slices.Contains([]string{"get", "head", "post", "put", "patch", "delete"}, method) {
+				continue
+			}
+			rs, _ := o["responses"].(map[string]any)
+			if rs == nil {
+				continue
+			}
+			write := method != "get" && method != "head"
+			codes := []any{map[string]any{"$ref": "#/components/schemas/EdgeCode"}}
+			if write {
+				codes = append(codes, map[string]any{"$ref": "#/components/schemas/BodyCode"})
+			}
+			rs["400"] = withCodes(rs["400"], responses, codes)
+			if _, ok := rs["503"]; ok {
+				rs["503"] = withCodes(rs["503"], responses, []any{map[string]any{"enum": []any{"retry", "database_unavailable", "overloaded"}}})
+			} else {
+				rs["503"] = map[string]any{"$ref": "#/components/responses/Unavailable"}
+			}
+			if write {
+				if _, ok := rs["408"]; !ok {
+					rs["408"] = map[string]any{"$ref": "#/components/responses/BodyTimeout"}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// withCodes returns a problem response r (inline, a $ref to a component
+// response, or nil) whose code also accepts every schema in extra.
+func withCodes(r any, components map[string]any, extra []any) any {
+	resp, _ := r.(map[string]any)
+	if ref, ok := resp["$ref"].(string); ok {
+		base, _ := components[path.Base(ref)].(map[string]any)
+		resp = deepCopy(base)
+	}
+	if resp == nil {
+		return map[string]any{
+			"description": "Refused at the HTTP edge, before the route ran.",
+			"content": map[string]any{"application/problem+json": map[string]any{"schema": map[string]any{
+				"$ref": "#/components/schemas/Problem", "properties": map[string]any{"code": map[string]any{"anyOf": extra}}}}},
+		}
+	}
+	content, _ := resp["content"].(map[string]any)
+	media, _ := content["application/problem+json"].(map[string]any)
+	schema, _ := media["schema"].(map[string]any)
+	props, _ := schema["properties"].(map[string]any)
+	if props == nil {
+		return resp
+	}
+	if code, ok := props["code"]; ok {
+		props["code"] = map[string]any{"anyOf": append([]any{code}, extra...)}
+	}
+	return resp
+}
+
+func deepCopy(m map[string]any) map[string]any {
+	b, _ := json.Marshal(m)
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
 }
