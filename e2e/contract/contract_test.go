@@ -29,7 +29,9 @@ var echoParam = regexp.MustCompile(`:([A-Za-z0-9_]+)`)
 // person in a browser, signed in with a cookie), which are not part of the
 // HTTP API the contract describes. TODO: describe them too, or keep them
 // out deliberately (the console arrived on main as this was written).
-func notAPI(path string) bool { return path == "/" || path == "/console" || strings.HasPrefix(path, "/console/") }
+func notAPI(path string) bool {
+	return path == "/" || path == "/console" || strings.HasPrefix(path, "/console/")
+}
 
 // routeSet is "METHOD /path/{param}" for every route.
 type routeSet map[string]bool
