@@ -22,7 +22,11 @@ func TestReportEndpointValidatesAndAuthenticates(t *testing.T) {
 	for _, bad := range []string{"2026-13-01", "2026-02-30", "2026-5-1", "yesterday", "0000-01-01", "2026-05-01x", "%00"} {
 		r := a.Do(t, e2etest.Req{Method: "GET", Path: "/reports/" + bad, Token: tok, Invalid: true})
 		require.Equal(t, 400, r.Status, "%s: %s", bad, r.Body)
-		require.Equal(t, "invalid_date", r.Code())
+		want := "invalid_date"
+		if bad == "%00" {
+			want = "invalid_text" // a NUL is refused at the edge, before the route runs
+		}
+		require.Equal(t, want, r.Code(), bad)
 	}
 
 	r = a.Do(t, e2etest.Req{Method: "GET", Path: "/reports/2026-05-02", Token: tok})
