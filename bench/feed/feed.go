@@ -421,7 +421,7 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 		p.Close()
 		return nil, err
 	}
-	fsvc, err := feed.NewService(pool, fcfg, nil)
+	fsvc, err := feed.NewService(app.Standalone(pool), fcfg)
 	if err != nil {
 		p.Close()
 		return nil, err

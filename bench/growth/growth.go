@@ -170,7 +170,7 @@ func measure(ctx context.Context, u string, history, jobs, workers, repeat int) 
 	if err != nil {
 		return p, err
 	}
-	fsvc, err := feed.NewService(pool, feed.Config{Strategy: st, CursorKey: feed.CursorKey([]byte("bench-growth-cursor-key"))}, nil)
+	fsvc, err := feed.NewService(app.Standalone(pool), feed.Config{Strategy: st, CursorKey: feed.CursorKey([]byte("bench-growth-cursor-key"))})
 	if err != nil {
 		return p, err
 	}
@@ -191,7 +191,8 @@ func measure(ctx context.Context, u string, history, jobs, workers, repeat int) 
 	// it; its rows are the per-scrape probes' sum.
 	reg := prometheus.NewRegistry()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d := app.Deps{Config: app.Defaults(), Pool: pool, Log: quiet, Metrics: reg}
+	d := app.Standalone(pool)
+	d.Log, d.Metrics = quiet, reg
 	d.Config.TokenSecret = "bench-growth-secret"
 	d.Jobs = claim.NewClient(pool, claim.Options{Log: quiet, Metrics: reg, Owner: "bench-growth"})
 	for _, c := range outbox.Collectors(pool, quiet) {
@@ -199,7 +200,7 @@ func measure(ctx context.Context, u string, history, jobs, workers, repeat int) 
 			return p, err
 		}
 	}
-	if _, _, err := rel.New(d); err != nil {
+	if _, err := rel.Build(d); err != nil {
 		return p, err
 	}
 	var sms []float64

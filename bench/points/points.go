@@ -146,6 +146,11 @@ func newBench(ctx context.Context, c config, mods []app.Module) (*bench, error) 
 		return nil, err
 	}
 	pool, d := p.Deps.Pool, p.Deps
+	svc, err := points.NewService(d, points.Config{SystemShards: c.shards})
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		p.Close()
@@ -158,7 +163,7 @@ func newBench(ctx context.Context, c config, mods []app.Module) (*bench, error) 
 	client, closeClient := load.Client(c.clients, 30*time.Second)
 	return &bench{
 		c: c, pool: pool, deps: d, base: "http://" + ln.Addr().String(),
-		svc:        points.NewService(pool, points.Config{SystemShards: c.shards}),
+		svc:        svc,
 		client:     client,
 		tag:        "bench-" + time.Now().Format("150405"),
 		invariants: p.Invariants,

@@ -40,6 +40,24 @@ type Deps struct {
 	Jobs *claim.Client
 }
 
+// Registerer is where a service registers its metrics: the process's
+// registry, or a private one when d has none (a service built alone, a
+// unit test), so every constructor registers the same way.
+func (d Deps) Registerer() prometheus.Registerer {
+	if d.Metrics == nil {
+		return prometheus.NewRegistry()
+	}
+	return d.Metrics
+}
+
+// Logger is d.Log, or slog.Default() when d has none.
+func (d Deps) Logger() *slog.Logger {
+	if d.Log == nil {
+		return slog.Default()
+	}
+	return d.Log
+}
+
 // NewMetrics returns a registry with the Go, process and pool collectors.
 func NewMetrics(pool *pgxpool.Pool) *prometheus.Registry {
 	reg := prometheus.NewRegistry()

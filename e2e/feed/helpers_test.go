@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -50,13 +51,15 @@ func setup(t *testing.T, strategy string, threshold int, extra ...string) *env {
 	a := e2etest.Start(t, e2etest.Options{Settings: settings})
 	cfg, err := feed.LoadConfig(a.Deps.Config)
 	require.NoError(t, err)
-	fs, err := feed.NewService(a.Pool, cfg, nil)
+	fs, err := feed.NewService(app.LabDeps(a.App), cfg)
 	require.NoError(t, err)
 	c := fs.Consumer()
 	c.BatchSize = 500 // catching up after a bulk load: the loaded events are skipped as applied
 	r, err := outbox.NewRunner(a.Pool, c, outbox.Options{Faults: a.Faults})
 	require.NoError(t, err)
-	e := &env{a: a, rel: rel.NewService(a.Pool, a.Faults, nil), feed: fs, fanout: r}
+	people, err := rel.NewService(app.LabDeps(a.App))
+	require.NoError(t, err)
+	e := &env{a: a, rel: people, feed: fs, fanout: r}
 	for _, v := range rel.Views {
 		c := v.Consumer()
 		c.BatchSize = 1000

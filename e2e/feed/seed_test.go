@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -49,7 +50,7 @@ SELECT (SELECT count(*) FROM social_user), (SELECT count(*) FROM social_relation
 	e2etest.Assert(t, pool, "social")
 
 	cfg := feed.Config{Strategy: feed.Hybrid{Threshold: 40}, CursorKey: feed.CursorKey([]byte(e2etest.Secret))}
-	svc, err := feed.NewService(pool, cfg, nil)
+	svc, err := feed.NewService(app.Standalone(pool), cfg)
 	require.NoError(t, err)
 	c := svc.Consumer()
 	c.BatchSize = 1000

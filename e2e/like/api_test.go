@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -140,7 +141,8 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 func TestLikeNeedsAccessCheck(t *testing.T) {
 	t.Parallel()
 	a := like.StartLab(e2etest.X(t), lab.Options{})
-	svc := rel.NewService(a.Pool, nil, nil)
+	svc, err := rel.NewService(app.Standalone(a.Pool))
+	require.NoError(t, err)
 	ctx := context.Background()
 	self, err := svc.CreatePost(ctx, like.LabAuthor, rel.PostRequest{Body: "mine only", Visibility: rel.Self})
 	require.NoError(t, err)
@@ -172,13 +174,14 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 	t.Parallel()
 	a := like.StartLab(e2etest.X(t), lab.Options{})
 	ids := a.Items(t, 2)
-	svc := like.NewService(a.Pool, nil, nil, 0)
+	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
+	require.NoError(t, err)
 	ctx := context.Background()
 	for _, u := range []string{"user-0001", "user-0002"} {
 		_, err := svc.Like(ctx, u, ids[0])
 		require.NoError(t, err)
 	}
-	_, err := svc.Unlike(ctx, "user-0002", ids[0])
+	_, err = svc.Unlike(ctx, "user-0002", ids[0])
 	require.NoError(t, err)
 	a.CatchUp(t)
 	e2etest.Assert(t, a.Pool, like.LabInvariants...)
@@ -234,7 +237,9 @@ func TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip(t *testing.T) {
 	t.Parallel()
 	a := like.StartLab(e2etest.X(t), lab.Options{})
 	item := a.Items(t, 1)[0]
-	_, err := like.NewService(a.Pool, nil, nil, 0).Like(context.Background(), "user-0001", item)
+	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
+	require.NoError(t, err)
+	_, err = svc.Like(context.Background(), "user-0001", item)
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, sql := range []string{

@@ -38,11 +38,19 @@ func Module() app.Module {
 
 // build makes the flash-sale runtime from the shared dependencies.
 func build(d app.Deps) (app.Runtime, error) {
-	res, err := reserve.New(d)
+	rcfg, err := reserve.LoadConfig(d.Config)
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	ord, err := order.New(d, res.Inventory())
+	ocfg, err := order.LoadConfig(d.Config)
+	if err != nil {
+		return app.Runtime{}, err
+	}
+	res, err := reserve.NewService(d, rcfg)
+	if err != nil {
+		return app.Runtime{}, err
+	}
+	ord, err := order.NewService(d, ocfg, res.Inventory())
 	if err != nil {
 		return app.Runtime{}, err
 	}

@@ -12,10 +12,7 @@
 package notify
 
 import (
-	"log/slog"
-
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/idem"
@@ -48,17 +45,11 @@ func build(d app.Deps) (app.Runtime, error) {
 	}, nil
 }
 
-// NewService builds the service alone.
+// NewService builds the service from the shared dependencies and its
+// settings (LoadConfig).
 func NewService(d app.Deps, cfg Config) (*Service, error) {
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	var reg prometheus.Registerer
-	if d.Metrics != nil {
-		reg = d.Metrics
-	}
-	m, err := newMetrics(reg)
+	log := d.Logger()
+	m, err := newMetrics(d.Registerer())
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,10 @@ func build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	svc := NewService(d.Pool, cfg)
+	svc, err := NewService(d, cfg)
+	if err != nil {
+		return app.Runtime{}, err
+	}
 	h := &handlers{svc: svc}
 	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
 	return app.Runtime{

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
@@ -27,12 +28,13 @@ type Service struct {
 	shards int
 }
 
-// NewService returns the service over pool.
-func NewService(pool *pgxpool.Pool, cfg Config) *Service {
+// NewService builds the service from the shared dependencies and its
+// settings (LoadConfig).
+func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.SystemShards < 1 || cfg.SystemShards > MaxSystemShards {
 		cfg.SystemShards = DefaultSystemShards
 	}
-	return &Service{db: pool, shards: cfg.SystemShards}
+	return &Service{db: d.Pool, shards: cfg.SystemShards}, nil
 }
 
 // ValidatePosting checks a debit's or grant's account id and body before

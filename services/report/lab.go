@@ -147,7 +147,8 @@ func runPausedHolder(x *lab.X) {
 // out == nil is the product's fenced output.
 func labInstance(x *lab.X, a *lab.App, holder string, out Output) *Service {
 	x.Helper()
-	d := app.Deps{Pool: a.Pool, Faults: a.Faults, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := app.LabDeps(a)
+	d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := NewService(d, Config{Holder: holder, TTL: time.Hour, Interval: time.Minute, Output: out})
 	require.NoError(x, err)
 	return svc

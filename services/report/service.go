@@ -39,7 +39,8 @@ type Service struct {
 	runs   *prometheus.CounterVec
 }
 
-// NewService builds the job for one instance.
+// NewService builds the job for one instance from the shared dependencies
+// and its settings (LoadConfig).
 func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Holder == "" {
 		cfg.Holder = defaultHolder()
@@ -62,20 +63,12 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Output == nil {
 		cfg.Output = FencedOutput{DB: d.Pool}
 	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
+	runs, err := registerRuns(d.Registerer())
+	if err != nil {
+		return nil, err
 	}
-	s := &Service{db: d.Pool, leases: lease.New(d.Pool), out: cfg.Output, faults: d.Faults,
-		log: log.With("module", "report", "holder", cfg.Holder), cfg: cfg}
-	if d.Metrics != nil {
-		runs, err := registerRuns(d.Metrics)
-		if err != nil {
-			return nil, err
-		}
-		s.runs = runs
-	}
-	return s, nil
+	return &Service{db: d.Pool, leases: lease.New(d.Pool), out: cfg.Output, faults: d.Faults,
+		log: d.Logger().With("module", "report", "holder", cfg.Holder), cfg: cfg, runs: runs}, nil
 }
 
 func registerRuns(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
@@ -221,8 +214,4 @@ func (s *Service) runOnce(ctx context.Context) {
 	}
 }
 
-func (s *Service) count(outcome string) {
-	if s.runs != nil {
-		s.runs.WithLabelValues(outcome).Inc()
-	}
-}
+func (s *Service) count(outcome string) { s.runs.WithLabelValues(outcome).Inc() }

@@ -7,11 +7,9 @@ package shortlink
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
@@ -37,7 +35,10 @@ func build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	svc := NewService(d, cfg)
+	svc, err := NewService(d, cfg)
+	if err != nil {
+		return app.Runtime{}, err
+	}
 	tasks := []app.Task{{Name: "click-writer", Run: svc.clicks.Run}}
 	if cfg.Listen {
 		tasks = append(tasks, app.Task{Name: "invalidation-listener", Run: svc.listen})
@@ -58,16 +59,10 @@ func build(d app.Deps) (app.Runtime, error) {
 	}, nil
 }
 
-// NewService builds the service alone (the module, benchmarks).
-func NewService(d app.Deps, cfg Config) *Service {
-	var reg prometheus.Registerer = d.Metrics
-	if d.Metrics == nil {
-		reg = prometheus.NewRegistry()
-	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
-	}
+// NewService builds the service from the shared dependencies and its
+// settings (LoadConfig).
+func NewService(d app.Deps, cfg Config) (*Service, error) {
+	reg, log := d.Registerer(), d.Logger()
 	s := &Service{db: d.Pool, log: log, newCode: randomCode, now: time.Now, baseURL: cfg.BaseURL}
 	// The gauges read the queue and caches at scrape time.
 	s.m = newMetrics(reg, func() int { return len(s.clicks.queue) }, func() int { return s.resolver.len() })
@@ -75,7 +70,7 @@ func NewService(d app.Deps, cfg Config) *Service {
 		return lookupRoute(ctx, s.db, code)
 	}, s.m, log)
 	s.clicks = newClickRecorder(cfg, d.Pool, log, d.Faults, s.m)
-	return s
+	return s, nil
 }
 
 // seed creates the demo link for `fencelab dev` unless it exists.

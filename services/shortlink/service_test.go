@@ -27,7 +27,9 @@ func newTestService(t *testing.T, edit func(*Config)) *Service {
 	if edit != nil {
 		edit(&cfg)
 	}
-	return NewService(app.Standalone(pgtest.New(t)), cfg)
+	s, err := NewService(app.Standalone(pgtest.New(t)), cfg)
+	require.NoError(t, err)
+	return s
 }
 
 // A random code that collides with an existing one is redrawn, never

@@ -29,15 +29,15 @@ func Module() app.Module {
 // build mounts the parts as one runtime: every part's routes, tasks,
 // kinds and seed, in order (rel's seed first: feed and like seed on it).
 func build(d app.Deps) (app.Runtime, error) {
-	_, relPart, err := rel.New(d)
+	relPart, err := rel.Build(d)
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	_, likePart, err := like.New(d)
+	likePart, err := like.Build(d)
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	_, feedPart, err := feed.New(d)
+	feedPart, err := feed.Build(d)
 	if err != nil {
 		return app.Runtime{}, err
 	}

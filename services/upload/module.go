@@ -1,10 +1,7 @@
 package upload
 
 import (
-	"log/slog"
-
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
@@ -30,7 +27,10 @@ func build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	svc := NewService(d, cfg, store)
+	svc, err := NewService(d, cfg, store)
+	if err != nil {
+		return app.Runtime{}, err
+	}
 	h := &handlers{svc: svc, cfg: cfg}
 	return app.Runtime{
 		Routes:            func(e *echo.Echo) { routes(e, h, d.Auth) },
@@ -46,18 +46,11 @@ func build(d app.Deps) (app.Runtime, error) {
 	}, nil
 }
 
-// NewService builds the service alone (the module, tests, benchmarks).
-func NewService(d app.Deps, cfg Config, store BlobStore) *Service {
-	var reg prometheus.Registerer = d.Metrics
-	if d.Metrics == nil {
-		reg = prometheus.NewRegistry()
-	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	s := &Service{db: d.Pool, jobs: d.Jobs, store: store, cfg: cfg, faults: d.Faults, log: log.With("module", "upload"),
-		m: newMetrics(reg)}
+// NewService builds the service from the shared dependencies, its
+// settings (LoadConfig) and the blob store it publishes to.
+func NewService(d app.Deps, cfg Config, store BlobStore) (*Service, error) {
+	s := &Service{db: d.Pool, jobs: d.Jobs, store: store, cfg: cfg, faults: d.Faults, log: d.Logger().With("module", "upload"),
+		m: newMetrics(d.Registerer())}
 	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
-	return s
+	return s, nil
 }

@@ -57,31 +57,21 @@ type Service struct {
 	m       *metrics
 }
 
-// New builds the order layer on inv, part A's inventory.
-func New(d app.Deps, inv *reserve.Inventory) (*Service, error) {
-	cfg, err := LoadConfig(d.Config)
-	if err != nil {
-		return nil, err
-	}
+// NewService builds the order layer from the shared dependencies and its
+// settings (LoadConfig), on inv, part A's inventory.
+func NewService(d app.Deps, cfg Config, inv *reserve.Inventory) (*Service, error) {
 	if len(cfg.CallbackSecret) == 0 {
 		// The loopback channel and this process share a secret of the
 		// process's own making.
 		cfg.CallbackSecret = make([]byte, 32)
 		rand.Read(cfg.CallbackSecret)
 	}
-	var reg prometheus.Registerer = d.Metrics
-	if d.Metrics == nil {
-		reg = prometheus.NewRegistry()
-	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
-	}
+	log := d.Logger()
 	return &Service{
 		cfg: cfg, pool: d.Pool, inv: inv, jobs: d.Jobs, auth: d.Auth, log: log,
 		keys:    idem.New(d.Pool, idem.Config{Faults: d.Faults}),
 		channel: newChannel(cfg, log),
-		m:       newMetrics(reg),
+		m:       newMetrics(d.Registerer()),
 	}, nil
 }
 

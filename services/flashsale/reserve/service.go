@@ -37,22 +37,12 @@ type Service struct {
 	m       *metrics
 }
 
-// New builds the reservation layer from the shared dependencies.
-func New(d app.Deps) (*Service, error) {
-	cfg, err := LoadConfig(d.Config)
-	if err != nil {
-		return nil, err
-	}
-	var reg prometheus.Registerer = d.Metrics
-	if d.Metrics == nil {
-		reg = prometheus.NewRegistry()
-	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
-	}
+// NewService builds the reservation layer from the shared dependencies and
+// its settings (LoadConfig).
+func NewService(d app.Deps, cfg Config) (*Service, error) {
+	reg := d.Registerer()
 	s := &Service{
-		cfg: cfg, pool: d.Pool, auth: d.Auth, log: log,
+		cfg: cfg, pool: d.Pool, auth: d.Auth, log: d.Logger(),
 		inv: NewInventory(InventoryOptions{HoldTTL: cfg.HoldTTL, Faults: d.Faults}),
 		limiter: httpx.NewLimiter(httpx.LimiterOptions{
 			Name: LimiterName, Limit: cfg.Limit, WaitLine: cfg.WaitLine, MaxWait: cfg.MaxWait, Metrics: reg,

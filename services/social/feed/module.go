@@ -29,31 +29,31 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 )
 
-// New builds feed's service and its part of the social module: the route,
-// the fan-out consumer, the response log's pruning and the metrics.
-func New(d app.Deps) (*Service, app.Runtime, error) {
+// Build makes feed's part of the social module: the route, the fan-out
+// consumer, the response log's pruning and the metrics.
+func Build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
-		return nil, app.Runtime{}, err
+		return app.Runtime{}, err
 	}
 	if d.Config.TokenSecret == "" {
-		return nil, app.Runtime{}, fmt.Errorf("social/feed: the token secret is empty: cursors would be unsigned")
+		return app.Runtime{}, fmt.Errorf("social/feed: the token secret is empty: cursors would be unsigned")
 	}
-	s, err := NewService(d.Pool, cfg, d.Log)
+	s, err := NewService(d, cfg)
 	if err != nil {
-		return nil, app.Runtime{}, err
+		return app.Runtime{}, err
 	}
 	if d.Metrics != nil {
 		for _, c := range collectors() {
 			if err := d.Metrics.Register(c); err != nil {
-				return nil, app.Runtime{}, fmt.Errorf("social/feed: register metrics: %w", err)
+				return app.Runtime{}, fmt.Errorf("social/feed: register metrics: %w", err)
 			}
 		}
 	}
 	m := app.Runtime{}
 	t, err := app.ConsumerTask(d, s.Consumer())
 	if err != nil {
-		return nil, app.Runtime{}, err
+		return app.Runtime{}, err
 	}
 	m.Tasks = append(m.Tasks, t)
 	if cfg.ResponseLog {
@@ -61,7 +61,7 @@ func New(d app.Deps) (*Service, app.Runtime, error) {
 	}
 	h := &handlers{svc: s}
 	m.Routes = func(e *echo.Echo) { routes(e, h, d.Auth) }
-	return s, m, nil
+	return m, nil
 }
 
 func (s *Service) pruneEvery(interval time.Duration) func(ctx context.Context) error {

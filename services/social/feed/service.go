@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -24,8 +25,9 @@ type Service struct {
 	log  *slog.Logger
 }
 
-// NewService builds the service over the pool.
-func NewService(pool *pgxpool.Pool, cfg Config, log *slog.Logger) (*Service, error) {
+// NewService builds the service from the shared dependencies and its
+// settings (LoadConfig).
+func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Strategy == nil {
 		return nil, errors.New("feed: no strategy configured")
 	}
@@ -41,10 +43,7 @@ func NewService(pool *pgxpool.Pool, cfg Config, log *slog.Logger) (*Service, err
 	if cfg.BackfillPosts < MinBackfillPosts {
 		return nil, fmt.Errorf("feed: backfill of %d posts: want at least %d", cfg.BackfillPosts, MinBackfillPosts)
 	}
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Service{pool: pool, cfg: cfg, log: log}, nil
+	return &Service{pool: d.Pool, cfg: cfg, log: d.Logger()}, nil
 }
 
 // Strategy is the configured strategy.

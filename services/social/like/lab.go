@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
@@ -44,13 +45,15 @@ var RedeliveryCountedOnce = lab.Experiment{
 func runRedeliveryCountedOnce(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	people := rel.NewService(a.Pool, a.Faults, nil)
-	_, err := people.SetProfile(ctx, "user-0042", false)
+	people, err := rel.NewService(app.LabDeps(a))
+	require.NoError(x, err)
+	_, err = people.SetProfile(ctx, "user-0042", false)
 	require.NoError(x, err)
 	post, err := people.CreatePost(ctx, "user-0042", rel.PostRequest{Body: "a post to like", Visibility: rel.Public})
 	require.NoError(x, err)
 	item := post.PostID
-	likes := NewService(a.Pool, a.Faults, nil, 0)
+	likes, err := NewService(app.LabDeps(a), Config{})
+	require.NoError(x, err)
 	for i := range 20 {
 		user := fmt.Sprintf("user-%04d", 100+i)
 		_, err := people.SetProfile(ctx, user, false)
@@ -350,7 +353,7 @@ func runLIKE03DatabaseStoppedImmediatelyMidStorm(x *lab.X) {
 func runLIKE04RecomputeBesideOnlineIncrements(x *lab.X) {
 	t := x
 	l := StartLab(x, lab.Options{
-		Settings: map[string]string{"FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK": "3"},
+		Settings: map[string]string{EnvRecomputeChunk: "3"},
 	})
 	ids := l.Items(t, 10)
 	s := l.NewStorm(t, 50, ids)

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
@@ -47,7 +48,8 @@ const LabAuthor = "user-0042"
 // Items publishes n PUBLIC posts by LabAuthor: the liked items.
 func (l *Lab) Items(t lab.T, n int) []int64 {
 	t.Helper()
-	svc := rel.NewService(l.Pool, nil, nil)
+	svc, err := rel.NewService(app.Standalone(l.Pool))
+	require.NoError(t, err)
 	ids := make([]int64, n)
 	for i := range ids {
 		p, err := svc.CreatePost(context.Background(), LabAuthor, rel.PostRequest{Body: fmt.Sprintf("item %d", i), Visibility: rel.Public})
@@ -60,7 +62,8 @@ func (l *Lab) Items(t lab.T, n int) []int64 {
 // Counter is a runner of the like counter on the app's pool and faults.
 func (l *Lab) Counter(t lab.T, owner string) *outbox.Runner {
 	t.Helper()
-	svc := NewService(l.Pool, l.Faults, nil, 0)
+	svc, err := NewService(app.LabDeps(l.App), Config{})
+	require.NoError(t, err)
 	r, err := outbox.NewRunner(l.Pool, svc.Counter(), outbox.Options{Owner: owner, Faults: l.Faults})
 	require.NoError(t, err)
 	return r

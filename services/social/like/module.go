@@ -29,30 +29,30 @@ import (
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
-// New builds like's service and its part of the social module: routes,
-// the counter consumer (a task in serve and worker), metrics. Setting:
-// FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK, items per recompute transaction.
-func New(d app.Deps) (*Service, app.Runtime, error) {
-	chunk := DefaultChunk
-	set := app.NewSettingsReader(d.Config, "social/like")
-	set.Int("FENCELAB_SOCIAL_LIKE_RECOMPUTE_CHUNK", &chunk, 1, 100000)
-	if err := set.Err(); err != nil {
-		return nil, app.Runtime{}, err
+// Build makes like's part of the social module: routes, the counter
+// consumer (a task in serve and worker), metrics, the demo seed.
+func Build(d app.Deps) (app.Runtime, error) {
+	cfg, err := LoadConfig(d.Config)
+	if err != nil {
+		return app.Runtime{}, err
 	}
-	s := NewService(d.Pool, d.Faults, d.Log, chunk)
+	s, err := NewService(d, cfg)
+	if err != nil {
+		return app.Runtime{}, err
+	}
 	if d.Metrics != nil {
 		for _, c := range collectors() {
 			if err := d.Metrics.Register(c); err != nil {
-				return nil, app.Runtime{}, fmt.Errorf("social/like: register metrics: %w", err)
+				return app.Runtime{}, fmt.Errorf("social/like: register metrics: %w", err)
 			}
 		}
 	}
 	task, err := app.ConsumerTask(d, s.Counter())
 	if err != nil {
-		return nil, app.Runtime{}, err
+		return app.Runtime{}, err
 	}
 	h := &handlers{svc: s}
-	return s, app.Runtime{
+	return app.Runtime{
 		Tasks:  []app.Task{task},
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth) },
 		Seed:   s.seed,

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
@@ -49,16 +50,14 @@ type Service struct {
 	chunk  int
 }
 
-// NewService builds the service; chunk is the recompute's items per
-// transaction (0: DefaultChunk).
-func NewService(pool *pgxpool.Pool, fs *faults.Set, log *slog.Logger, chunk int) *Service {
-	if log == nil {
-		log = slog.Default()
-	}
+// NewService builds the service from the shared dependencies and its
+// settings (LoadConfig).
+func NewService(d app.Deps, cfg Config) (*Service, error) {
+	chunk := cfg.RecomputeChunk
 	if chunk <= 0 {
 		chunk = DefaultChunk
 	}
-	return &Service{pool: pool, faults: fs, log: log, chunk: chunk}
+	return &Service{pool: d.Pool, faults: d.Faults, log: d.Logger(), chunk: chunk}, nil
 }
 
 // Like makes user like item, in its own transaction.

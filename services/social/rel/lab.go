@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/jackc/pgx/v5"
@@ -46,7 +47,8 @@ var ReplayDoesNotResurrect = lab.Experiment{
 func runReplayDoesNotResurrect(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	svc := NewService(a.Pool, a.Faults, nil)
+	svc, err := NewService(app.LabDeps(a))
+	require.NoError(x, err)
 	for _, u := range []string{"user-a", "user-b"} {
 		_, err := svc.SetProfile(ctx, u, false)
 		require.NoError(x, err)

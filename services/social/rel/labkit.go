@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
@@ -72,7 +73,9 @@ func StartLab(x *lab.X) *Lab {
 	t := x
 	t.Helper()
 	a := x.Start(lab.Options{})
-	e := &Lab{App: a, Svc: NewService(a.Pool, a.Faults, nil), Runners: map[string]*outbox.Runner{}, x: x}
+	svc, err := NewService(app.LabDeps(a))
+	require.NoError(t, err)
+	e := &Lab{App: a, Svc: svc, Runners: map[string]*outbox.Runner{}, x: x}
 	for _, v := range Views {
 		e.Runners[v.Name] = e.NewRunner(t, v)
 	}

@@ -26,14 +26,17 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 )
 
-// New builds rel's service and its part of the social module: routes,
-// the view consumers, metrics and the demo seed.
-func New(d app.Deps) (*Service, app.Runtime, error) {
-	s := NewService(d.Pool, d.Faults, d.Log)
+// Build makes rel's part of the social module: routes, the view
+// consumers, metrics and the demo seed.
+func Build(d app.Deps) (app.Runtime, error) {
+	s, err := NewService(d)
+	if err != nil {
+		return app.Runtime{}, err
+	}
 	if d.Metrics != nil {
 		for _, c := range collectors(d.Pool, d.Log) {
 			if err := d.Metrics.Register(c); err != nil {
-				return nil, app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
+				return app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
 			}
 		}
 	}
@@ -41,14 +44,14 @@ func New(d app.Deps) (*Service, app.Runtime, error) {
 	for _, v := range Views {
 		t, err := app.ConsumerTask(d, v.Consumer())
 		if err != nil {
-			return nil, app.Runtime{}, err
+			return app.Runtime{}, err
 		}
 		m.Tasks = append(m.Tasks, t)
 	}
 	h := &handlers{svc: s}
 	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
 	m.Routes = func(e *echo.Echo) { routes(e, h, d.Auth, keys) }
-	return s, m, nil
+	return m, nil
 }
 
 // Demo users `fencelab dev` seeds: user-0042 (public) follows user-0043

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
@@ -47,12 +48,10 @@ type Service struct {
 // push fan-out): its error rolls the post back.
 type PublishHook func(ctx context.Context, tx pgx.Tx, p Post) error
 
-// NewService builds the service over the pool.
-func NewService(pool *pgxpool.Pool, fs *faults.Set, log *slog.Logger) *Service {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Service{pool: pool, faults: fs, log: log}
+// NewService builds the service from the shared dependencies (rel has no
+// settings).
+func NewService(d app.Deps) (*Service, error) {
+	return &Service{pool: d.Pool, faults: d.Faults, log: d.Logger()}, nil
 }
 
 // OnPublish registers a hook run in every post's creating transaction.
