@@ -195,10 +195,8 @@ func measure(ctx context.Context, u string, history, jobs, workers, repeat int) 
 	d.Log, d.Metrics = quiet, reg
 	d.Config.TokenSecret = "bench-growth-secret"
 	d.Jobs = claim.NewClient(pool, claim.Options{Log: quiet, Metrics: reg, Owner: "bench-growth"})
-	for _, c := range outbox.Collectors(pool, quiet) {
-		if err := reg.Register(c); err != nil {
-			return p, err
-		}
+	if err := reg.Register(outbox.LagCollector(pool, quiet)); err != nil {
+		return p, err
 	}
 	if _, err := rel.Build(d); err != nil {
 		return p, err

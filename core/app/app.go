@@ -23,6 +23,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -56,6 +57,13 @@ func (d Deps) Logger() *slog.Logger {
 		return slog.Default()
 	}
 	return d.Log
+}
+
+// Keys returns an idempotency-key store for a module's routes, on the
+// process's pool, fault points and metrics (the stores of one process
+// share the idem series).
+func (d Deps) Keys() *idem.Keys {
+	return idem.New(d.Pool, idem.Config{Faults: d.Faults, Metrics: d.Registerer()})
 }
 
 // NewMetrics returns a registry with the Go, process and pool collectors.
@@ -167,7 +175,7 @@ func superviseTask(ctx context.Context, log *slog.Logger, t Task) {
 // task. Every process that runs it competes for the consumer's lease; one
 // applies events at a time.
 func ConsumerTask(d Deps, c outbox.Consumer) (Task, error) {
-	r, err := outbox.NewRunner(d.Pool, c, outbox.Options{Faults: d.Faults, Log: d.Log})
+	r, err := outbox.NewRunner(d.Pool, c, outbox.Options{Faults: d.Faults, Log: d.Log, Metrics: d.Registerer()})
 	if err != nil {
 		return Task{}, err
 	}

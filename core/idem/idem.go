@@ -55,6 +55,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
@@ -86,6 +87,9 @@ const (
 type Config struct {
 	LockTTL time.Duration // default DefaultLockTTL
 	Faults  *faults.Set   // nil in production
+	// Metrics receives the store's series (nil: counted, not registered);
+	// the stores of one process share them.
+	Metrics prometheus.Registerer
 }
 
 // Keys is the idempotency-key store a module's routes use.
@@ -93,6 +97,7 @@ type Keys struct {
 	pool    *pgxpool.Pool
 	lockTTL time.Duration
 	faults  *faults.Set
+	m       *metrics
 }
 
 // New returns the store over pool.
@@ -100,7 +105,7 @@ func New(pool *pgxpool.Pool, c Config) *Keys {
 	if c.LockTTL <= 0 {
 		c.LockTTL = DefaultLockTTL
 	}
-	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults}
+	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults, m: newMetrics(c.Metrics)}
 }
 
 // Func is an idempotent effect. It runs inside the transaction that also
@@ -225,7 +230,7 @@ func (k *Keys) handle(c echo.Context, r *request, fn Func) error {
 		}
 		if claimed && ctx.Err() != nil {
 			// Claimed for a client that is gone: give the key back now.
-			count(r.scope, "released")
+			r.count("released")
 			k.release(ctx, r, fence)
 			return ctx.Err()
 		}
@@ -237,7 +242,7 @@ func (k *Keys) handle(c echo.Context, r *request, fn Func) error {
 			return err
 		}
 	}
-	count(r.scope, "in_flight")
+	r.count("in_flight")
 	return inFlight()
 }
 
@@ -267,7 +272,7 @@ func (k *Keys) claim(ctx context.Context, r *request) (fence int64, claimed bool
 		return 0, false, fmt.Errorf("idem: claim %s: %w", r.scope, pg.MapError(err))
 	}
 	if claimed && takeovers > 0 {
-		count(r.scope, "takeover")
+		r.count("takeover")
 	}
 	return fence, claimed, nil
 }
@@ -290,14 +295,14 @@ func (k *Keys) answerExisting(c echo.Context, r *request) (done bool, err error)
 	}
 	switch {
 	case string(rec.fingerprint) != string(r.fingerprint):
-		count(r.scope, "reused")
+		r.count("reused")
 		return true, httpx.Invalid("idempotency_key_reused",
 			"this %s was already used with a different request (method, path or body)", Header)
 	case rec.state == "done":
-		count(r.scope, "replayed")
+		r.count("replayed")
 		return true, write(c, rec.resp, true)
 	case rec.lockLeft > 0:
-		count(r.scope, "in_flight")
+		r.count("in_flight")
 		return true, inFlight()
 	}
 	return false, nil // in flight with an expired lock: take it over
@@ -364,7 +369,7 @@ func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
 	}
 	switch {
 	case err == nil:
-		count(r.scope, "first")
+		r.count("first")
 		if err := k.faults.Hit(ctx, PointAfterCommit, r.key); err != nil {
 			return err
 		}
@@ -372,13 +377,13 @@ func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
 	case errors.Is(err, errFenceLost):
 		// Taken over while we ran: our effect rolled back. The client gets
 		// whatever the record says now (typically the new owner's answer).
-		count(r.scope, "fence_refused")
+		r.count("fence_refused")
 		if done, aerr := k.answerExisting(c, r); done || aerr != nil {
 			return aerr
 		}
 		return inFlight()
 	default:
-		count(r.scope, "released")
+		r.count("released")
 		k.release(ctx, r, fence)
 		return err
 	}

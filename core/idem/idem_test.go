@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
@@ -21,6 +22,7 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -46,10 +48,12 @@ CREATE TABLE demo_effect (
 INSERT INTO demo_account VALUES ('user-0042', 1000), ('user-0043', 1000);`
 
 type bundle struct {
-	pool   *pgxpool.Pool
-	url    string
-	faults *faults.Set
-	tokens map[string]string
+	pool    *pgxpool.Pool
+	url     string
+	faults  *faults.Set
+	keys    *idem.Keys
+	metrics *prometheus.Registry // the store's own: nothing else counts into it
+	tokens  map[string]string
 }
 
 // setup mounts POST /demo/accounts/:owner/debits behind real auth and
@@ -62,7 +66,8 @@ func setup(t *testing.T) *bundle {
 	auth, err := httpx.NewAuth([]byte("idem-test-secret-0123456789"))
 	require.NoError(t, err)
 	fs := faults.New()
-	keys := idem.New(pool, idem.Config{Faults: fs})
+	reg := prometheus.NewRegistry()
+	keys := idem.New(pool, idem.Config{Faults: fs, Metrics: reg})
 
 	type debit struct {
 		Amount int64  `json:"amount"`
@@ -105,7 +110,7 @@ func setup(t *testing.T) *bundle {
 
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	b := &bundle{pool: pool, url: srv.URL, faults: fs, tokens: map[string]string{}}
+	b := &bundle{pool: pool, url: srv.URL, faults: fs, keys: keys, metrics: reg, tokens: map[string]string{}}
 	for _, sub := range []string{"user-0042", "user-0043"} {
 		tok, err := auth.Mint(sub, httpx.RoleUser, time.Hour)
 		require.NoError(t, err)
@@ -358,9 +363,12 @@ func TestIdempotencyPurgeForgetsExpiredKeys(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE idem_request SET created_at = now() - interval '25 hours' WHERE key = 'k-old'`)
 	require.NoError(t, err)
 
-	n, err := idem.Purge(ctx, b.pool, idem.DefaultRetention)
+	n, err := b.keys.Purge(ctx, idem.DefaultRetention)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
+	// The store counts into the registry it was given: the test's own.
+	requireCounter(t, b.metrics, 1, "fencelab_idem_purged_total")
+	requireCounter(t, b.metrics, 2, "fencelab_idem_requests_total", "scope", "demo.debit", "outcome", "first")
 	var keys []string
 	rows, _ := b.pool.Query(ctx, `SELECT key FROM idem_request ORDER BY key`)
 	keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -399,4 +407,12 @@ func TestIdempotencyOptionalKey(t *testing.T) {
 	require.Equal(t, 3, effects)
 	require.Equal(t, 1, records)
 	invariants.Assert(t, b.pool, "idem")
+}
+
+func requireCounter(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
+	t.Helper()
+	v, ok, err := promx.Value(reg, name, labels...)
+	require.NoError(t, err)
+	require.True(t, ok, "no sample of %s%v", name, labels)
+	require.Equal(t, want, v, "%s%v", name, labels)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // App is the running deployable as an experiment sees it: its address, its
@@ -177,33 +178,14 @@ func (a *App) send(ctx context.Context, r Req, t T) (Response, error) {
 // /metrics serves; labels are name/value pairs the sample must carry.
 func (a *App) Gauge(t T, name string, labels ...string) float64 {
 	t.Helper()
-	fams, err := a.Metrics.Gather()
+	v, ok, err := promx.Value(a.Metrics, name, labels...)
 	if err != nil {
-		t.Fatalf("lab: gather metrics: %v", err)
+		t.Fatalf("lab: %v", err)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	samples:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue samples
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
+	if !ok {
+		t.Fatalf("lab: no metric %s%v", name, labels)
 	}
-	t.Fatalf("lab: no metric %s%v", name, labels)
-	return 0
+	return v
 }
 
 // Count runs a counting query on the app's database.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/pg"
@@ -99,6 +100,9 @@ type Options struct {
 	Owner  string // lease holder id; default host:pid:random
 	Faults *faults.Set
 	Log    *slog.Logger
+	// Metrics receives the runner's series (nil: counted, not
+	// registered); the runners of one process share them.
+	Metrics prometheus.Registerer
 }
 
 var (
@@ -120,6 +124,7 @@ type Runner struct {
 	owner  string
 	faults *faults.Set
 	log    *slog.Logger
+	m      runnerMetrics
 
 	registered bool
 	held       bool
@@ -140,7 +145,7 @@ func NewRunner(pool *pgxpool.Pool, c Consumer, o Options) (*Runner, error) {
 		o.Log = slog.Default()
 	}
 	return &Runner{pool: pool, c: c, owner: o.Owner, faults: o.Faults,
-		log: o.Log.With("consumer", c.Name, "owner", o.Owner)}, nil
+		log: o.Log.With("consumer", c.Name, "owner", o.Owner), m: newRunnerMetrics(o.Metrics, c.Name)}, nil
 }
 
 func defaultOwner() string {
@@ -318,7 +323,7 @@ func (r *Runner) acquire(ctx context.Context) error {
 	// The position is unknown until a batch reads it under the lock, so
 	// the first RunOnce after acquiring runs a batch instead of peeking.
 	r.held, r.renewedAt, r.pos = true, time.Time{}, Position{}
-	metricAcquired.WithLabelValues(r.c.Name).Inc()
+	r.m.acquired.Inc()
 	r.log.Debug("outbox lease acquired", "fence", r.fence)
 	return nil
 }
@@ -389,7 +394,7 @@ func (r *Runner) batch(ctx context.Context, limit int) (int, error) {
 		}
 		applied = len(fresh)
 		if len(evs) > len(fresh) {
-			metricRedelivered.WithLabelValues(r.c.Name).Add(float64(len(evs) - len(fresh)))
+			r.m.redelivered.Add(float64(len(evs) - len(fresh)))
 		}
 		if newPos != pos {
 			if _, err := tx.Exec(ctx, sqlAdvance, r.c.Name, r.fence, newPos.TxID, newPos.ID, applied); err != nil {
@@ -400,15 +405,15 @@ func (r *Runner) batch(ctx context.Context, limit int) (int, error) {
 	})
 	if errors.Is(err, ErrLost) {
 		r.held = false
-		metricLost.WithLabelValues(r.c.Name).Inc()
+		r.m.lost.Inc()
 		return 0, ErrLost
 	}
 	if err != nil {
 		return 0, err
 	}
 	r.renewedAt, r.pos = start, newPos
-	metricApplied.WithLabelValues(r.c.Name).Add(float64(applied))
-	metricBatch.WithLabelValues(r.c.Name).Observe(time.Since(start).Seconds())
+	r.m.applied.Add(float64(applied))
+	r.m.batch.Observe(time.Since(start).Seconds())
 	if err := r.faults.Hit(ctx, PointAfterCommit, r.c.Name); err != nil {
 		return applied, err
 	}

@@ -5,15 +5,42 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/promx"
 )
 
-// Collectors are the outbox's metrics: runner counters, and — with a pool —
-// every consumer's lag read from the database on scrape. The process
-// registers them once (services/ops).
-func Collectors(pool *pgxpool.Pool, log *slog.Logger) []prometheus.Collector {
-	cs := []prometheus.Collector{metricApplied, metricRedelivered, metricAcquired, metricLost, metricBatch}
-	if pool != nil {
-		cs = append(cs, newLagCollector(pool, log))
+// LagCollector reads every consumer's lag from the database on scrape, so
+// any process's /metrics shows every consumer, running or not. The
+// process registers it once (services/ops); the runners register their
+// own counters (Options.Metrics).
+func LagCollector(pool *pgxpool.Pool, log *slog.Logger) prometheus.Collector {
+	return newLagCollector(pool, log)
+}
+
+// runnerMetrics are one runner's series, labelled with its consumer and
+// counted by the process that runs it. The vectors are registered on
+// Options.Metrics and shared by every runner of the process
+// (promx.Register).
+type runnerMetrics struct {
+	applied, redelivered, acquired, lost prometheus.Counter
+	batch                                prometheus.Observer
+}
+
+func newRunnerMetrics(reg prometheus.Registerer, consumer string) runnerMetrics {
+	counter := func(name, help string) prometheus.Counter {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
+		return promx.Register(reg, v).WithLabelValues(consumer)
 	}
-	return cs
+	batch := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fencelab_outbox_batch_seconds",
+		Help:    "Duration of committed consumer batches.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"consumer"})
+	return runnerMetrics{
+		applied:     counter("fencelab_outbox_applied_total", "Events applied by this process's runners (redeliveries excluded)."),
+		redelivered: counter("fencelab_outbox_redelivered_total", "Events read again and skipped because the inbox already had them."),
+		acquired:    counter("fencelab_outbox_lease_acquired_total", "Consumer leases acquired by this process."),
+		lost:        counter("fencelab_outbox_lease_lost_total", "Batches refused because the lease had expired or been taken over."),
+		batch:       promx.Register(reg, batch).WithLabelValues(consumer),
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
@@ -17,6 +18,7 @@ import (
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -44,9 +46,10 @@ CREATE TABLE seen (
 )`
 
 type bundle struct {
-	pool   *pgxpool.Pool
-	faults *faults.Set
-	calls  atomic.Int64 // handler invocations, across runners
+	pool    *pgxpool.Pool
+	faults  *faults.Set
+	metrics *prometheus.Registry // the test's own: its runners count here only
+	calls   atomic.Int64         // handler invocations, across runners
 }
 
 func setup(t *testing.T) *bundle {
@@ -54,7 +57,7 @@ func setup(t *testing.T) *bundle {
 	pool := pgtest.New(t)
 	_, err := pool.Exec(context.Background(), seenSchema)
 	require.NoError(t, err)
-	return &bundle{pool: pool, faults: faults.New()}
+	return &bundle{pool: pool, faults: faults.New(), metrics: prometheus.NewRegistry()}
 }
 
 const topic = "test.things"
@@ -75,7 +78,7 @@ func (b *bundle) consumer(name string) outbox.Consumer {
 
 func (b *bundle) runner(t *testing.T, c outbox.Consumer, owner string) *outbox.Runner {
 	t.Helper()
-	r, err := outbox.NewRunner(b.pool, c, outbox.Options{Owner: owner, Faults: b.faults})
+	r, err := outbox.NewRunner(b.pool, c, outbox.Options{Owner: owner, Faults: b.faults, Metrics: b.metrics})
 	require.NoError(t, err)
 	return r
 }
@@ -253,6 +256,17 @@ func TestOutboxRedeliveryHasNoSecondEffect(t *testing.T) {
 	drainAll(t, r2, 3)
 	require.Equal(t, append(ids, more...), b.seenOrder(t, name))
 	invariants.Assert(t, b.pool, "outbox")
+	// Both runners count into one series per consumer on the registry.
+	b.requireCounter(t, 8, "fencelab_outbox_applied_total", name)
+	b.requireCounter(t, 5, "fencelab_outbox_redelivered_total", name)
+}
+
+func (b *bundle) requireCounter(t *testing.T, want float64, metric, consumer string) {
+	t.Helper()
+	v, ok, err := promx.Value(b.metrics, metric, "consumer", consumer)
+	require.NoError(t, err)
+	require.True(t, ok, "no sample of %s{consumer=%q}", metric, consumer)
+	require.Equal(t, want, v, "%s{consumer=%q}", metric, consumer)
 }
 
 // A runner that stalls while holding the lease is superseded after the
@@ -299,6 +313,8 @@ func TestOutboxSupersededRunnerCannotAdvance(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM seen WHERE fence <> $1`, r2.Fence()).Scan(&staleRows))
 	require.Zero(t, staleRows, "every effect carries the current fence")
 	invariants.Assert(t, b.pool, "outbox")
+	b.requireCounter(t, 1, "fencelab_outbox_lease_lost_total", name)
+	b.requireCounter(t, 2, "fencelab_outbox_lease_acquired_total", name)
 }
 
 // A failing handler stops the consumer exactly at the failing event: the

@@ -15,31 +15,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 )
 
-// Runner-side metrics, per consumer, counted by the process that runs it.
-var (
-	metricApplied = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_outbox_applied_total",
-		Help: "Events applied by this process's runners (redeliveries excluded).",
-	}, []string{"consumer"})
-	metricRedelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_outbox_redelivered_total",
-		Help: "Events read again and skipped because the inbox already had them.",
-	}, []string{"consumer"})
-	metricAcquired = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_outbox_lease_acquired_total",
-		Help: "Consumer leases acquired by this process.",
-	}, []string{"consumer"})
-	metricLost = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_outbox_lease_lost_total",
-		Help: "Batches refused because the lease had expired or been taken over.",
-	}, []string{"consumer"})
-	metricBatch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "fencelab_outbox_batch_seconds",
-		Help:    "Duration of committed consumer batches.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	}, []string{"consumer"})
-)
-
 // ConsumerStatus is one consumer as GET /outbox/consumers and the lag
 // metrics show it.
 type ConsumerStatus struct {
@@ -101,8 +76,7 @@ func WriteStatus(ctx context.Context, db pg.Querier, w io.Writer) error {
 	return tw.Flush()
 }
 
-// lagCollector reads every consumer's lag from the database on scrape, so
-// any process's /metrics shows every consumer, running or not.
+// lagCollector is LagCollector.
 type lagCollector struct {
 	pool                             *pgxpool.Pool
 	lagEvents, lagSeconds, processed *prometheus.Desc

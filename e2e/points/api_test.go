@@ -381,7 +381,7 @@ func TestKeyReusedAfterItsRecordIsPurgedMakesNoSecondTransaction(t *testing.T) {
 	key := newKey()
 	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", key, 30).Status)
 
-	n, err := idem.Purge(context.Background(), l.Pool, -time.Hour) // everything is older than an hour from now
+	n, err := idem.New(l.Pool, idem.Config{}).Purge(context.Background(), -time.Hour) // everything is older than an hour from now
 	require.NoError(t, err)
 	require.Positive(t, n)
 	before := l.ledger(t)

@@ -15,7 +15,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/idem"
 )
 
 // Module is notify: intake, preferences, delivery by channel contract, review.
@@ -36,7 +35,7 @@ func build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
+	keys := d.Keys()
 	h := &handlers{svc: s}
 	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth, keys) },

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/fencelab/fencelab/core/app"
@@ -10,22 +9,17 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 )
 
-// Idem is chapter 3's library as a module: its invariants, its metrics and
-// the retention purge, a periodic claim job (one run per slot across all
-// processes). Modules build their own Keys with idem.New.
+// Idem is chapter 3's library as a module: its invariants and the
+// retention purge, a periodic claim job (one run per slot across all
+// processes). Modules build their own Keys with app.Deps.Keys; the series
+// are registered by the first store built on the process's registry.
 func Idem() app.Module {
 	return app.Module{
 		Name: "idem", Chapter: "idem",
 		Invariants:  idem.Invariants,
 		Experiments: IdemExperiments,
 		Build: func(d app.Deps) (app.Runtime, error) {
-			if d.Metrics != nil {
-				for _, c := range idem.Collectors() {
-					if err := d.Metrics.Register(c); err != nil {
-						return app.Runtime{}, fmt.Errorf("idem: register metrics: %w", err)
-					}
-				}
-			}
+			keys := d.Keys() // the purge's, counting fencelab_idem_purged_total
 			retention := idem.DefaultRetention
 			r := app.NewSettingsReader(d.Config, "idem")
 			r.Duration("FENCELAB_IDEM_RETENTION", &retention, time.Minute, 366*24*time.Hour)
@@ -35,7 +29,7 @@ func Idem() app.Module {
 			return app.Runtime{
 				Kinds: []claim.Kind{{Name: "idem.purge", Every: min(retention/24, 10*time.Minute),
 					Handle: func(ctx context.Context, j *claim.Job) error {
-						n, err := idem.Purge(ctx, d.Pool, retention)
+						n, err := keys.Purge(ctx, retention)
 						if err == nil {
 							err = j.SetResult(map[string]int64{"deleted": n})
 						}

@@ -33,12 +33,8 @@ func Outbox() app.Module {
 }
 
 func buildOutbox(d app.Deps) (app.Runtime, error) {
-	if d.Metrics != nil {
-		for _, c := range outbox.Collectors(d.Pool, d.Log) {
-			if err := d.Metrics.Register(c); err != nil {
-				return app.Runtime{}, fmt.Errorf("outbox: register metrics: %w", err)
-			}
-		}
+	if err := d.Registerer().Register(outbox.LagCollector(d.Pool, d.Log)); err != nil {
+		return app.Runtime{}, fmt.Errorf("outbox: register metrics: %w", err)
 	}
 	retention := outbox.DefaultRetention
 	demo := false

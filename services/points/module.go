@@ -10,7 +10,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/idem"
 )
 
 // Module is points: the points ledger.
@@ -32,7 +31,7 @@ func build(d app.Deps) (app.Runtime, error) {
 		return app.Runtime{}, err
 	}
 	h := &handlers{svc: svc}
-	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
+	keys := d.Keys()
 	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth, keys) },
 		Seed:   svc.seed,

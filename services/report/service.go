@@ -18,6 +18,7 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lease"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 func defaultHolder() string {
@@ -63,27 +64,12 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Output == nil {
 		cfg.Output = FencedOutput{DB: d.Pool}
 	}
-	runs, err := registerRuns(d.Registerer())
-	if err != nil {
-		return nil, err
-	}
-	return &Service{db: d.Pool, leases: lease.New(d.Pool), out: cfg.Output, faults: d.Faults,
-		log: d.Logger().With("module", "report", "holder", cfg.Holder), cfg: cfg, runs: runs}, nil
-}
-
-func registerRuns(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	runs := prometheus.NewCounterVec(prometheus.CounterOpts{
+	runs := promx.Register(d.Registerer(), prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencelab_report_runs_total",
 		Help: "Daily report job runs by outcome (written, already_written, held, lost, stale_fence, error).",
-	}, []string{"outcome"})
-	if err := reg.Register(runs); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return are.ExistingCollector.(*prometheus.CounterVec), nil
-		}
-		return nil, err
-	}
-	return runs, nil
+	}, []string{"outcome"}))
+	return &Service{db: d.Pool, leases: lease.New(d.Pool), out: cfg.Output, faults: d.Faults,
+		log: d.Logger().With("module", "report", "holder", cfg.Holder), cfg: cfg, runs: runs}, nil
 }
 
 // Holder is this instance's identity in the lease.

@@ -69,7 +69,7 @@ func NewService(d app.Deps, cfg Config, inv *reserve.Inventory) (*Service, error
 	log := d.Logger()
 	return &Service{
 		cfg: cfg, pool: d.Pool, inv: inv, jobs: d.Jobs, auth: d.Auth, log: log,
-		keys:    idem.New(d.Pool, idem.Config{Faults: d.Faults}),
+		keys:    d.Keys(),
 		channel: newChannel(cfg, log),
 		m:       newMetrics(d.Registerer()),
 	}, nil

@@ -23,7 +23,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/idem"
 )
 
 // Build makes rel's part of the social module: routes, the view
@@ -49,7 +48,7 @@ func Build(d app.Deps) (app.Runtime, error) {
 		m.Tasks = append(m.Tasks, t)
 	}
 	h := &handlers{svc: s}
-	keys := idem.New(d.Pool, idem.Config{Faults: d.Faults})
+	keys := d.Keys()
 	m.Routes = func(e *echo.Echo) { routes(e, h, d.Auth, keys) }
 	return m, nil
 }

@@ -1,0 +1,69 @@
+// Package promx holds the one rule for a component's Prometheus series:
+// they belong to an instance and are registered on the registry its
+// caller passes in (the process's, or a test's own), never on a global.
+package promx
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Register registers c on reg and returns it. When reg already holds a
+// collector with the same descriptors — a second instance of the
+// component in one process: every outbox runner, one idempotency store
+// per module — it returns that collector, so the instances add to one
+// series instead of failing. A nil reg leaves c unregistered: counted,
+// not exported.
+//
+// Any other refusal (the same name with other labels or help) is a
+// programming mistake and panics, as prometheus.MustRegister does.
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	panic(fmt.Sprintf("promx: register %T: %v", c, err))
+}
+
+// Value reads a counter or gauge from g as /metrics would serve it: the
+// first sample of name carrying every name/value pair in labels. ok is
+// false when no sample matches.
+func Value(g prometheus.Gatherer, name string, labels ...string) (v float64, ok bool, err error) {
+	fams, err := g.Gather()
+	if err != nil {
+		return 0, false, fmt.Errorf("promx: gather: %w", err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue samples
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue(), true, nil
+			}
+			return m.GetGauge().GetValue(), true, nil
+		}
+	}
+	return 0, false, nil
+}
