@@ -43,13 +43,6 @@ func Build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	if d.Metrics != nil {
-		for _, c := range collectors() {
-			if err := d.Metrics.Register(c); err != nil {
-				return app.Runtime{}, fmt.Errorf("social/feed: register metrics: %w", err)
-			}
-		}
-	}
 	m := app.Runtime{}
 	t, err := app.ConsumerTask(d, s.Consumer())
 	if err != nil {

@@ -23,6 +23,7 @@ type Service struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	log  *slog.Logger
+	m    *metrics
 }
 
 // NewService builds the service from the shared dependencies and its
@@ -43,7 +44,7 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.BackfillPosts < MinBackfillPosts {
 		return nil, fmt.Errorf("feed: backfill of %d posts: want at least %d", cfg.BackfillPosts, MinBackfillPosts)
 	}
-	return &Service{pool: d.Pool, cfg: cfg, log: d.Logger()}, nil
+	return &Service{pool: d.Pool, cfg: cfg, log: d.Logger(), m: newMetrics(d.Registerer())}, nil
 }
 
 // Strategy is the configured strategy.
@@ -106,8 +107,8 @@ func (s *Service) Read(ctx context.Context, reader string, q Query) (Page, error
 	}
 	p := res.assemble(pos, q.Cursor == "", limit, s.cfg.CursorKey, reader)
 	p.Strategy = st.Name()
-	metricPages.WithLabelValues(p.Strategy).Inc()
-	metricLate.WithLabelValues(p.Strategy).Add(float64(p.Late))
+	s.m.pages.WithLabelValues(p.Strategy).Inc()
+	s.m.late.WithLabelValues(p.Strategy).Add(float64(p.Late))
 	return p, nil
 }
 
@@ -345,8 +346,8 @@ func (s *Service) settle(ctx context.Context, tx pgx.Tx, posts []int64) ([]Settl
 	now := time.Now()
 	name := s.cfg.Strategy.Name()
 	for _, st := range settled {
-		metricFanout.WithLabelValues(name).Observe(float64(st.InboxRows))
-		metricSettleDelay.Observe(max(now.Sub(st.CreatedAt), 0).Seconds())
+		s.m.fanout.WithLabelValues(name).Observe(float64(st.InboxRows))
+		s.m.settleDelay.Observe(max(now.Sub(st.CreatedAt), 0).Seconds())
 	}
 	return settled, nil
 }

@@ -40,13 +40,6 @@ func Build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	if d.Metrics != nil {
-		for _, c := range collectors() {
-			if err := d.Metrics.Register(c); err != nil {
-				return app.Runtime{}, fmt.Errorf("social/like: register metrics: %w", err)
-			}
-		}
-	}
 	task, err := app.ConsumerTask(d, s.Counter())
 	if err != nil {
 		return app.Runtime{}, err

@@ -48,6 +48,7 @@ type Service struct {
 	faults *faults.Set
 	log    *slog.Logger
 	chunk  int
+	m      *metrics
 }
 
 // NewService builds the service from the shared dependencies and its
@@ -57,7 +58,7 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if chunk <= 0 {
 		chunk = DefaultChunk
 	}
-	return &Service{pool: d.Pool, faults: d.Faults, log: d.Logger(), chunk: chunk}, nil
+	return &Service{pool: d.Pool, faults: d.Faults, log: d.Logger(), chunk: chunk, m: newMetrics(d.Registerer())}, nil
 }
 
 // Like makes user like item, in its own transaction.
@@ -118,14 +119,14 @@ func (s *Service) SetTx(ctx context.Context, tx pgx.Tx, user string, item int64,
 		// Already in that state: read what is there for the answer.
 		err = tx.QueryRow(ctx, sqlFact, item, user).Scan(&f.Liked, &f.Version, &at)
 		if errors.Is(pg.MapError(err), pg.ErrNotFound) {
-			countClick(liked, false)
+			s.m.click(liked, false)
 			return f, nil // never liked: version 0
 		}
 		if err != nil {
 			return Fact{}, fmt.Errorf("social: read like %d/%s: %w", item, user, pg.MapError(err))
 		}
 		f.UpdatedAt = &at
-		countClick(liked, false)
+		s.m.click(liked, false)
 		return f, nil
 	case err != nil:
 		return Fact{}, fmt.Errorf("social: set like %d/%s: %w", item, user, pg.MapError(err))
@@ -143,7 +144,7 @@ func (s *Service) SetTx(ctx context.Context, tx pgx.Tx, user string, item int64,
 	if err := s.faults.Hit(ctx, PointBeforeCommit, strconv.FormatInt(item, 10)+">"+user); err != nil {
 		return Fact{}, err
 	}
-	countClick(liked, true)
+	s.m.click(liked, true)
 	return f, nil
 }
 
@@ -202,7 +203,7 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) erro
 	if err := s.faults.Hit(ctx, PointApplied, ConsumerName); err != nil {
 		return err
 	}
-	countApplied(added, len(evs)-added)
+	s.m.applied(added, len(evs)-added)
 	return nil
 }
 
@@ -281,6 +282,6 @@ func (s *Service) Recompute(ctx context.Context, item int64) (Recount, error) {
 	if rc.Drifted > 0 {
 		s.log.Warn("like recompute repaired counts", "items", rc.Items, "drifted", rc.Drifted)
 	}
-	metricRecomputed.Add(float64(rc.Items))
+	s.m.recomputed.Add(float64(rc.Items))
 	return rc, nil
 }

@@ -9,29 +9,40 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
-var (
-	metricChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_social_relation_changes_total",
-		Help: "Truth-table row changes (each wrote one social.rel event), by operation.",
-	}, []string{"op"})
-	metricAccess = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_social_access_checks_total",
-		Help: "Single-post AccessCheck decisions, by result (allowed, denied).",
-	}, []string{"result"})
-	metricApplyDelay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "fencelab_social_view_apply_delay_seconds",
-		Help:    "Time from a relation change to its application in a derived view.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-	}, []string{"view"})
-)
+// metrics are the service's series, registered on the registry NewService
+// is given (promx.Register). The views' lag is read on scrape instead
+// (lagCollector).
+type metrics struct {
+	changes, access *prometheus.CounterVec
+	applyDelay      *prometheus.HistogramVec
+}
 
-func countAccess(ok bool) {
+func newMetrics(reg prometheus.Registerer) *metrics {
+	return &metrics{
+		changes: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelab_social_relation_changes_total",
+			Help: "Truth-table row changes (each wrote one social.rel event), by operation.",
+		}, []string{"op"})),
+		access: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelab_social_access_checks_total",
+			Help: "Single-post AccessCheck decisions, by result (allowed, denied).",
+		}, []string{"result"})),
+		applyDelay: promx.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fencelab_social_view_apply_delay_seconds",
+			Help:    "Time from a relation change to its application in a derived view.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"view"})),
+	}
+}
+
+func (m *metrics) checked(ok bool) {
 	if ok {
-		metricAccess.WithLabelValues("allowed").Inc()
+		m.access.WithLabelValues("allowed").Inc()
 	} else {
-		metricAccess.WithLabelValues("denied").Inc()
+		m.access.WithLabelValues("denied").Inc()
 	}
 }
 
@@ -80,12 +91,4 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(l.seconds, prometheus.GaugeValue, v.Seconds, v.View)
 		ch <- prometheus.MustNewConstMetric(l.maxLag, prometheus.GaugeValue, v.MaxLagSeconds, v.View)
 	}
-}
-
-func collectors(pool *pgxpool.Pool, log *slog.Logger) []prometheus.Collector {
-	cs := []prometheus.Collector{metricChanges, metricAccess, metricApplyDelay}
-	if pool != nil {
-		cs = append(cs, newLagCollector(pool, log))
-	}
-	return cs
 }

@@ -32,16 +32,12 @@ func Build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	if d.Metrics != nil {
-		for _, c := range collectors(d.Pool, d.Log) {
-			if err := d.Metrics.Register(c); err != nil {
-				return app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
-			}
-		}
+	if err := d.Registerer().Register(newLagCollector(d.Pool, d.Log)); err != nil {
+		return app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
 	}
 	m := app.Runtime{Seed: s.seed}
 	for _, v := range Views {
-		t, err := app.ConsumerTask(d, v.Consumer())
+		t, err := app.ConsumerTask(d, s.ViewConsumer(v))
 		if err != nil {
 			return app.Runtime{}, err
 		}

@@ -41,6 +41,7 @@ type Service struct {
 	pool      *pgxpool.Pool
 	faults    *faults.Set
 	log       *slog.Logger
+	m         *metrics
 	onPublish []PublishHook
 }
 
@@ -51,7 +52,7 @@ type PublishHook func(ctx context.Context, tx pgx.Tx, p Post) error
 // NewService builds the service from the shared dependencies (rel has no
 // settings).
 func NewService(d app.Deps) (*Service, error) {
-	return &Service{pool: d.Pool, faults: d.Faults, log: d.Logger()}, nil
+	return &Service{pool: d.Pool, faults: d.Faults, log: d.Logger(), m: newMetrics(d.Registerer())}, nil
 }
 
 // OnPublish registers a hook run in every post's creating transaction.
@@ -160,7 +161,7 @@ func (s *Service) DoTx(ctx context.Context, tx pgx.Tx, op Op, actor, other strin
 			res.Relation = after
 		}
 		res.Changed = true
-		metricChanges.WithLabelValues(string(op)).Inc()
+		s.m.changes.WithLabelValues(string(op)).Inc()
 	}
 	if err := s.faults.Hit(ctx, PointBeforeCommit, key); err != nil {
 		return Result{}, err
@@ -425,7 +426,7 @@ func (s *Service) ReadPost(ctx context.Context, viewer string, postID int64) (Po
 	if err != nil {
 		return Post{}, fmt.Errorf("social: read post %d: %w", postID, pg.MapError(err))
 	}
-	countAccess(ok)
+	s.m.checked(ok)
 	if !ok {
 		return Post{}, ErrForbidden
 	}

@@ -53,9 +53,26 @@ func newView(name, consumer, table, counts, userCol, peerCol string, row func(Re
 		recountSQL: fmt.Sprintf(sqlRecount, table, counts)}
 }
 
-// Consumer is the outbox consumer that maintains the view.
+// Consumer is the outbox consumer that maintains the view (Apply).
 func (v *View) Consumer() outbox.Consumer {
 	return outbox.Consumer{Name: v.ConsumerName, Topics: []string{Topic}, HandleBatch: v.Apply}
+}
+
+// ViewConsumer is v's consumer as the process runs it: Consumer, with
+// each applied event's delay since its change observed on s's metrics.
+func (s *Service) ViewConsumer(v *View) outbox.Consumer {
+	c := v.Consumer()
+	c.HandleBatch = func(ctx context.Context, tx pgx.Tx, evs []outbox.Event) error {
+		if err := v.Apply(ctx, tx, evs); err != nil {
+			return err
+		}
+		now := time.Now()
+		for _, ev := range evs {
+			s.m.applyDelay.WithLabelValues(v.Name).Observe(max(now.Sub(ev.Created), 0).Seconds())
+		}
+		return nil
+	}
+	return c
 }
 
 type pairKey struct{ user, peer string }
@@ -68,7 +85,6 @@ type pairKey struct{ user, peer string }
 // one view must not run concurrently (the consumer's lease sees to that).
 func (v *View) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) error {
 	newest := make(map[pairKey]RelEvent, len(evs))
-	now := time.Now()
 	for _, ev := range evs {
 		var e RelEvent
 		if err := json.Unmarshal(ev.Payload, &e); err != nil || e.Version < 1 || e.Follower == "" || e.Followee == "" {
@@ -76,7 +92,6 @@ func (v *View) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) error {
 			// makes the view's lag grow visibly instead of hiding a gap.
 			return fmt.Errorf("social: view %s: malformed event %d: %s", v.Name, ev.ID, ev.Payload)
 		}
-		metricApplyDelay.WithLabelValues(v.Name).Observe(max(now.Sub(ev.Created), 0).Seconds())
 		user, peer := v.row(e)
 		k := pairKey{user, peer}
 		if old, ok := newest[k]; !ok || e.Version > old.Version {
