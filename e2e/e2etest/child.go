@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -52,8 +54,15 @@ func (l *lockedBuffer) String() string {
 // its stderr is logged.
 func StartChild(t testing.TB, name string, env []string, args ...string) *Child {
 	t.Helper()
+	return StartChildIn(t, name, "", env, args...)
+}
+
+// StartChildIn is StartChild in the working directory dir ("" for the
+// test's).
+func StartChildIn(t testing.TB, name, dir string, env []string, args ...string) *Child {
+	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
-	cmd.Env = env
+	cmd.Env, cmd.Dir = env, dir
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -124,20 +133,28 @@ func (c *Child) Expect(t testing.TB, prefix string) string {
 	return line
 }
 
-// SkipTo waits (up to DefaultWait) for a stdout line equal to want,
-// skipping others.
+// SkipTo waits (up to DefaultWait) for a stdout line equal to want
+// (surrounding space aside), skipping others.
 func (c *Child) SkipTo(t testing.TB, want string) {
 	t.Helper()
-	deadline := time.After(DefaultWait)
+	c.SkipToMatch(t, regexp.MustCompile(`^\s*`+regexp.QuoteMeta(want)+`\s*$`), DefaultWait)
+}
+
+// SkipToMatch waits up to within for a stdout line matching re, skipping
+// others, and returns its submatches.
+func (c *Child) SkipToMatch(t testing.TB, re *regexp.Regexp, within time.Duration) []string {
+	t.Helper()
+	deadline := time.After(within)
 	for {
 		select {
 		case line, ok := <-c.Lines:
-			require.True(t, ok, "%s closed stdout before printing %q; stderr:\n%s", c.Name, want, c.Stderr())
-			if strings.TrimSpace(line) == want {
-				return
+			require.True(t, ok, "%s closed stdout before printing a line matching %s: %v; stderr:\n%s", c.Name, re, c.Err(), c.Stderr())
+			if m := re.FindStringSubmatch(line); m != nil {
+				return m
 			}
 		case <-deadline:
-			t.Fatalf("%s did not print %q; stderr:\n%s", c.Name, want, c.Stderr())
+			t.Fatalf("%s printed no line matching %s within %s; stderr:\n%s", c.Name, re, within, c.Stderr())
+			return nil
 		}
 	}
 }
@@ -167,6 +184,18 @@ func (c *Child) Wait(t testing.TB, d time.Duration) error {
 		t.Fatalf("%s did not exit within %s; stderr:\n%s", c.Name, d, c.Stderr())
 		return nil
 	}
+}
+
+// Interrupt sends SIGINT (Ctrl-C), then waits up to d for the child to
+// exit, discarding the rest of its stdout, and returns its exit status.
+func (c *Child) Interrupt(t testing.TB, d time.Duration) error {
+	t.Helper()
+	require.NoError(t, c.Cmd.Process.Signal(os.Interrupt))
+	go func() {
+		for range c.Lines {
+		}
+	}()
+	return c.Wait(t, d)
 }
 
 // Kill9 kills the child with SIGKILL and waits until it is gone.

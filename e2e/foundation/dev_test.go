@@ -1,16 +1,14 @@
 package foundation_test
 
 import (
-	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +24,6 @@ import (
 // stops the server and the cluster; a second `dev` reuses the data.
 func TestDevProvisionsServesAndRestartsOnItsOwnData(t *testing.T) {
 	t.Parallel()
-	bin := e2etest.Binary(t)
 	// Under a 0755 parent so the postgres OS user can reach the cluster.
 	dir, err := os.MkdirTemp("", "fencelab-devtest-")
 	require.NoError(t, err)
@@ -35,18 +32,9 @@ func TestDevProvisionsServesAndRestartsOnItsOwnData(t *testing.T) {
 
 	for run := 1; run <= 2; run++ {
 		addr := "127.0.0.1:" + strconv.Itoa(pgtest.FreePort(t))
-		cmd := exec.Command(bin, "dev")
-		cmd.Env = append(e2etest.ChildEnv(""), "DATABASE_URL=", "FENCELAB_ADDR="+addr,
-			"FENCELAB_DATA_DIR="+dir, "FENCELAB_ACCESS_LOG=false")
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		cmd.Stderr = io.Discard
-		require.NoError(t, cmd.Start())
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-
-		base := waitForBanner(t, stdout)
+		dev := e2etest.StartChild(t, fmt.Sprintf("dev (run %d)", run), append(e2etest.ChildEnv(""), "DATABASE_URL=",
+			"FENCELAB_ADDR="+addr, "FENCELAB_DATA_DIR="+dir, "FENCELAB_ACCESS_LOG=false"), "dev")
+		base := waitForBanner(t, dev)
 		require.Equal(t, "http://"+addr, base)
 		for _, path := range []string{"/healthz", "/readyz"} {
 			resp, err := http.Get(base + path)
@@ -60,44 +48,23 @@ func TestDevProvisionsServesAndRestartsOnItsOwnData(t *testing.T) {
 		resp.Body.Close()
 		require.Contains(t, string(body), `fencelab_db_pool_max_conns{pool="main"} 12`)
 
-		check := exec.Command(bin, "check")
-		check.Env = append(e2etest.ChildEnv(""), "DATABASE_URL=", "FENCELAB_DATA_DIR="+dir) // reads <dir>/env
-		out, err := check.CombinedOutput()
-		require.NoError(t, err, "run %d: %s", run, out)
-		require.Contains(t, string(out), " 0 violated")
+		code, out := runBin(t, append(e2etest.ChildEnv(""), "DATABASE_URL=", "FENCELAB_DATA_DIR="+dir), "", "check") // reads <dir>/env
+		require.Zero(t, code, "run %d: %s", run, out)
+		require.Contains(t, out, " 0 violated")
 
-		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-		select {
-		case err := <-exited:
-			require.NoError(t, err, "dev exits cleanly on Ctrl-C")
-		case <-time.After(60 * time.Second):
-			t.Fatal("dev did not stop on Ctrl-C")
-		}
+		require.NoError(t, dev.Interrupt(t, 60*time.Second), "dev exits cleanly on Ctrl-C")
 		pid := postmasterPID(t, dir)
 		require.Zero(t, pid, "the cluster stopped with dev (postmaster.pid removed)")
 	}
 }
 
-// waitForBanner reads dev's stdout until the "running at" line.
-func waitForBanner(t *testing.T, r io.Reader) string {
+var bannerRE = regexp.MustCompile(`Fencelab is running at (\S+)`)
+
+// waitForBanner reads dev's stdout until the "running at" line (a cluster
+// to provision first on a loaded machine: 90 s) and returns its URL.
+func waitForBanner(t *testing.T, dev *e2etest.Child) string {
 	t.Helper()
-	re := regexp.MustCompile(`Fencelab is running at (\S+)`)
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	select {
-	case base := <-found:
-		return base
-	case <-time.After(90 * time.Second):
-		t.Fatal("dev did not print its banner")
-	}
-	return ""
+	return dev.SkipToMatch(t, bannerRE, 90*time.Second)[1]
 }
 
 // postmasterPID is the pid recorded by a running cluster, 0 when none.

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,7 +133,7 @@ func TestDevRefusesABusyPortAndASecondDevAndResetsOnRequest(t *testing.T) {
 	first := startDevIn(t, env, dir, addr)
 	code, out = runBin(t, env, dir, "dev", "--addr", "127.0.0.1:"+strconv.Itoa(pgtest.FreePort(t)))
 	require.Equal(t, 1, code, out)
-	require.Contains(t, out, "another `fencelab dev` (pid "+strconv.Itoa(first.Process.Pid)+") is running with the data directory")
+	require.Contains(t, out, "another `fencelab dev` (pid "+strconv.Itoa(first.Pid())+") is running with the data directory")
 
 	code, out = runBin(t, env, dir, "env")
 	require.Equal(t, 0, code, out)
@@ -163,29 +162,14 @@ func TestDevRefusesABusyPortAndASecondDevAndResetsOnRequest(t *testing.T) {
 	stopDev(t, again)
 }
 
-func startDevIn(t *testing.T, env []string, dir, addr string, args ...string) *exec.Cmd {
+func startDevIn(t *testing.T, env []string, dir, addr string, args ...string) *e2etest.Child {
 	t.Helper()
-	cmd := exec.Command(e2etest.Binary(t), append([]string{"dev", "--addr", addr}, args...)...)
-	cmd.Env, cmd.Dir = env, dir
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	require.Equal(t, "http://"+addr, waitForBanner(t, stdout))
-	return cmd
+	dev := e2etest.StartChildIn(t, "dev", dir, env, append([]string{"dev", "--addr", addr}, args...)...)
+	require.Equal(t, "http://"+addr, waitForBanner(t, dev))
+	return dev
 }
 
-func stopDev(t *testing.T, cmd *exec.Cmd) {
+func stopDev(t *testing.T, dev *e2etest.Child) {
 	t.Helper()
-	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "dev exits cleanly on Ctrl-C")
-	case <-time.After(60 * time.Second):
-		t.Fatal("dev did not stop on Ctrl-C")
-	}
+	require.NoError(t, dev.Interrupt(t, 60*time.Second), "dev exits cleanly on Ctrl-C")
 }
