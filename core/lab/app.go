@@ -175,7 +175,8 @@ func (a *App) send(ctx context.Context, r Req, t T) (Response, error) {
 }
 
 // Gauge reads a gauge (or counter) from the app's registry, the values
-// /metrics serves; labels are name/value pairs the sample must carry.
+// /metrics serves; labels are name/value pairs the sample must carry (the
+// samples' sum when several do). A metric with no such sample fails t.
 func (a *App) Gauge(t T, name string, labels ...string) float64 {
 	t.Helper()
 	v, ok, err := promx.Value(a.Metrics, name, labels...)

@@ -33,25 +33,38 @@ func WaitOrTimeout[V any](t T, ch <-chan V, what ...any) V {
 	}
 }
 
+// WaitFor polls cond until it holds, failing t after limit (DefaultWait
+// when 0) with what saying what never happened: the one way an experiment
+// waits for a state another actor reaches (a backend waiting on a lock, a
+// gauge dropping), never a sleep standing in for it. cond runs on the
+// calling goroutine, so it may assert.
+func WaitFor(t T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if limit <= 0 {
+		limit = DefaultWait
+	}
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("lab: gave up after %v waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling an observable state, not standing in for it
+	}
+}
+
 // WaitForLockWaiters returns once at least n backends of db's database
 // wait on a lock while running a statement containing fragment ("" for
 // any): the observable state "the racing operation is queued behind the
 // one that holds the row", never a guessed duration.
 func WaitForLockWaiters(t T, db pg.Querier, fragment string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(DefaultWait)
-	for {
+	WaitFor(t, DefaultWait, fmt.Sprintf("%d statement(s) %q to wait on a lock", n, fragment), func() bool {
 		var waiting int
-		err := db.QueryRow(context.Background(), `
+		require.NoError(t, db.QueryRow(context.Background(), `
 SELECT count(*) FROM pg_stat_activity
- WHERE datname = current_database() AND wait_event_type = 'Lock' AND position($1 in query) > 0`, fragment).Scan(&waiting)
-		require.NoError(t, err)
-		if waiting >= n {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no statement %q came to wait on a lock within %s", fragment, DefaultWait)
-		time.Sleep(2 * time.Millisecond) // polling an observable state, not standing in for it
-	}
+ WHERE datname = current_database() AND wait_event_type = 'Lock' AND position($1 in query) > 0`, fragment).Scan(&waiting))
+		return waiting >= n
+	})
 }
 
 // Errors collects failures from goroutines so that the assertions run on

@@ -201,20 +201,6 @@ func FormatStep(s Step, t0 time.Time) string {
 	return b.String()
 }
 
-// WaitFor polls cond until it holds, failing t after limit: the one way an
-// experiment waits for a state another actor reaches (a backend waiting on
-// a lock, a gauge dropping), never a sleep standing in for it.
-func WaitFor(t T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("lab: gave up after %v waiting for %s", limit, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // Assert checks the named invariants (modules or IDs) on db now, failing
 // the run with every violating row: for an experiment that checks a
 // database besides the one the runner checks at its end.

@@ -37,8 +37,8 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 }
 
 // Value reads a counter or gauge from g as /metrics would serve it: the
-// first sample of name carrying every name/value pair in labels. ok is
-// false when no sample matches.
+// sum of the samples of name carrying every name/value pair in labels (one
+// sample when labels name a series). ok is false when no sample matches.
 func Value(g prometheus.Gatherer, name string, labels ...string) (v float64, ok bool, err error) {
 	fams, err := g.Gather()
 	if err != nil {
@@ -60,10 +60,12 @@ func Value(g prometheus.Gatherer, name string, labels ...string) (v float64, ok 
 				}
 			}
 			if c := m.GetCounter(); c != nil {
-				return c.GetValue(), true, nil
+				v += c.GetValue()
+			} else {
+				v += m.GetGauge().GetValue()
 			}
-			return m.GetGauge().GetValue(), true, nil
+			ok = true
 		}
 	}
-	return 0, false, nil
+	return v, ok, nil
 }

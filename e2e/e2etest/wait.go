@@ -2,6 +2,7 @@ package e2etest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
@@ -29,6 +30,13 @@ func Go[T any](fn func() (T, error)) *Async[T] { return lab.Go(fn) }
 func WaitOrTimeout[T any](t testing.TB, ch <-chan T, what ...any) T {
 	t.Helper()
 	return lab.WaitOrTimeout(t, ch, what...)
+}
+
+// WaitFor polls cond until it holds, failing the test after limit
+// (DefaultWait when 0).
+func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	lab.WaitFor(t, limit, what, cond)
 }
 
 // WaitForLockWaiters returns once n backends wait on a lock running fragment.

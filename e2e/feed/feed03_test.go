@@ -127,13 +127,7 @@ func paginateWhilePublishing(t *testing.T, strategy string) {
 			}
 		})
 	}
-	waitFor := func(what string, cond func() bool) {
-		deadline := time.Now().Add(time.Minute)
-		for !cond() {
-			require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	waitFor := func(what string, cond func() bool) { e2etest.WaitFor(t, time.Minute, what, cond) }
 	allSettled := func() bool {
 		var n int64
 		require.NoError(t, e.a.Pool.QueryRow(ctx, `

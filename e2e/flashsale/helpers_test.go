@@ -81,46 +81,18 @@ func count(t *testing.T, a *e2etest.App, sql string, args ...any) int {
 	return n
 }
 
-// gauge reads a gauge of the app's registry (the values /metrics serves);
-// labels are name/value pairs the sample must carry.
-func gauge(t *testing.T, a *e2etest.App, name string, labels ...string) float64 {
-	t.Helper()
-	fams, err := a.Deps.Metrics.Gather()
-	require.NoError(t, err)
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	samples:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue samples
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s%v", name, labels)
-	return 0
-}
-
 // Server-side admission gauges of the reservation limiter, and the
 // database concurrency measured around the hold itself.
 func inUse(t *testing.T, a *e2etest.App) int {
-	return int(gauge(t, a, "fencelab_admission_in_use", "limiter", reserve.LimiterName))
+	return int(a.Gauge(t, "fencelab_admission_in_use", "limiter", reserve.LimiterName))
 }
 
 func waiting(t *testing.T, a *e2etest.App) int {
-	return int(gauge(t, a, "fencelab_admission_waiting", "limiter", reserve.LimiterName))
+	return int(a.Gauge(t, "fencelab_admission_waiting", "limiter", reserve.LimiterName))
 }
 
 func peakInDB(t *testing.T, a *e2etest.App) int {
-	return int(gauge(t, a, "fencelab_flashsale_reservation_ops_in_db_peak"))
+	return int(a.Gauge(t, "fencelab_flashsale_reservation_ops_in_db_peak"))
 }
 
 func itoa(id int64) string { return strconv.FormatInt(id, 10) }

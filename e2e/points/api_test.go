@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/points"
 )
@@ -21,10 +22,10 @@ import (
 func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	l.openAccount(t, "acct-0042", "user-0042", 1000)
-	l.openAccount(t, "acct-0043", "user-0043", 1000)
-	tok := l.user(t, "user-0042")
-	before := l.ledger(t)
+	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
+	l.OpenAccount(t, "acct-0043", "user-0043", 1000)
+	tok := l.User(t, "user-0042")
+	before := l.Ledger(t)
 
 	type want struct {
 		status int
@@ -32,7 +33,7 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 	}
 	debit := func(body any) e2etest.Req {
 		return e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok, Body: body,
-			Headers: map[string]string{idem.Header: newKey()}}
+			Headers: map[string]string{idem.Header: points.NewKey()}}
 	}
 	cases := map[string]struct {
 		req  e2etest.Req
@@ -56,19 +57,19 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 		"two objects":          {debit(`{"amount":30,"reason":"a"}{"amount":30,"reason":"b"}`), want{400, "malformed_json"}},
 		"missing key":          {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok, Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}}, want{400, "idempotency_key_missing"}},
 		"malformed key":        {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok, Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: "two words"}}, want{400, "idempotency_key_invalid"}},
-		"no token":             {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: newKey()}}, want{401, "unauthorized"}},
-		"forged token":         {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok + "x", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: newKey()}}, want{401, "unauthorized"}},
+		"no token":             {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: points.NewKey()}}, want{401, "unauthorized"}},
+		"forged token":         {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok + "x", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: points.NewKey()}}, want{401, "unauthorized"}},
 		"unknown account":      {postTo("acct-9999", "debits", tok), want{404, "account_not_found"}},
 		"someone else's":       {postTo("acct-0043", "debits", tok), want{403, "forbidden"}},
 		"a system account":     {postTo("sys:redemption", "debits", tok), want{403, "forbidden"}},
 		"malformed account id": {postTo("acct..%2F", "debits", tok), want{400, "invalid_id"}},
 		"too long account id":  {postTo(strings.Repeat("a", 65), "debits", tok), want{400, "invalid_id"}},
-		"admin debits":         {postTo("acct-0042", "debits", l.admin), want{403, "forbidden"}},
+		"admin debits":         {postTo("acct-0042", "debits", l.Admin), want{403, "forbidden"}},
 		"user grants":          {postTo("acct-0042", "grants", tok), want{403, "forbidden"}},
-		"grant to unknown":     {postTo("acct-9999", "grants", l.admin), want{404, "account_not_found"}},
-		"grant to system":      {postTo("sys:issuance", "grants", l.admin), want{422, "not_a_user_account"}},
-		"grant absurd amount":  {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/grants", Token: l.admin, Body: `{"amount":5000000,"reason":"bonus"}`, Headers: map[string]string{idem.Header: newKey()}}, want{422, "invalid_amount"}},
-		"grant without key":    {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/grants", Token: l.admin, Body: points.PostingRequest{Amount: 5, Reason: "bonus"}}, want{400, "idempotency_key_missing"}},
+		"grant to unknown":     {postTo("acct-9999", "grants", l.Admin), want{404, "account_not_found"}},
+		"grant to system":      {postTo("sys:issuance", "grants", l.Admin), want{422, "not_a_user_account"}},
+		"grant absurd amount":  {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/grants", Token: l.Admin, Body: `{"amount":5000000,"reason":"bonus"}`, Headers: map[string]string{idem.Header: points.NewKey()}}, want{422, "invalid_amount"}},
+		"grant without key":    {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/grants", Token: l.Admin, Body: points.PostingRequest{Amount: 5, Reason: "bonus"}}, want{400, "idempotency_key_missing"}},
 	}
 	for name, c := range cases {
 		c.req.Invalid = true // bad input on purpose: only the response is checked against the contract
@@ -76,22 +77,22 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 		require.Equal(t, c.want, want{r.Status, r.Code()}, "%s: %s", name, r.Body)
 		require.Equal(t, httpx.ProblemContentType, r.Header.Get("Content-Type"), name)
 	}
-	require.Equal(t, before, l.ledger(t), "nothing written")
+	require.Equal(t, before, l.Ledger(t), "nothing written")
 
 	// A refusal decided against the ledger is recorded and replayed; one
 	// decided on the body is not, so the client may fix the body and reuse
 	// its key.
-	key := newKey()
+	key := points.NewKey()
 	r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok,
 		Body: `{"amount":0,"reason":"prize-17"}`, Headers: map[string]string{idem.Header: key}, Invalid: true})
 	require.Equal(t, "invalid_amount", r.Code())
-	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", key, 30).Status)
+	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", key, 30).Status)
 
-	key = newKey()
-	r = l.debit(t, tok, "acct-0042", key, 5000)
+	key = points.NewKey()
+	r = l.Debit(t, tok, "acct-0042", key, 5000)
 	require.Equal(t, "insufficient_balance", r.Code())
 	require.Contains(t, string(r.Body), "acct-0042 holds 970 points, the debit needs 5000")
-	again := l.debit(t, tok, "acct-0042", key, 5000)
+	again := l.Debit(t, tok, "acct-0042", key, 5000)
 	require.Equal(t, "true", again.Header.Get(idem.ReplayedHeader))
 	require.Equal(t, string(r.Body), string(again.Body))
 	e2etest.Assert(t, l.Pool, "points", "idem")
@@ -99,24 +100,24 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 
 func postTo(id, kind, tok string) e2etest.Req {
 	return e2etest.Req{Method: "POST", Path: "/points/accounts/" + id + "/" + kind, Token: tok,
-		Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: newKey()}}
+		Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: points.NewKey()}}
 }
 
 func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	tok := l.user(t, "user-0042")
+	tok := l.User(t, "user-0042")
 
 	create := func(tok string, body any, headers map[string]string) e2etest.Response {
 		return l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts", Token: tok, Body: body, Headers: headers})
 	}
 	createBad := func(body any) e2etest.Response {
-		return l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts", Token: l.admin, Body: body, Invalid: true})
+		return l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts", Token: l.Admin, Body: body, Invalid: true})
 	}
-	a := l.openAccount(t, "acct-0042", "user-0042", 0)
+	a := l.OpenAccount(t, "acct-0042", "user-0042", 0)
 	require.Equal(t, points.Account{ID: "acct-0042", Owner: "user-0042", Kind: "user", CreatedAt: a.CreatedAt}, a)
 
-	r := create(l.admin, points.CreateAccountRequest{ID: "acct-0042", Owner: "user-0043"}, nil)
+	r := create(l.Admin, points.CreateAccountRequest{ID: "acct-0042", Owner: "user-0043"}, nil)
 	require.Equal(t, http.StatusConflict, r.Status)
 	require.Equal(t, "account_exists", r.Code())
 	for name, body := range map[string]points.CreateAccountRequest{
@@ -135,13 +136,13 @@ func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, create(tok, points.CreateAccountRequest{Owner: "user-0042"}, nil).Status)
 
 	// Without an id the server picks one; with a key a retry is a replay.
-	key := newKey()
-	r = create(l.admin, points.CreateAccountRequest{Owner: "user-0043"}, map[string]string{idem.Header: key})
+	key := points.NewKey()
+	r = create(l.Admin, points.CreateAccountRequest{Owner: "user-0043"}, map[string]string{idem.Header: key})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	var gen points.Account
 	r.JSON(t, &gen)
 	require.Regexp(t, `^acct-[a-z2-7]{16}$`, gen.ID)
-	again := create(l.admin, points.CreateAccountRequest{Owner: "user-0043"}, map[string]string{idem.Header: key})
+	again := create(l.Admin, points.CreateAccountRequest{Owner: "user-0043"}, map[string]string{idem.Header: key})
 	require.Equal(t, "true", again.Header.Get(idem.ReplayedHeader))
 	require.Equal(t, string(r.Body), string(again.Body))
 
@@ -150,14 +151,14 @@ func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 		return l.Do(t, e2etest.Req{Method: "GET", Path: "/points/accounts/" + id, Token: tok})
 	}
 	require.Equal(t, http.StatusOK, get(tok, "acct-0042").Status)
-	require.Equal(t, http.StatusOK, get(l.admin, "acct-0042").Status)
+	require.Equal(t, http.StatusOK, get(l.Admin, "acct-0042").Status)
 	require.Equal(t, "forbidden", get(tok, gen.ID).Code())
 	require.Equal(t, "forbidden", get(tok, points.IssuanceAccount).Code())
 	require.Equal(t, "account_not_found", get(tok, "acct-9999").Code())
 	require.Equal(t, "invalid_id", l.Do(t, e2etest.Req{Method: "GET", Path: "/points/accounts/-x", Token: tok, Invalid: true}).Code())
 	require.Equal(t, http.StatusUnauthorized, get("", "acct-0042").Status)
 	require.Equal(t, "no-store", get(tok, "acct-0042").Header.Get("Cache-Control"))
-	sys := l.account(t, points.IssuanceAccount)
+	sys := l.Account(t, points.IssuanceAccount)
 	require.Equal(t, points.KindSystem, sys.Kind)
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
@@ -167,10 +168,10 @@ func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	l.openAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.user(t, "user-0042")
+	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
+	tok := l.User(t, "user-0042")
 	for i := range 7 {
-		require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", newKey(), int64(i+1)).Status)
+		require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", points.NewKey(), int64(i+1)).Status)
 	}
 	page := func(tok, query string) (points.EntryPage, e2etest.Response) {
 		r := l.Do(t, e2etest.Req{Method: "GET", Path: "/points/accounts/acct-0042/entries" + query, Token: tok})
@@ -195,7 +196,7 @@ func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 		if pages == 0 {
 			// A debit arriving between pages lands before the cursor: the
 			// next pages still continue where this one stopped.
-			require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", newKey(), 100).Status)
+			require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", points.NewKey(), 100).Status)
 		}
 		if p.NextCursor == "" {
 			break
@@ -223,9 +224,9 @@ func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 		r := l.Do(t, e2etest.Req{Method: "GET", Path: "/points/accounts/acct-0042/entries" + q, Token: tok, Invalid: true})
 		require.Equal(t, code, r.Code(), q)
 	}
-	_, r := page(l.user(t, "user-0043"), "")
+	_, r := page(l.User(t, "user-0043"), "")
 	require.Equal(t, "forbidden", r.Code())
-	_, r = page(l.admin, "?limit=1")
+	_, r = page(l.Admin, "?limit=1")
 	require.Equal(t, http.StatusOK, r.Status)
 	e2etest.Assert(t, l.Pool, "points")
 }
@@ -237,19 +238,19 @@ func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	l.openAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.user(t, "user-0042")
+	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
+	tok := l.User(t, "user-0042")
 	ctx := context.Background()
 	_, err := l.Pool.Exec(ctx, `UPDATE points_account SET balance = balance + 5 WHERE id = 'acct-0042'`)
 	require.NoError(t, err)
 
-	key := newKey()
+	key := points.NewKey()
 	gate := l.Faults.Pause(idem.PointBeforeFinish, key)
 	t.Cleanup(gate.Release)
-	debited := l.debitAsync(tok, "acct-0042", key, 30)
+	debited := l.DebitAsync(tok, "acct-0042", key, 30)
 	<-gate.Reached() // the debit's UPDATE ran: the row is locked, its entries are uncommitted
 
-	repaired := l.Go(e2etest.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.admin})
+	repaired := l.Go(e2etest.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.Admin})
 	e2etest.WaitForLockWaiters(t, l.Pool, "FOR UPDATE", 1) // the repair is waiting for the row lock
 	gate.Release()
 
@@ -260,7 +261,7 @@ func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 	r.JSON(t, &rep)
 	require.Equal(t, []points.Drift{{AccountID: "acct-0042", Kind: "user", Stored: 975, FromEntries: 970, Drift: 5,
 		Repaired: true, RepairID: rep.Accounts[0].RepairID}}, rep.Accounts)
-	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
+	require.EqualValues(t, 970, l.Account(t, "acct-0042").Balance)
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
@@ -269,11 +270,10 @@ func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 // With one shard every transaction meets every other on the system side.
 func TestDebitsAndGrantsOnOneHotAccountDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{Settings: map[string]string{points.EnvSystemShards: "1"}})
-	l := &lab{App: a, admin: a.Token(t, "admin-0001", httpx.RoleAdmin)}
-	l.openAccount(t, "acct-0042", "user-0042", 600)
-	l.openAccount(t, "acct-0043", "user-0043", 600)
-	toks := []string{l.user(t, "user-0042"), l.user(t, "user-0043")}
+	l := startWith(t, lab.Options{Settings: map[string]string{points.EnvSystemShards: "1"}})
+	l.OpenAccount(t, "acct-0042", "user-0042", 600)
+	l.OpenAccount(t, "acct-0043", "user-0043", 600)
+	toks := []string{l.User(t, "user-0042"), l.User(t, "user-0043")}
 	ids := []string{"acct-0042", "acct-0043"}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -286,9 +286,9 @@ func TestDebitsAndGrantsOnOneHotAccountDoNotDeadlock(t *testing.T) {
 				k := (c + i) % 2
 				kind, tok := "debits", toks[k]
 				if (c+i)%3 == 0 {
-					kind, tok = "grants", l.admin
+					kind, tok = "grants", l.Admin
 				}
-				r, err := l.posting(context.Background(), kind, tok, ids[k], newKey(), 20, "hot")
+				r, err := l.Posting(context.Background(), kind, tok, ids[k], points.NewKey(), 20, "hot")
 				mu.Lock()
 				if err != nil {
 					statuses[-1]++
@@ -313,19 +313,15 @@ func TestSeedIsIdempotent(t *testing.T) {
 	t.Parallel()
 	l := start(t)
 	for range 2 {
-		for _, m := range l.Mods {
-			if m.Name == "points" {
-				require.NoError(t, m.Seed(context.Background()))
-			}
-		}
+		require.NoError(t, l.Seed(context.Background(), "points"))
 	}
 	for _, id := range []string{"acct-0042", "acct-0043"} {
-		a := l.account(t, id)
+		a := l.Account(t, id)
 		require.EqualValues(t, 1000, a.Balance)
 		require.Equal(t, "user-"+strings.TrimPrefix(id, "acct-"), a.Owner)
 	}
-	require.Equal(t, 1, l.txnsOf(t, points.SeedClient, "welcome-acct-0042"))
-	require.EqualValues(t, 2, l.ledger(t).Txns)
+	require.Equal(t, 1, l.TxnsOf(t, points.SeedClient, "welcome-acct-0042"))
+	require.EqualValues(t, 2, l.Ledger(t).Txns)
 	e2etest.Assert(t, l.Pool, "points")
 }
 
@@ -334,7 +330,7 @@ func TestSeedIsIdempotent(t *testing.T) {
 func TestLedgerIsAppendOnly(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	l.openAccount(t, "acct-0042", "user-0042", 100)
+	l.OpenAccount(t, "acct-0042", "user-0042", 100)
 	ctx := context.Background()
 	for _, sql := range []string{
 		`UPDATE points_ledger_entry SET amount = amount * 2`,
@@ -362,7 +358,7 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 	}, res[0].Rows)
 }
 
-func rowKey(t *testing.T, l *lab) string {
+func rowKey(t *testing.T, l *points.Lab) string {
 	var k string
 	require.NoError(t, l.Pool.QueryRow(context.Background(),
 		`SELECT txn_id || ' ' || account_id FROM points_ledger_entry WHERE account_id = 'acct-0042'`).Scan(&k))
@@ -376,20 +372,20 @@ func rowKey(t *testing.T, l *lab) string {
 func TestKeyReusedAfterItsRecordIsPurgedMakesNoSecondTransaction(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	l.openAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.user(t, "user-0042")
-	key := newKey()
-	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-0042", key, 30).Status)
+	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
+	tok := l.User(t, "user-0042")
+	key := points.NewKey()
+	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", key, 30).Status)
 
 	n, err := idem.New(l.Pool, idem.Config{}).Purge(context.Background(), -time.Hour) // everything is older than an hour from now
 	require.NoError(t, err)
 	require.Positive(t, n)
-	before := l.ledger(t)
-	r := l.debit(t, tok, "acct-0042", key, 30)
+	before := l.Ledger(t)
+	r := l.Debit(t, tok, "acct-0042", key, 30)
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Equal(t, "duplicate_transaction", r.Code())
-	require.Equal(t, before, l.ledger(t), "nothing written")
-	require.Equal(t, 1, l.txnsOf(t, "user-0042", key))
-	require.EqualValues(t, 970, l.account(t, "acct-0042").Balance)
+	require.Equal(t, before, l.Ledger(t), "nothing written")
+	require.Equal(t, 1, l.TxnsOf(t, "user-0042", key))
+	require.EqualValues(t, 970, l.Account(t, "acct-0042").Balance)
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }

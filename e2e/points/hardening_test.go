@@ -16,21 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/idem"
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/points"
 )
-
-// waitFor polls cond (a database condition) until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // Issue 20 item 5: a client hangs up after its key's claim has committed
 // but before the server has read the COMMIT's answer. The app reaches the
@@ -48,11 +38,10 @@ func TestClientAbortReleasesItsKey(t *testing.T) {
 	require.NoError(t, err)
 	proxy := newCutProxy(t, u.Host)
 	u.Host = proxy.ln.Addr().String()
-	l := &lab{App: e2etest.Start(t, e2etest.Options{DBURL: u.String()})}
-	l.admin = l.Token(t, "admin-0001", "admin")
-	l.openAccount(t, "acct-abort", "user-abort", 100)
-	tok := l.user(t, "user-abort")
-	key := newKey()
+	l := startWith(t, lab.Options{DBURL: u.String()})
+	l.OpenAccount(t, "acct-abort", "user-abort", 100)
+	tok := l.User(t, "user-abort")
+	key := points.NewKey()
 	ctx := context.Background()
 	direct, err := pgx.Connect(ctx, dbURL) // the test's own view, not through the proxy
 	require.NoError(t, err)
@@ -67,10 +56,10 @@ func TestClientAbortReleasesItsKey(t *testing.T) {
 	reqCtx, hangUp := context.WithCancel(ctx)
 	sent := make(chan error, 1)
 	go func() {
-		_, err := l.posting(reqCtx, "debits", tok, "acct-abort", key, 30, "prize-17")
+		_, err := l.Posting(reqCtx, "debits", tok, "acct-abort", key, 30, "prize-17")
 		sent <- err
 	}()
-	waitFor(t, 10*time.Second, "the claim to commit", inFlight)
+	e2etest.WaitFor(t, 10*time.Second, "the claim to commit", inFlight)
 	hangUp()
 	require.Error(t, <-sent, "the client gave up")
 	// Give a request that treats the hang-up as a failed claim the time to
@@ -83,11 +72,11 @@ func TestClientAbortReleasesItsKey(t *testing.T) {
 	proxy.freeze(false)
 
 	// Well inside the 15 s lock: the key must be free again.
-	waitFor(t, 5*time.Second, "the departed client's claim to be released", func() bool { return !inFlight() })
-	r := l.debit(t, tok, "acct-abort", key, 30)
+	e2etest.WaitFor(t, 5*time.Second, "the departed client's claim to be released", func() bool { return !inFlight() })
+	r := l.Debit(t, tok, "acct-abort", key, 30)
 	require.Equal(t, http.StatusCreated, r.Status, "the retry runs at once: %s", r.Body)
-	require.Equal(t, 1, l.txnsOf(t, "user-abort", key))
-	require.Equal(t, int64(70), l.account(t, "acct-abort").Balance)
+	require.Equal(t, 1, l.TxnsOf(t, "user-abort", key))
+	require.Equal(t, int64(70), l.Account(t, "acct-abort").Balance)
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
@@ -97,9 +86,9 @@ func TestClientAbortReleasesItsKey(t *testing.T) {
 func TestTwoIdempotencyKeyHeadersAreRefused(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	l.openAccount(t, "acct-two", "user-two", 100)
-	tok := l.user(t, "user-two")
-	before := l.ledger(t)
+	l.OpenAccount(t, "acct-two", "user-two", 100)
+	tok := l.User(t, "user-two")
+	before := l.Ledger(t)
 	req, err := http.NewRequest(http.MethodPost, l.URL+"/points/accounts/acct-two/debits",
 		strings.NewReader(`{"amount":10,"reason":"prize-17"}`))
 	require.NoError(t, err)
@@ -113,12 +102,12 @@ func TestTwoIdempotencyKeyHeadersAreRefused(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(body))
 	require.Contains(t, string(body), `"code":"idempotency_key_invalid"`)
-	require.Equal(t, before, l.ledger(t), "nothing written")
+	require.Equal(t, before, l.Ledger(t), "nothing written")
 
 	// Each key alone: one debit each, as two distinct requests.
-	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-two", "key-one", 10).Status)
-	require.Equal(t, http.StatusCreated, l.debit(t, tok, "acct-two", "key-one", 10).Status) // replay
-	require.Equal(t, int64(90), l.account(t, "acct-two").Balance)
+	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-two", "key-one", 10).Status)
+	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-two", "key-one", 10).Status) // replay
+	require.Equal(t, int64(90), l.Account(t, "acct-two").Balance)
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
@@ -127,16 +116,16 @@ func TestTwoIdempotencyKeyHeadersAreRefused(t *testing.T) {
 func TestDuplicateKeysInADebitDebitNothing(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	l.openAccount(t, "acct-dup", "user-dup", 1000)
-	tok := l.user(t, "user-dup")
-	before := l.ledger(t)
+	l.OpenAccount(t, "acct-dup", "user-dup", 1000)
+	tok := l.User(t, "user-dup")
+	before := l.Ledger(t)
 	for _, body := range []string{`{"amount":1,"amount":500,"reason":"x"}`, `{"Amount":500,"reason":"x"}`, `{"amount":1,"reason":"x","REASON":"y"}`} {
 		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts/acct-dup/debits", Token: tok, Body: body,
-			Headers: map[string]string{idem.Header: newKey()}, Invalid: true})
+			Headers: map[string]string{idem.Header: points.NewKey()}, Invalid: true})
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", body, r.Body)
 	}
-	require.Equal(t, before, l.ledger(t))
-	require.Equal(t, int64(1000), l.account(t, "acct-dup").Balance)
+	require.Equal(t, before, l.Ledger(t))
+	require.Equal(t, int64(1000), l.Account(t, "acct-dup").Balance)
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
@@ -188,10 +177,9 @@ func TestDatabaseOutOfSlotsIsA503(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
 	roleURL, superURL, role := slotsRole(t, dbURL)
-	l := &lab{App: e2etest.Start(t, e2etest.Options{DBURL: roleURL})}
-	l.admin = l.Token(t, "admin-0001", "admin")
-	l.openAccount(t, "acct-slots", "user-slots", 100)
-	tok := l.user(t, "user-slots")
+	l := startWith(t, lab.Options{DBURL: roleURL})
+	l.OpenAccount(t, "acct-slots", "user-slots", 100)
+	tok := l.User(t, "user-slots")
 	ctx := context.Background()
 
 	admin, err := pgx.Connect(ctx, superURL)
@@ -200,9 +188,9 @@ func TestDatabaseOutOfSlotsIsA503(t *testing.T) {
 	_, err = admin.Exec(ctx, `ALTER ROLE `+role+` CONNECTION LIMIT 0`)
 	require.NoError(t, err)
 	l.Pool.Reset() // every new request needs a new connection: none is left
-	key := newKey()
+	key := points.NewKey()
 	for range 3 {
-		r := l.debit(t, tok, "acct-slots", key, 30)
+		r := l.Debit(t, tok, "acct-slots", key, 30)
 		require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 		require.Equal(t, "database_unavailable", r.Code())
 		require.Equal(t, "1", r.Header.Get("Retry-After"))
@@ -211,9 +199,9 @@ func TestDatabaseOutOfSlotsIsA503(t *testing.T) {
 	}
 	_, err = admin.Exec(ctx, `ALTER ROLE `+role+` CONNECTION LIMIT -1`)
 	require.NoError(t, err)
-	r := l.debit(t, tok, "acct-slots", key, 30)
+	r := l.Debit(t, tok, "acct-slots", key, 30)
 	require.Equal(t, http.StatusCreated, r.Status, "the same key succeeds once there is room: %s", r.Body)
-	require.Equal(t, int64(70), l.account(t, "acct-slots").Balance)
+	require.Equal(t, int64(70), l.Account(t, "acct-slots").Balance)
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
@@ -319,52 +307,31 @@ func TestConnectionLostMidRequestIsA503(t *testing.T) {
 	require.NoError(t, err)
 	proxy := newCutProxy(t, u.Host)
 	u.Host = proxy.ln.Addr().String()
-	l := &lab{App: e2etest.Start(t, e2etest.Options{DBURL: u.String()})}
-	l.admin = l.Token(t, "admin-0001", "admin")
-	l.openAccount(t, "acct-cut", "user-cut", 100)
-	tok := l.user(t, "user-cut")
+	l := startWith(t, lab.Options{DBURL: u.String()})
+	l.OpenAccount(t, "acct-cut", "user-cut", 100)
+	tok := l.User(t, "user-cut")
 
 	for i, point := range []string{idem.PointBeforeEffect, idem.PointBeforeFinish} {
-		key := newKey()
+		key := points.NewKey()
 		l.Faults.ArmFunc(point, func(ctx context.Context, k string) error {
 			if k == key {
 				proxy.cut() // every connection, the request's own included
 			}
 			return nil
 		})
-		r := l.debit(t, tok, "acct-cut", key, 10)
+		r := l.Debit(t, tok, "acct-cut", key, 10)
 		l.Faults.Disarm(point)
 		require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s: %s", point, r.Body)
 		require.Equal(t, "database_unavailable", r.Code())
 		require.Equal(t, "1", r.Header.Get("Retry-After"))
 		require.NotContains(t, string(r.Body), "EOF")
 
-		r = l.debit(t, tok, "acct-cut", key, 10)
+		r = l.Debit(t, tok, "acct-cut", key, 10)
 		require.Equal(t, http.StatusCreated, r.Status, "%s: the retry with the same key: %s", point, r.Body)
-		require.Equal(t, 1, l.txnsOf(t, "user-cut", key))
-		require.Equal(t, int64(100-10*(i+1)), l.account(t, "acct-cut").Balance)
+		require.Equal(t, 1, l.TxnsOf(t, "user-cut", key))
+		require.Equal(t, int64(100-10*(i+1)), l.Account(t, "acct-cut").Balance)
 	}
 	e2etest.Assert(t, l.Pool, "points", "idem")
-}
-
-// gauge reads one sample of a gauge from the app's registry.
-func gauge(t *testing.T, l *lab, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := l.Metrics.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 // Issue 20 item 4: under pool exhaustion write requests queued without
@@ -374,14 +341,13 @@ func gauge(t *testing.T, l *lab, name, label, value string) float64 {
 // "busy" while every connection is in use.
 func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 	t.Parallel()
-	l := &lab{App: e2etest.Start(t, e2etest.Options{MaxConns: 1, Settings: map[string]string{
+	l := startWith(t, lab.Options{MaxConns: 1, Settings: map[string]string{
 		"FENCELAB_ADMISSION_LIMIT": "1", "FENCELAB_ADMISSION_WAIT_LINE": "1", "FENCELAB_ADMISSION_MAX_WAIT": "1m",
 		"FENCELAB_FLASHSALE_LIMIT": "1",
-	}})}
-	l.admin = l.Token(t, "admin-0001", "admin")
-	l.openAccount(t, "acct-busy", "user-busy", 100)
-	tok := l.user(t, "user-busy")
-	first, second := newKey(), newKey()
+	}})
+	l.OpenAccount(t, "acct-busy", "user-busy", 100)
+	tok := l.User(t, "user-busy")
+	first, second := points.NewKey(), points.NewKey()
 
 	// The first debit holds the only permit and the only connection.
 	gate := l.Faults.Pause(idem.PointBeforeFinish, first)
@@ -390,7 +356,7 @@ func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, key := range []string{first, second} {
 		go func() {
-			r, err := l.posting(context.Background(), "debits", tok, "acct-busy", key, 10, "prize-17")
+			r, err := l.Posting(context.Background(), "debits", tok, "acct-busy", key, 10, "prize-17")
 			errs <- err
 			results <- r
 		}()
@@ -398,12 +364,12 @@ func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 			<-gate.Reached()
 		}
 	}
-	waitFor(t, 10*time.Second, "the second debit to wait in line", func() bool {
-		return gauge(t, l, "fencelab_admission_waiting", "limiter", "write") == 1
+	e2etest.WaitFor(t, 10*time.Second, "the second debit to wait in line", func() bool {
+		return l.Gauge(t, "fencelab_admission_waiting", "limiter", "write") == 1
 	})
 
 	// The line is full: refused at once, nothing done.
-	r := l.debit(t, tok, "acct-busy", newKey(), 10)
+	r := l.Debit(t, tok, "acct-busy", points.NewKey(), 10)
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 	require.Equal(t, "overloaded", r.Code())
 	require.Equal(t, "1", r.Header.Get("Retry-After"))
@@ -419,7 +385,7 @@ func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 		r := <-results
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	}
-	require.Equal(t, int64(80), l.account(t, "acct-busy").Balance)
+	require.Equal(t, int64(80), l.Account(t, "acct-busy").Balance)
 	rz = l.Do(t, e2etest.Req{Method: "GET", Path: "/readyz"})
 	require.Equal(t, http.StatusOK, rz.Status, string(rz.Body))
 	e2etest.Assert(t, l.Pool, "points", "idem")
@@ -430,13 +396,13 @@ func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 func TestSystemOwnerIsReserved(t *testing.T) {
 	t.Parallel()
 	l := start(t)
-	before := l.ledger(t)
+	before := l.Ledger(t)
 	for _, owner := range []string{"fencelab", "FenceLab"} {
-		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts", Token: l.admin,
+		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts", Token: l.Admin,
 			Body: map[string]string{"id": "acct-sys", "owner": owner}, Invalid: true})
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 		require.Equal(t, "invalid_owner", r.Code())
 	}
-	require.Equal(t, before, l.ledger(t))
+	require.Equal(t, before, l.Ledger(t))
 	e2etest.Assert(t, l.Pool, "points")
 }

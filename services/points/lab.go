@@ -48,9 +48,9 @@ func runConcurrentDebits(x *lab.X) {
 		opening = 1000
 		account = "acct-0042"
 	)
-	a := x.Start(lab.Options{})
-	admin := a.Token(x, "admin-0001", httpx.RoleAdmin)
-	openAccount(x, a, admin, account, "user-0042", opening)
+	l := StartLab(x, lab.Options{})
+	a := l.App
+	l.OpenAccount(x, account, "user-0042", opening)
 	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", account, opening), Outcome: lab.Accepted})
 
 	if x.Naive {
@@ -164,91 +164,6 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 	x.Figure("balance", balance)
 }
 
-// openAccount creates a user account over HTTP and grants it balance.
-func openAccount(x *lab.X, a *lab.App, admin, id, owner string, balance int64) {
-	x.Helper()
-	r := a.Do(x, lab.Req{Method: "POST", Path: "/points/accounts", Token: admin,
-		Body: CreateAccountRequest{ID: id, Owner: owner}})
-	require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
-	for left := balance; left > 0; left -= MaxAmount {
-		r := a.Do(x, lab.Req{Method: "POST", Path: "/points/accounts/" + id + "/grants", Token: admin,
-			Body: PostingRequest{Amount: min(left, MaxAmount), Reason: "opening"}, Headers: map[string]string{idem.Header: "k-" + rand.Text()}})
-		require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
-	}
-}
-
-// pointsLab is one running app with the tokens the points experiments use.
-type pointsLab struct {
-	*lab.App
-	admin string
-}
-
-func startPoints(x *lab.X) *pointsLab {
-	x.Helper()
-	a := x.Start(lab.Options{})
-	return &pointsLab{App: a, admin: a.Token(x, "admin-0001", httpx.RoleAdmin)}
-}
-
-func newKey() string { return "k-" + rand.Text() }
-
-func (l *pointsLab) posting(ctx context.Context, kind, tok, id, key string, amount int64, reason string) (lab.Response, error) {
-	req := lab.Req{Method: "POST", Path: "/points/accounts/" + id + "/" + kind, Token: tok,
-		Body: PostingRequest{Amount: amount, Reason: reason}}
-	if key != "" {
-		req.Headers = map[string]string{idem.Header: key}
-	}
-	return l.Send(ctx, req)
-}
-
-func (l *pointsLab) debit(x *lab.X, tok, id, key string, amount int64) lab.Response {
-	x.Helper()
-	r, err := l.posting(context.Background(), "debits", tok, id, key, amount, "prize-17")
-	require.NoError(x, err)
-	return r
-}
-
-// account reads an account over HTTP as the admin.
-func (l *pointsLab) account(x *lab.X, id string) Account {
-	x.Helper()
-	r := l.Do(x, lab.Req{Method: "GET", Path: "/points/accounts/" + id, Token: l.admin})
-	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-	var a Account
-	r.JSON(x, &a)
-	return a
-}
-
-// txnsOf counts the ledger transactions a client's key made.
-func (l *pointsLab) txnsOf(x *lab.X, client, key string) int {
-	x.Helper()
-	var n int
-	require.NoError(x, l.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM points_ledger_txn WHERE client_id = $1 AND idem_key = $2`, client, key).Scan(&n))
-	return n
-}
-
-// ledgerSummary is what "nothing written" compares: every table a posting
-// touches, summarised.
-type ledgerSummary struct {
-	Txns, Entries, Events, Repairs int64
-	UserBalances, UserVersions     int64
-	ShardBalances                  int64
-}
-
-func (l *pointsLab) ledger(x *lab.X) ledgerSummary {
-	x.Helper()
-	var s ledgerSummary
-	require.NoError(x, l.Pool.QueryRow(context.Background(), `
-SELECT (SELECT count(*) FROM points_ledger_txn),
-       (SELECT count(*) FROM points_ledger_entry),
-       (SELECT count(*) FROM outbox_event WHERE topic LIKE 'points.%'),
-       (SELECT count(*) FROM points_repair),
-       (SELECT coalesce(sum(balance), 0)::bigint FROM points_account WHERE kind = 'user'),
-       (SELECT coalesce(sum(version), 0)::bigint FROM points_account WHERE kind = 'user'),
-       (SELECT coalesce(sum(abs(balance)), 0)::bigint FROM points_system_shard)`).
-		Scan(&s.Txns, &s.Entries, &s.Events, &s.Repairs, &s.UserBalances, &s.UserVersions, &s.ShardBalances))
-	return s
-}
-
 // LostResponse is PTS-02: the server commits a debit, then the response is
 // lost — the handler is held after the commit until the client has given
 // up. The client's retry with the same key makes no second transaction; it
@@ -262,19 +177,19 @@ var LostResponse = lab.Experiment{
 }
 
 func runLostResponse(x *lab.X) {
-	l := startPoints(x)
+	l := StartLab(x, lab.Options{})
 	ctx := context.Background()
-	openAccount(x, l.App, l.admin, "acct-0042", "user-0042", 1000)
+	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
 	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
-	key := newKey()
+	key := NewKey()
 
 	gate := l.Faults.Pause(idem.PointAfterCommit, key)
 	x.Cleanup(gate.Release)
 	reqCtx, giveUp := context.WithCancel(ctx)
 	first := make(chan error, 1)
 	go func() {
-		_, err := l.posting(reqCtx, "debits", tok, "acct-0042", key, 30, "prize-17")
+		_, err := l.Posting(reqCtx, "debits", tok, "acct-0042", key, 30, "prize-17")
 		first <- err
 	}()
 	select {
@@ -282,13 +197,13 @@ func runLostResponse(x *lab.X) {
 	case <-time.After(30 * time.Second):
 		x.Fatalf("the debit never reached the after-commit point")
 	}
-	require.Equal(x, 1, l.txnsOf(x, "user-0042", key), "the debit committed before the response was lost")
+	require.Equal(x, 1, l.TxnsOf(x, "user-0042", key), "the debit committed before the response was lost")
 	x.Step(lab.Step{Actor: "client", Action: "debit 30, key " + key, Outcome: "committed", Note: "the server holds the response"})
 	giveUp() // the client's timeout: it never sees the answer
 	require.ErrorIs(x, <-first, context.Canceled)
 	x.Step(lab.Step{Actor: "client", Action: "time out waiting for the answer", Outcome: lab.Lost})
 
-	r := l.debit(x, tok, "acct-0042", key, 30)
+	r := l.Debit(x, tok, "acct-0042", key, 30)
 	require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
 	require.Equal(x, "true", r.Header.Get(idem.ReplayedHeader))
 	var recorded []byte
@@ -305,11 +220,11 @@ func runLostResponse(x *lab.X) {
 	require.EqualValues(x, 970, txn.Balance)
 
 	// And again: still one transaction, still the same bytes.
-	again := l.debit(x, tok, "acct-0042", key, 30)
+	again := l.Debit(x, tok, "acct-0042", key, 30)
 	require.Equal(x, r.Body, again.Body)
 	x.Step(lab.Step{Actor: "client", Action: "retry again", Outcome: lab.Replayed, Note: "the same bytes"})
-	txns := l.txnsOf(x, "user-0042", key)
-	balance := l.account(x, "acct-0042").Balance
+	txns := l.TxnsOf(x, "user-0042", key)
+	balance := l.Account(x, "acct-0042").Balance
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d transaction for the key, balance %d", txns, balance)})
 	x.Figure("requests", 3)
 	x.Figure("transactions", txns)
@@ -329,33 +244,33 @@ var KeyReused = lab.Experiment{
 }
 
 func runKeyReused(x *lab.X) {
-	l := startPoints(x)
-	openAccount(x, l.App, l.admin, "acct-0042", "user-0042", 1000)
+	l := StartLab(x, lab.Options{})
+	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
 	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
-	key := newKey()
+	key := NewKey()
 
-	r := l.debit(x, tok, "acct-0042", key, 30)
+	r := l.Debit(x, tok, "acct-0042", key, 30)
 	require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
 	x.Step(lab.Step{Actor: "client", Action: "debit 30 from acct-0042, key " + key, Outcome: lab.Accepted})
 
-	before := l.ledger(x)
-	r = l.debit(x, tok, "acct-0042", key, 40)
+	before := l.Ledger(x)
+	r = l.Debit(x, tok, "acct-0042", key, 40)
 	require.Equal(x, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Equal(x, "idempotency_key_reused", r.Code())
-	require.Equal(x, before, l.ledger(x), "nothing written")
+	require.Equal(x, before, l.Ledger(x), "nothing written")
 	x.Step(lab.Step{Actor: "client", Action: "debit 40 from acct-0042, same key", Outcome: lab.Refused, Note: "422 idempotency_key_reused; nothing written"})
 
 	// The same key on another account is another request too.
-	openAccount(x, l.App, l.admin, "acct-0043", "user-0042", 1000)
-	before = l.ledger(x)
-	r = l.debit(x, tok, "acct-0043", key, 30)
+	l.OpenAccount(x, "acct-0043", "user-0042", 1000)
+	before = l.Ledger(x)
+	r = l.Debit(x, tok, "acct-0043", key, 30)
 	require.Equal(x, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Equal(x, "idempotency_key_reused", r.Code())
-	require.Equal(x, before, l.ledger(x), "nothing written")
+	require.Equal(x, before, l.Ledger(x), "nothing written")
 	x.Step(lab.Step{Actor: "client", Action: "debit 30 from acct-0043, same key", Outcome: lab.Refused, Note: "422 idempotency_key_reused; nothing written"})
 
-	txns, balance := l.txnsOf(x, "user-0042", key), l.account(x, "acct-0042").Balance
+	txns, balance := l.TxnsOf(x, "user-0042", key), l.Account(x, "acct-0042").Balance
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d transaction for the key, acct-0042 balance %d", txns, balance)})
 	x.Figure("transactions", txns)
 	x.Figure("refused", 2)
@@ -377,18 +292,18 @@ var SameKeyConcurrently = lab.Experiment{
 }
 
 func runSameKeyConcurrently(x *lab.X) {
-	l := startPoints(x)
-	openAccount(x, l.App, l.admin, "acct-0042", "user-0042", 1000)
+	l := StartLab(x, lab.Options{})
+	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
 	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
 
 	{ // the timeline
-		key := newKey()
+		key := NewKey()
 		gate := l.Faults.Pause(idem.PointBeforeEffect, key)
 		x.Cleanup(gate.Release)
 		first := make(chan lab.Response, 1)
 		go func() {
-			r, err := l.posting(context.Background(), "debits", tok, "acct-0042", key, 30, "prize-17")
+			r, err := l.Posting(context.Background(), "debits", tok, "acct-0042", key, 30, "prize-17")
 			if err != nil {
 				x.Errorf("first: %v", err)
 			}
@@ -400,7 +315,7 @@ func runSameKeyConcurrently(x *lab.X) {
 			x.Fatalf("the first request never claimed its key")
 		}
 		x.Step(lab.Step{Actor: "client-1", Action: "debit 30, key " + key + ": claim the key; held before the effect", Outcome: "paused"})
-		second := l.debit(x, tok, "acct-0042", key, 30)
+		second := l.Debit(x, tok, "acct-0042", key, 30)
 		require.Equal(x, http.StatusConflict, second.Status, string(second.Body))
 		require.Equal(x, "idempotency_key_in_flight", second.Code())
 		require.NotEmpty(x, second.Header.Get("Retry-After"))
@@ -410,10 +325,10 @@ func runSameKeyConcurrently(x *lab.X) {
 		require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
 		require.Empty(x, r.Header.Get(idem.ReplayedHeader))
 		x.Step(lab.Step{Actor: "client-1", Action: "resume: debit", Outcome: lab.Accepted})
-		require.Equal(x, 1, l.txnsOf(x, "user-0042", key))
+		require.Equal(x, 1, l.TxnsOf(x, "user-0042", key))
 	}
 	{ // the race
-		key := newKey()
+		key := NewKey()
 		const n = 20
 		results := make([]lab.Response, n)
 		errs := make([]error, n)
@@ -422,7 +337,7 @@ func runSameKeyConcurrently(x *lab.X) {
 		for i := range n {
 			wg.Go(func() {
 				<-fire
-				results[i], errs[i] = l.posting(context.Background(), "debits", tok, "acct-0042", key, 30, "prize-17")
+				results[i], errs[i] = l.Posting(context.Background(), "debits", tok, "acct-0042", key, 30, "prize-17")
 			})
 		}
 		close(fire)
@@ -452,11 +367,11 @@ func runSameKeyConcurrently(x *lab.X) {
 				require.Equal(x, string(body), string(r.Body), "replays are the first response")
 			}
 		}
-		require.Equal(x, 1, l.txnsOf(x, "user-0042", key))
+		require.Equal(x, 1, l.TxnsOf(x, "user-0042", key))
 		x.Figure("race_requests", n)
 		x.Figure("race_transactions", 1)
 	}
-	balance := l.account(x, "acct-0042").Balance
+	balance := l.Account(x, "acct-0042").Balance
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: two keys, two transactions, balance %d", balance)})
 	x.Figure("balance", balance)
 	require.EqualValues(x, 1000-2*30, balance)
@@ -475,12 +390,12 @@ var CorruptedBalance = lab.Experiment{
 }
 
 func runCorruptedBalance(x *lab.X) {
-	l := startPoints(x)
+	l := StartLab(x, lab.Options{})
 	ctx := context.Background()
-	openAccount(x, l.App, l.admin, "acct-0042", "user-0042", 1000)
-	openAccount(x, l.App, l.admin, "acct-0043", "user-0043", 500)
+	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
+	l.OpenAccount(x, "acct-0043", "user-0043", 500)
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
-	require.Equal(x, http.StatusCreated, l.debit(x, tok, "acct-0042", newKey(), 30).Status)
+	require.Equal(x, http.StatusCreated, l.Debit(x, tok, "acct-0042", NewKey(), 30).Status)
 	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 (1000) and acct-0043 (500); user-0042 debits 30", Outcome: lab.Accepted})
 
 	// The bug: some code adds 29 points behind the ledger's back, and
@@ -512,7 +427,7 @@ func runCorruptedBalance(x *lab.X) {
 	x.Step(lab.Step{Actor: "admin", Action: "fencelab check points", Outcome: "exit 1", Note: "PTS-I4: acct-0042 drift 29, sys:redemption drift −7"})
 
 	// Recompute without repair reports and changes nothing.
-	r := l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute", Token: l.admin})
+	r := l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute", Token: l.Admin})
 	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
 	var rep RecomputeReport
 	r.JSON(x, &rep)
@@ -520,11 +435,11 @@ func runCorruptedBalance(x *lab.X) {
 		{AccountID: "acct-0042", Kind: "user", Stored: 999, FromEntries: 970, Drift: 29},
 		{AccountID: "sys:redemption", Kind: "system", Stored: 23, FromEntries: 30, Drift: -7},
 	}}, rep)
-	require.EqualValues(x, 999, l.account(x, "acct-0042").Balance)
+	require.EqualValues(x, 999, l.Account(x, "acct-0042").Balance)
 	x.Step(lab.Step{Actor: "admin", Action: "POST /points/admin/recompute", Outcome: "2 drifted", Note: "reported, nothing changed"})
 
 	// One account at a time, with repair.
-	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.admin})
+	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.Admin})
 	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
 	rep = RecomputeReport{}
 	r.JSON(x, &rep)
@@ -533,17 +448,17 @@ func runCorruptedBalance(x *lab.X) {
 	require.Len(x, rep.Accounts, 1)
 	require.True(x, rep.Accounts[0].Repaired)
 	require.EqualValues(x, 29, rep.Accounts[0].Drift)
-	require.EqualValues(x, 970, l.account(x, "acct-0042").Balance)
+	require.EqualValues(x, 970, l.Account(x, "acct-0042").Balance)
 	x.Step(lab.Step{Actor: "admin", Action: "recompute acct-0042 with repair", Outcome: "repaired", Note: "999 → 970, from the ledger"})
 
 	// Then everything else.
-	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.admin})
+	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.Admin})
 	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
 	rep = RecomputeReport{}
 	r.JSON(x, &rep)
 	require.Equal(x, 1, rep.Repaired)
 	require.Equal(x, "sys:redemption", rep.Accounts[0].AccountID)
-	require.EqualValues(x, 30, l.account(x, RedemptionAccount).Balance)
+	require.EqualValues(x, 30, l.Account(x, RedemptionAccount).Balance)
 	x.Step(lab.Step{Actor: "admin", Action: "recompute everything with repair", Outcome: "repaired", Note: "sys:redemption 23 → 30"})
 
 	// Each repair is on record, append-only.
@@ -562,7 +477,7 @@ func runCorruptedBalance(x *lab.X) {
 	x.Step(lab.Step{Actor: "db", Action: "re-read points_repair: " + strings.Join(repairs, "; ")})
 
 	// Nothing left to repair; the binary agrees.
-	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.admin})
+	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.Admin})
 	rep = RecomputeReport{}
 	r.JSON(x, &rep)
 	require.Equal(x, RecomputeReport{Checked: 4, Accounts: []Drift{}}, rep)
@@ -587,7 +502,7 @@ var Interleaved = lab.Experiment{
 }
 
 func runInterleaved(x *lab.X) {
-	l := startPoints(x)
+	l := StartLab(x, lab.Options{})
 	seed := time.Now().UnixNano()
 	x.Logf("seed %d", seed)
 
@@ -596,7 +511,7 @@ func runInterleaved(x *lab.X) {
 	tokens := make([]string, accounts)
 	for i := range accounts {
 		owner := fmt.Sprintf("user-%04d", i)
-		openAccount(x, l.App, l.admin, accountID(i), owner, opening)
+		l.OpenAccount(x, accountID(i), owner, opening)
 		tokens[i] = l.Token(x, owner, httpx.RoleUser)
 	}
 	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %d accounts with %d points each", accounts, opening), Outcome: lab.Accepted})
@@ -626,14 +541,14 @@ func runInterleaved(x *lab.X) {
 				if rng.IntN(3) == 0 {
 					kind, tok, sign = "grants", svc, 1
 				}
-				key := newKey()
-				r, err := l.posting(context.Background(), kind, tok, accountID(i), key, amount, "pts-06")
+				key := NewKey()
+				r, err := l.Posting(context.Background(), kind, tok, accountID(i), key, amount, "pts-06")
 				if err != nil {
 					errs[c] = fmt.Errorf("%s %s: %w", kind, accountID(i), err)
 					return
 				}
 				if rng.IntN(5) == 0 { // a client that retries anyway
-					again, err := l.posting(context.Background(), kind, tok, accountID(i), key, amount, "pts-06")
+					again, err := l.Posting(context.Background(), kind, tok, accountID(i), key, amount, "pts-06")
 					if err != nil || again.Header.Get(idem.ReplayedHeader) != "true" || string(again.Body) != string(r.Body) {
 						errs[c] = fmt.Errorf("retry of %s was not the replay: %d %s (%v)", key, again.Status, again.Body, err)
 						return
@@ -665,12 +580,12 @@ func runInterleaved(x *lab.X) {
 
 	var users int64
 	for i := range accounts {
-		a := l.account(x, accountID(i))
+		a := l.Account(x, accountID(i))
 		require.Equal(x, opening+delta[i], a.Balance, accountID(i))
 		require.GreaterOrEqual(x, a.Balance, int64(0))
 		users += a.Balance
 	}
-	issuance, redemption := l.account(x, IssuanceAccount), l.account(x, RedemptionAccount)
+	issuance, redemption := l.Account(x, IssuanceAccount), l.Account(x, RedemptionAccount)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: users hold %d, issuance %d, redemption %d (sum %d)",
 		users, issuance.Balance, redemption.Balance, users+issuance.Balance+redemption.Balance)})
 	x.Figure("granted", granted)

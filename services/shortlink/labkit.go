@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // Lab is one replica of the app as the chapter's experiments (and its e2e
@@ -83,28 +84,9 @@ func (a *Lab) UserToken(t lab.T, sub string) string {
 // whose labels include the given pairs.
 func (a *Lab) Counter(t lab.T, name string, labels ...string) float64 {
 	t.Helper()
-	fams, err := a.Metrics.Gather()
+	v, _, err := promx.Value(a.Metrics, name, labels...)
 	require.NoError(t, err)
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return v // 0 when no sample matches yet
 }
 
 // Sample is one request of a load loop.
