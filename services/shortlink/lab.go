@@ -197,7 +197,11 @@ var RevokeWithinOneTTL = lab.Experiment{
 				var lower, upper time.Duration
 				for _, s := range samples {
 					require.NoError(t, s.Err)
-					require.Contains(t, []int{http.StatusFound, http.StatusGone}, s.Status)
+					// A 503 is a lookup that could not finish within its
+					// deadline, which SL-I2 caps at the TTL (a slow
+					// machine, the race detector): no answer, so never a
+					// stale one.
+					require.Contains(t, []int{http.StatusFound, http.StatusGone, http.StatusServiceUnavailable}, s.Status)
 					if s.Status == http.StatusGone {
 						require.True(t, s.Recv.After(revokeSent), "410 before the revoke was sent")
 					}
