@@ -134,14 +134,15 @@ func (r *clickRecorder) openStatsPool(ctx context.Context) (*pgxpool.Pool, error
 // write collects batches until ctx ends, then drains what is queued.
 func (r *clickRecorder) write(ctx context.Context, stats *pgxpool.Pool) {
 	batch := make([]click, 0, r.cfg.ClickBatch)
+	rows := &clickRows{}
 	for {
 		select {
 		case c := <-r.queue:
 			batch = r.fill(ctx, append(batch, c))
-			r.writeBatch(ctx, stats, batch)
+			r.writeBatch(ctx, stats, rows, batch)
 			batch = batch[:0]
 		case <-ctx.Done():
-			r.drain(stats)
+			r.drain(stats, rows)
 			return
 		}
 	}
@@ -167,7 +168,7 @@ func (r *clickRecorder) fill(ctx context.Context, batch []click) []click {
 
 // drain writes what is left in the queue at shutdown, within a grace of
 // one batch's attempts; whatever does not make it is counted as dropped.
-func (r *clickRecorder) drain(stats *pgxpool.Pool) {
+func (r *clickRecorder) drain(stats *pgxpool.Pool, rows *clickRows) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.cfg.StatsAttempts)*2*r.cfg.StatsTimeout)
 	defer cancel()
 	batch := make([]click, 0, r.cfg.ClickBatch)
@@ -175,12 +176,12 @@ func (r *clickRecorder) drain(stats *pgxpool.Pool) {
 		select {
 		case c := <-r.queue:
 			if batch = append(batch, c); len(batch) == r.cfg.ClickBatch {
-				r.writeBatch(ctx, stats, batch)
+				r.writeBatch(ctx, stats, rows, batch)
 				batch = batch[:0]
 			}
 		default:
 			if len(batch) > 0 {
-				r.writeBatch(ctx, stats, batch)
+				r.writeBatch(ctx, stats, rows, batch)
 			}
 			return
 		}
@@ -188,16 +189,10 @@ func (r *clickRecorder) drain(stats *pgxpool.Pool) {
 }
 
 // writeBatch tries a batch up to StatsAttempts times with the same ids;
-// after the last failure its clicks are counted as dropped.
-func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, batch []click) {
-	ids := make([]uuid.UUID, len(batch))
-	codes := make([]string, len(batch))
-	ats := make([]time.Time, len(batch))
-	for i, c := range batch {
-		// Truncated, not rounded, to the database's microseconds: the
-		// stored instant stays before the expiry it was checked against.
-		ids[i], codes[i], ats[i] = uuid.Must(uuid.NewV7()), c.code, c.at.Truncate(time.Microsecond)
-	}
+// after the last failure its clicks are counted as dropped. rows is the
+// writer's own, reused from batch to batch.
+func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, rows *clickRows, batch []click) {
+	rows.fill(batch)
 	var err error
 	for attempt := 1; attempt <= r.cfg.StatsAttempts; attempt++ {
 		if attempt > 1 {
@@ -206,7 +201,7 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, bat
 				break
 			}
 		}
-		if err = r.insertOnce(ctx, stats, ids, codes, ats); err == nil {
+		if err = r.insertOnce(ctx, stats, rows); err == nil {
 			r.m.written.Add(float64(len(batch)))
 			return
 		}
@@ -219,10 +214,10 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, bat
 
 // insertOnce is one attempt; the context bound backs up the server-side
 // timeouts when the server cannot even be reached.
-func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, ids []uuid.UUID, codes []string, ats []time.Time) error {
+func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, rows *clickRows) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.StatsTimeout)
 	defer cancel()
-	if err := insertClicks(ctx, stats, ids, codes, ats); err != nil {
+	if err := insertClicks(ctx, stats, rows); err != nil {
 		return err
 	}
 	// SL-04: a test fails this point to lose the reply of a committed batch.

@@ -2,12 +2,14 @@ package shortlink
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -186,10 +188,61 @@ func lookupRoute(ctx context.Context, db pg.Querier, code string) (r route, foun
 	return r, true, nil
 }
 
-func insertClicks(ctx context.Context, db pg.Querier, ids []uuid.UUID, codes []string, at []time.Time) error {
-	_, err := db.Exec(ctx, sqlInsertClicks, ids, codes, at)
+func insertClicks(ctx context.Context, db pg.Querier, rows *clickRows) error {
+	_, err := db.Exec(ctx, sqlInsertClicks, rows.ids, rows.codes, rows.ats)
 	return pg.MapError(err)
 }
+
+// clickRows are one batch's columns, the three arrays of sqlInsertClicks.
+// pgx hands every array element to its encoder as an interface value; a
+// []uuid.UUID, []string or []time.Time copies each element to the heap on
+// the way, and google/uuid even round-trips each id through its text form
+// (and a failed binary plan's error). pgArray hands out pointers into its
+// slice instead, to the pgtype values pgx encodes in binary directly, so a
+// batch of any size costs a few allocations, not a dozen per click.
+type clickRows struct {
+	ids   pgArray[pgtype.UUID]
+	codes pgArray[pgtype.Text]
+	ats   pgArray[pgtype.Timestamptz]
+}
+
+// fill replaces the rows with batch. Every click's id is assigned here,
+// before the first attempt, and kept by every retry (SL-I4): one UUIDv7
+// per batch, its last two bytes replaced by the click's place in the batch
+// (ClickBatch ≤ 10,000 < 2^16), so ids are unique and still time-ordered
+// for the primary key's index.
+func (r *clickRows) fill(batch []click) {
+	base := uuid.Must(uuid.NewV7())
+	r.ids, r.codes, r.ats = r.ids[:0], r.codes[:0], r.ats[:0]
+	for i, c := range batch {
+		id := base
+		binary.BigEndian.PutUint16(id[14:], uint16(i))
+		// Truncated, not rounded, to the database's microseconds: the
+		// stored instant stays before the expiry it was checked against.
+		r.ids = append(r.ids, pgtype.UUID{Bytes: id, Valid: true})
+		r.codes = append(r.codes, pgtype.Text{String: c.code, Valid: true})
+		r.ats = append(r.ats, pgtype.Timestamptz{Time: c.at.Truncate(time.Microsecond), Valid: true})
+	}
+}
+
+func (r *clickRows) len() int { return len(r.ids) }
+
+// pgArray is a one-dimensional array parameter whose elements pgx reads
+// through pointers (*pgtype.UUID is a UUIDValuer, *pgtype.Text a
+// TextValuer, *pgtype.Timestamptz a TimestamptzValuer): boxing a pointer
+// allocates nothing.
+type pgArray[T any] []T
+
+func (a pgArray[T]) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a pgArray[T]) Index(i int) any { return &a[i] }
+
+func (a pgArray[T]) IndexType() any { return new(T) }
 
 func insertDrops(ctx context.Context, db pg.Querier, flushID uuid.UUID, codes []string, counts []int64) error {
 	_, err := db.Exec(ctx, sqlInsertDrops, flushID, codes, counts)

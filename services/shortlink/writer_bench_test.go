@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/pg/pgtest"
@@ -22,18 +21,23 @@ func BenchmarkClickBatch(b *testing.B) {
 	ctx := context.Background()
 	_, _, err := createLink(ctx, pool, "Bench123", "https://example.test/", "user-0042", false, nil)
 	require.NoError(b, err)
-	batch := DefaultConfig().ClickBatch
-	ids := make([]uuid.UUID, batch)
-	codes := make([]string, batch)
-	ats := make([]time.Time, batch)
+	size := DefaultConfig().ClickBatch
+	batch := make([]click, size)
+	rows := &clickRows{}
 	b.ReportAllocs()
 	b.ResetTimer()
-	for done := 0; done < b.N; done += batch {
-		n := min(batch, b.N-done)
-		now := time.Now().Truncate(time.Microsecond)
+	for done := 0; done < b.N; done += size {
+		n := min(size, b.N-done)
+		now := time.Now()
 		for i := range n {
-			ids[i], codes[i], ats[i] = uuid.Must(uuid.NewV7()), "Bench123", now
+			batch[i] = click{code: "Bench123", at: now}
 		}
-		require.NoError(b, insertClicks(ctx, pool, ids[:n], codes[:n], ats[:n]))
+		rows.fill(batch[:n])
+		require.NoError(b, insertClicks(ctx, pool, rows))
 	}
+	b.StopTimer()
+	var stored int
+	require.NoError(b, pool.QueryRow(ctx, `SELECT clicks FROM shortlink_click_count WHERE code = 'Bench123'`).Scan(&stored))
+	require.Equal(b, b.N, stored, "every click of every batch counted once")
+	invariants.Assert(b, pool, "shortlink")
 }
