@@ -288,7 +288,7 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, row
 				break
 			}
 		}
-		if err = r.insertOnce(ctx, stats, rows); err == nil {
+		if err = r.insertOnce(ctx, stats, rows, attempt > 1); err == nil {
 			r.m.written.Add(float64(len(batch)))
 			return
 		}
@@ -301,10 +301,10 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, row
 
 // insertOnce is one attempt; the context bound backs up the server-side
 // timeouts when the server cannot even be reached.
-func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, rows *clickRows) error {
+func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, rows *clickRows, retry bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.StatsTimeout)
 	defer cancel()
-	if err := insertClicks(ctx, stats, rows); err != nil {
+	if err := insertClicks(ctx, stats, rows, retry); err != nil {
 		return err
 	}
 	// SL-04: a test fails this point to lose the reply of a committed batch.

@@ -1,12 +1,15 @@
 package shortlink
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/pg/pgtest"
 )
 
 // The queue between redirects and writers holds at most its limit, hands
@@ -67,4 +70,45 @@ func TestClickQueueBoundsBatchesAndLosesNothing(t *testing.T) {
 	_, ok := q.put(click{code: "again"})
 	require.True(t, ok)
 	require.Equal(t, []click{{code: "again"}}, q.partial())
+}
+
+// A batch's first attempt is a plain INSERT counted by the writer; every
+// later attempt carries the same ids and stores and counts nothing twice
+// (SL-I4, SL-I5) — whether or not the first one committed.
+func TestClickBatchRetryAfterACommittedAttemptAddsNothing(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	for _, code := range []string{"Abc123xy", "Zzz999qq"} {
+		_, _, err := createLink(ctx, pool, code, "https://example.test/", "user-0042", false, nil)
+		require.NoError(t, err)
+	}
+	now := time.Now()
+	batch := []click{{"Zzz999qq", now}, {"Abc123xy", now}, {"Zzz999qq", now}, {"Abc123xy", now}, {"Zzz999qq", now}}
+	rows := &clickRows{}
+	rows.fill(batch)
+	require.NoError(t, insertClicks(ctx, pool, rows, false))
+	// The reply was lost: the retry sends the same ids.
+	require.NoError(t, insertClicks(ctx, pool, rows, true))
+	// A first attempt can never meet its own ids; if it did, the unique
+	// key fails it whole and nothing is counted.
+	require.Error(t, insertClicks(ctx, pool, rows, false))
+
+	for code, want := range map[string]int64{"Abc123xy": 2, "Zzz999qq": 3} {
+		st, err := readStats(ctx, pool, code)
+		require.NoError(t, err)
+		require.Equal(t, want, st.Clicks, code)
+	}
+	var stored int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM shortlink_clicks`).Scan(&stored))
+	require.Equal(t, len(batch), stored)
+
+	// A new batch gets new ids: a retry that never saw its first attempt
+	// commit stores it whole.
+	rows.fill(batch[:2])
+	require.NoError(t, insertClicks(ctx, pool, rows, true))
+	st, err := readStats(ctx, pool, "Zzz999qq")
+	require.NoError(t, err)
+	require.Equal(t, int64(4), st.Clicks)
+	invariants.Assert(t, pool, "shortlink")
 }
