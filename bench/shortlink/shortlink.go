@@ -60,7 +60,7 @@ func Run(mods []app.Module, args []string) error {
 	rounds := fs.Int("rounds", 5, "rounds per phase (≥ 3), each one run of /healthz and one of the redirect, alternating which goes first; medians are reported")
 	conns := fs.Int("connections", 64, "keep-alive connections (and closed-loop workers) of the load generator")
 	sick := fs.Bool("locked", true, "measure a second phase with the clicks table locked by another session (a sick stats store)")
-	accessLog := fs.Bool("access-log", false, "write the access log (to stderr) as `serve` does by default; off, the figures are the handlers' and middleware's alone")
+	accessLog := fs.Bool("access-log", false, "write the access log (to stderr), as serve does by default; off, the figures are the handlers' and middleware's alone")
 	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	if err := fs.Parse(args); err != nil {
