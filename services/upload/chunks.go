@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strconv"
 
 	"github.com/fencelab/fencelab/core/httpx"
 )
@@ -17,6 +18,13 @@ import (
 // file, under a byte-range lock; they are recorded (upload_chunk) only once
 // their bytes are durable, so a recorded chunk's bytes are final. A
 // retransmit of a recorded chunk is compared with them, never written.
+
+// PointChunkRecorded is hit when a chunk PUT has recorded its chunk (the
+// bytes durable, the row in) and has not yet advanced the running hash;
+// the key is "<session id>/<n>". Experiments pause or fail a writer here
+// to show the running hash stays right when the advance is late or never
+// comes (UP-F5).
+const PointChunkRecorded = "upload.chunk_recorded"
 
 // Checksum is a chunk's SHA-256 as the client sent it (nil: none sent).
 type Checksum []byte
@@ -56,6 +64,9 @@ func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n 
 			s.m.chunk(res.Stored, err)
 			if res.Stored {
 				s.m.chunkBytes.Add(float64(size))
+				if err := s.faults.Hit(ctx, PointChunkRecorded, id+"/"+strconv.Itoa(n)); err != nil {
+					return res, err
+				}
 				s.advanceHash(ctx, sess, head)
 			}
 			return res, err
