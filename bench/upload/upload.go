@@ -13,9 +13,12 @@
 // reads the child's utime + stime from /proc/<pid>/stat (every thread of
 // the process, exited ones included, user and kernel time — the socket
 // reads, page-cache writes and fsyncs done on the server's behalf count),
-// and divides the difference by the GiB uploaded. The child also runs its
-// idle background tasks (outbox polling and the like) during the window, so
-// the figure is an upper bound on what the upload path costs. Its peak RSS
+// and divides the difference by the GiB uploaded (cpu_s_per_gib, the
+// RESULT's figure). The child also runs its background tasks (outbox
+// pollers and the like) during the window, so that figure is an upper
+// bound on what the upload path costs; the table also shows the child's
+// CPU rate while dd runs (the server idles then) and the upload's CPU less
+// that rate over the upload's duration ("net"). Its peak RSS
 // (VmHWM) is read from /proc the same way. The client sends every chunk
 // from a file with sendfile, so it adds next to nothing to the machine's
 // load.
@@ -150,17 +153,30 @@ func Run(mods []app.Module, args []string) error {
 		s.cmd.Process.Pid, runtime.NumCPU())
 	fmt.Printf("ceiling: dd if=source of=%s bs=%s conv=fsync (as many bytes, the same directory); MB = 10^6 bytes\n",
 		filepath.Join(work, "dd.out"), upload.FormatSize(chunk))
-	fmt.Printf("server CPU: the child's utime+stime (/proc/<pid>/stat) across each upload, per GiB uploaded\n\n")
+	fmt.Printf("server CPU: the child's utime+stime (/proc/<pid>/stat) across each upload, per GiB uploaded; idle CPU: the child's\n" +
+		"CPU across dd (its background tasks, in %% of a core); net: CPU per GiB less the idle rate over the upload's time\n\n")
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\tserver CPU\tCPU s/GiB\thashed as written\tread back\t")
-	var dds, ups, ratios, cpus []float64
+	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\tserver CPU\tCPU s/GiB\tidle CPU\tnet s/GiB\thashed as written\tread back\t")
+	var dds, ups, ratios, cpus, nets []float64
 	var sessions []string
 	for i := range *rounds {
+		// dd runs while the server idles: its CPU across dd is what its
+		// background tasks (outbox pollers and the like) cost per second.
+		idle0, err := s.cpu()
+		if err != nil {
+			return err
+		}
+		ddStart := time.Now()
 		ddRate, err := ddOnce(source, filepath.Join(work, "dd.out"), chunk, size)
 		if err != nil {
 			return err
 		}
+		idle1, err := s.cpu()
+		if err != nil {
+			return err
+		}
+		idleRate := (idle1 - idle0).Seconds() / time.Since(ddStart).Seconds()
 		// This round's file: the source with its own first chunk.
 		first, digest, err := roundFile(source, filepath.Join(work, "chunks"), i, size, chunk)
 		if err != nil {
@@ -190,13 +206,16 @@ func Run(mods []app.Module, args []string) error {
 		sessions = append(sessions, id)
 		upRate := float64(size) / took.Seconds() / 1e6
 		cpu := cpu1 - cpu0
-		perGiB := cpu.Seconds() / (float64(size) / (1 << 30))
-		dds, ups, ratios, cpus = append(dds, ddRate), append(ups, upRate), append(ratios, upRate/ddRate), append(cpus, perGiB)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t%v\t%.2f\t%s\t%s\t\n", i+1, ddRate, upRate, upRate/ddRate,
+		gib := float64(size) / (1 << 30)
+		perGiB := cpu.Seconds() / gib
+		netPerGiB := (cpu.Seconds() - idleRate*took.Seconds()) / gib
+		dds, ups, ratios = append(dds, ddRate), append(ups, upRate), append(ratios, upRate/ddRate)
+		cpus, nets = append(cpus, perGiB), append(nets, netPerGiB)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t%v\t%.2f\t%.0f%%\t%.2f\t%s\t%s\t\n", i+1, ddRate, upRate, upRate/ddRate,
 			took.Round(time.Millisecond), completing.Round(time.Millisecond), cpu.Round(10*time.Millisecond), perGiB,
-			upload.FormatSize(int64(h1.streamed-h0.streamed)), upload.FormatSize(int64(h1.reread-h0.reread)))
+			100*idleRate, netPerGiB, upload.FormatSize(int64(h1.streamed-h0.streamed)), upload.FormatSize(int64(h1.reread-h0.reread)))
 	}
-	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t%.2f\t\t\t\n", median(dds), median(ups), median(ratios), median(cpus))
+	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t%.2f\t\t%.2f\t\t\t\n", median(dds), median(ups), median(ratios), median(cpus), median(nets))
 	tw.Flush()
 	hwm, rss, err := s.memory()
 	if err != nil {
