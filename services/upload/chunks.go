@@ -116,6 +116,9 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 		}
 		return nil, err
 	}
+	if err := part.Allocate(off, size); err != nil {
+		return nil, err
+	}
 	head := streamFrom(n, hashed, state)
 	var check hash.Hash
 	ws := []io.Writer{io.NewOffsetWriter(part, off)}
