@@ -79,7 +79,7 @@ func Run(mods []app.Module, args []string) error {
 	sizeFlag := fs.String("size", "256MiB", "file size")
 	chunkFlag := fs.String("chunk", "8MiB", "chunk size")
 	parallel := fs.Int("parallel", 4, "chunk PUTs in flight at once (1: strictly in order, every chunk hashed as it is written)")
-	rounds := fs.Int("rounds", 3, "rounds (each: dd, then the upload); medians are reported")
+	rounds := fs.Int("rounds", 3, "rounds, at least 3 (each: dd, then the upload); medians are reported")
 	dir := fs.String("dir", filepath.Join(app.Env("FENCELAB_DATA_DIR", ".fencelab"), "bench-upload"),
 		"working directory: source file, dd's output and the server's blob store (one disk); removed afterwards")
 	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
@@ -94,8 +94,11 @@ func Run(mods []app.Module, args []string) error {
 	if err != nil {
 		return err
 	}
-	if size < 1 || chunk < 1 || *parallel < 1 || *rounds < 1 {
-		return errors.New("size, chunk, parallel and rounds must be positive")
+	if size < 1 || chunk < 1 || *parallel < 1 {
+		return errors.New("size, chunk and parallel must be positive")
+	}
+	if *rounds < 3 {
+		return errors.New("rounds must be at least 3: the result is the median of alternating rounds")
 	}
 	invs, err := app.Invariants(mods)
 	if err != nil {
