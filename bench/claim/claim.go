@@ -49,7 +49,7 @@ func Run(_ []app.Module, args []string) error {
 	maxConns := fs.Int("db-max-conns", 12, "database pool size")
 	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 500))")
 	batch := fs.Int("complete-batch", 0, "completions per statement (0: 1000)")
-	completers := fs.Int("completers", 0, "concurrent completion flushers (0: 2)")
+	pipelines := fs.Int("pipelines", 0, "claim-and-complete loops, each one round trip per batch (0: 2)")
 	url := fs.String("database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster (fsync on), removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
 	if err := fs.Parse(args); err != nil {
@@ -137,7 +137,7 @@ func Run(_ []app.Module, args []string) error {
 	}
 	start := time.Now()
 	err = c.Work(ctx, claim.PoolOptions{Workers: *workers, FetchLimit: *fetch, CompleteBatch: *batch,
-		Completers: *completers, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond})
+		Pipelines: *pipelines, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond})
 	elapsed := time.Since(start)
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ func TestOverrunningHandlersDoNotOutliveOneGrace(t *testing.T) {
 		t.Fatal("Work did not return after the grace period")
 	}
 	require.Less(t, took, grace+grace/2, "one grace, not grace plus another second")
-	require.Eventually(t, func() bool { return goroutinesIn("(*pool).complete") == 0 },
+	require.Eventually(t, func() bool { return goroutinesIn("(*pool).cycle") == 0 },
 		5*time.Second, 10*time.Millisecond, "completers must stop with Work")
 
 	close(release) // the late handler returns: it must neither panic nor block
