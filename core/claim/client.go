@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -410,16 +411,46 @@ type completion struct {
 
 // completeArgs orders a batch by id (concurrent batches lock rows in one
 // order, so they cannot deadlock each other) and builds sqlComplete's
-// arrays.
-func completeArgs(batch []completion) (ids, fences []int64, results []*string) {
+// arguments: the ids, the jsonb object {"<id>": [fence, result position]}
+// and the results.
+func completeArgs(batch []completion) (ids []int64, fences string, results []*string) {
 	slices.SortFunc(batch, func(a, b completion) int { return cmpInt64(a.job.ID, b.job.ID) })
 	ids = make([]int64, len(batch))
-	fences = make([]int64, len(batch))
 	results = make([]*string, len(batch))
+	buf := make([]byte, 0, 32*len(batch)+2)
+	buf = append(buf, '{')
 	for i, b := range batch {
-		ids[i], fences[i], results[i] = b.job.ID, b.job.Fence, b.result
+		ids[i], results[i] = b.job.ID, b.result
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '"')
+		buf = strconv.AppendInt(buf, b.job.ID, 10)
+		buf = append(buf, `":[`...)
+		buf = strconv.AppendInt(buf, b.job.Fence, 10)
+		buf = append(buf, ',')
+		buf = strconv.AppendInt(buf, int64(i+1), 10)
+		buf = append(buf, ']')
 	}
-	return ids, fences, results
+	buf = append(buf, '}')
+	return ids, string(buf), results
+}
+
+// fenceMap is {"<id>": fence} for sqlHeartbeat.
+func fenceMap(jobs []*Job) string {
+	buf := make([]byte, 0, 24*len(jobs)+2)
+	buf = append(buf, '{')
+	for i, j := range jobs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '"')
+		buf = strconv.AppendInt(buf, j.ID, 10)
+		buf = append(buf, `":`...)
+		buf = strconv.AppendInt(buf, j.Fence, 10)
+	}
+	buf = append(buf, '}')
+	return string(buf)
 }
 
 // scanCompleted reads sqlComplete's rows: the ids whose fenced update matched.
@@ -655,7 +686,7 @@ func (c *Client) heartbeatMany(ctx context.Context, owner string, jobs []*Job, l
 	for i, j := range jobs {
 		ids[i], fences[i] = j.ID, j.Fence
 	}
-	rows, err := c.pool.Query(ctx, sqlHeartbeat, ids, fences, owner, lease.Microseconds())
+	rows, err := c.pool.Query(ctx, sqlHeartbeat, ids, fences, owner, lease.Microseconds(), fenceMap(jobs))
 	if err != nil {
 		return nil, fmt.Errorf("claim: heartbeat: %w", pg.MapError(err))
 	}
