@@ -142,7 +142,7 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 
-	var workers, completers, claiming, loops sync.WaitGroup
+	var workers, pipelines, claiming, loops sync.WaitGroup
 	for range o.Workers {
 		workers.Go(func() {
 			for j := range p.jobs {
@@ -153,7 +153,7 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 	}
 	for range o.Pipelines {
 		claiming.Add(1)
-		completers.Go(func() { p.cycle(loopCtx, runCtx, bgCtx, claiming.Done) })
+		pipelines.Go(func() { p.cycle(loopCtx, runCtx, bgCtx, claiming.Done) })
 	}
 	loops.Go(func() { p.heartbeat(bgCtx) })
 	if !o.NoListen {
@@ -183,19 +183,19 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 		case <-deadline.C:
 			c.log.Warn("claim: handlers did not return within the grace period; their leases will lapse",
 				"held", p.heldCount())
-			// Completers stop now (p.done stays open: a late handler may
+			// The pipelines stop now (p.done stays open: a late handler may
 			// still finish and must not send on a closed channel; it sees
 			// p.gone instead and leaves its job to lapse).
 			close(p.gone)
 			stopLoops()
 			stopBg()
-			completers.Wait()
+			pipelines.Wait()
 			loops.Wait()
 			return nil
 		}
 	}
 	close(p.done)
-	completers.Wait()
+	pipelines.Wait()
 	stopLoops()
 	stopBg()
 	loops.Wait()
@@ -469,7 +469,7 @@ func (p *pool) heldCount() int {
 
 // run is one job on one worker: the after_claim fault point, the handler
 // under a context the heartbeat can cancel, then the outcome. A success is
-// handed to the completers (batched); a failure or unknown is written at once.
+// handed to the pipelines (batched); a failure or unknown is written at once.
 func (p *pool) run(bgCtx context.Context, j *Job) {
 	p.mu.Lock()
 	h := p.held[j.ID]
