@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/invariant"
@@ -143,4 +144,25 @@ func (n planNode) examined() int64 {
 		sum += float64(c.examined())
 	}
 	return int64(sum)
+}
+
+// completeAndClaim's promise of one commit (one WAL flush) per round trip
+// rests on pgx sending a batch with a single Sync, which PostgreSQL runs as
+// one implicit transaction. If a pgx upgrade changed that, the statements
+// would stay correct (each is fenced and all-or-nothing on its own) but the
+// round trip would cost two flushes again: this says so.
+func TestABatchIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_current_xact_id()::text`)
+	b.Queue(`SELECT pg_current_xact_id()::text`)
+	br := pool.SendBatch(ctx, b)
+	var first, second string
+	require.NoError(t, br.QueryRow().Scan(&first))
+	require.NoError(t, br.QueryRow().Scan(&second))
+	require.NoError(t, br.Close())
+	require.Equal(t, first, second, "the statements of one batch ran in different transactions")
+	invariant.MustRegistry(Invariants).Assert(t, pool, "claim")
 }
