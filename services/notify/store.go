@@ -185,27 +185,30 @@ SELECT channel, enabled, updated_at, updated_by FROM notify_preference WHERE use
 	// a task probe per notification: a batch examines what it deletes and
 	// the few old notifications still waiting on a live task (the live
 	// set), never the history inside the window. SKIP LOCKED lets two runs
-	// split the work. gate says, for this transaction only, that the
-	// append-only triggers may let these deletes through (NTF-I3: a whole
-	// notification goes, never a row out of a task's history); it is
-	// evaluated before any row reaches a DELETE.
+	// split the work. The live-task check is a per-row subquery (not an
+	// anti-join) so the plan walks the index in order and stops at the
+	// limit, instead of sorting the whole backlog. gate says, for this
+	// transaction only, that the append-only triggers may let these
+	// deletes through (NTF-I3: a whole notification goes, never a row out
+	// of a task's history); every delete of attempts and decisions reads
+	// tasks, which reads gate first.
 	sqlPurge = `
 WITH gate AS MATERIALIZED (
     SELECT set_config('fencelab.notify_purge', 'on', true) AS purge
 ), doomed AS MATERIALIZED (
     SELECT n.id
-      FROM notify_notification n, gate
-     WHERE gate.purge = 'on'
-       AND n.created_at < now() - $1::bigint * interval '1 microsecond'
-       AND NOT EXISTS (SELECT 1 FROM notify_task t JOIN job j ON j.id = t.job_id
-                        WHERE t.notification_id = n.id
-                          AND (j.state NOT IN ('succeeded', 'failed', 'cancelled')
-                               OR j.updated_at >= now() - $1::bigint * interval '1 microsecond'))
+      FROM notify_notification n
+     WHERE n.created_at < now() - $1::bigint * interval '1 microsecond'
+       AND (SELECT count(*) FROM notify_task t JOIN job j ON j.id = t.job_id
+             WHERE t.notification_id = n.id
+               AND (j.state NOT IN ('succeeded', 'failed', 'cancelled')
+                    OR j.updated_at >= now() - $1::bigint * interval '1 microsecond')) = 0
      ORDER BY n.created_at, n.id
      LIMIT $2
-       FOR UPDATE OF n SKIP LOCKED
+       FOR UPDATE SKIP LOCKED
 ), tasks AS MATERIALIZED (
-    SELECT t.id, t.job_id FROM notify_task t WHERE t.notification_id = ANY (ARRAY(SELECT id FROM doomed))
+    SELECT t.id, t.job_id FROM notify_task t, gate
+     WHERE gate.purge = 'on' AND t.notification_id = ANY (ARRAY(SELECT id FROM doomed))
 ), attempts AS (
     DELETE FROM notify_attempt WHERE task_id = ANY (ARRAY(SELECT id FROM tasks))
 ), decisions AS (
