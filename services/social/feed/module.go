@@ -56,6 +56,7 @@ func New(d app.Deps) (*Service, app.Runtime, error) {
 		return nil, app.Runtime{}, err
 	}
 	m.Tasks = append(m.Tasks, t)
+	m.Kinds = append(m.Kinds, s.purgeKind())
 	if cfg.ResponseLog {
 		m.Tasks = append(m.Tasks, app.Task{Name: "feed-response-log-prune", Run: s.pruneEvery(10 * time.Second)})
 	}
