@@ -94,16 +94,19 @@ cluster_cpu() {
 
 ours=() theirs=() p99s=() ratios=()
 run_ours() {
-  local line
-  line=$("$tmp/fencelab" bench points --clients "$CLIENTS" --accounts "$ACCOUNTS" --duration "${SECONDS_}s" \
-           --hot-duration 0 --db-conns "$DB_CONNS" --shards "$SHARDS" --database-url "$BENCH_DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
+  local out line
+  out=$("$tmp/fencelab" bench points --clients "$CLIENTS" --accounts "$ACCOUNTS" --duration "${SECONDS_}s" \
+          --hot-duration 0 --db-conns "$DB_CONNS" --shards "$SHARDS" --database-url "$BENCH_DATABASE_URL")
+  printf '%s\n' "$out" >&2
+  line=$(grep '^RESULT' <<<"$out")
   ours+=("$(sed -E 's/.*debits_per_sec=([0-9.]+).*/\1/' <<<"$line")")
   p99s+=("$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$line")")
 }
 run_theirs() {
   local out c0 c1 n
   c0=$(cluster_cpu)
-  out=$(/usr/bin/time -f 'pgbench client CPU %U %S' bash -c "$(declare -f pgbench_run); $(declare -p pgbin CLIENTS SECONDS_ script ACCOUNTS SHARDS body BENCH_DATABASE_URL); pgbench_run" 2>&1 | tee /dev/stderr)
+  out=$(/usr/bin/time -f 'pgbench client CPU %U %S' bash -c "$(declare -f pgbench_run); $(declare -p pgbin CLIENTS SECONDS_ script ACCOUNTS SHARDS body BENCH_DATABASE_URL); pgbench_run" 2>&1)
+  printf '%s\n' "$out" >&2
   c1=$(cluster_cpu)
   grep -q 'number of failed transactions: 0 ' <<<"$out" || { echo "pgbench reported failures" >&2; exit 1; }
   theirs+=("$(grep -E '^tps' <<<"$out" | sed -E 's/tps = ([0-9.]+).*/\1/')")
