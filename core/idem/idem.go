@@ -417,7 +417,7 @@ func rejection(c echo.Context, err error) *httpx.Problem {
 // finish stores resp under the fence with the transaction's COMMIT
 // (sqlFinish); the COMMIT fails if the fence is gone.
 func finish(tx *pg.PipeTx, r *request, fence int64, resp response) {
-	tx.Defer(sqlFinish, pgx.NamedArgs{
+	tx.Defer(finishStmt.SQL, finishStmt.Args(pgx.NamedArgs{
 		"scope":        r.scope,
 		"subject":      r.subject,
 		"key":          r.key,
@@ -425,7 +425,7 @@ func finish(tx *pg.PipeTx, r *request, fence int64, resp response) {
 		"status":       resp.status,
 		"content_type": resp.contentType,
 		"body":         resp.body,
-	})
+	})...)
 }
 
 // release forgets the record after an unexpected error. It runs even when

@@ -1,5 +1,7 @@
 package idem
 
+import "github.com/fencelab/fencelab/core/pg"
+
 // All of core/idem's SQL. Every statement that changes a record is
 // conditional on what the caller believes the record to be (state, fence),
 // so a request that lost its claim changes nothing.
@@ -53,6 +55,9 @@ WITH finished AS (
 )
 SELECT CASE n WHEN 1 THEN n ELSE ('idem: fence lost, records finished: ' || n)::int END
   FROM (SELECT count(*)::int AS n FROM finished) f`
+
+// finishStmt is sqlFinish rewritten to $n once (it runs on every request).
+var finishStmt = pg.MustNamed(sqlFinish)
 
 // fenceLostMarker starts the text sqlFinish fails to cast.
 const fenceLostMarker = "idem: fence lost"

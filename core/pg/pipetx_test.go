@@ -170,3 +170,17 @@ SELECT CASE n WHEN 1 THEN n ELSE ('test: no such row, changed: ' || n)::int END
 	require.Equal(t, map[int]int{6: 1}, cp.rows(t))
 	require.EqualValues(t, 1, cp.Stat().TotalConns())
 }
+
+// A Named statement is pgx.NamedArgs' rewrite done once: the same $n
+// statement, the arguments in its order, names in literals left alone.
+func TestNamedIsNamedArgsRewrittenOnce(t *testing.T) {
+	t.Parallel()
+	const sql = `SELECT @b::int + @a::int, '@not_a_param', @b::int -- @nor_this`
+	n := pg.MustNamed(sql)
+	args := pgx.NamedArgs{"a": 1, "b": 2}
+	want, wantArgs, err := args.RewriteQuery(context.Background(), nil, sql, nil)
+	require.NoError(t, err)
+	require.Equal(t, want, n.SQL)
+	require.Equal(t, wantArgs, n.Args(args))
+	require.Equal(t, []any{nil, 1}, n.Args(pgx.NamedArgs{"a": 1}), "a missing name is NULL")
+}

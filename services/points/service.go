@@ -65,7 +65,7 @@ func (s *Service) debit(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 	}
 	p := posting{account: id, client: actor, key: key, reason: req.Reason, system: RedemptionAccount,
 		amount: req.Amount, shard: s.shard()}
-	t, ok, err := post(ctx, tx, sqlDebit, p)
+	t, ok, err := post(ctx, tx, debitStmt, p)
 	if err != nil {
 		return Txn{}, nil, err
 	}
@@ -90,7 +90,7 @@ func (s *Service) grant(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 	}
 	p := posting{account: id, client: actor, key: key, reason: req.Reason, system: IssuanceAccount,
 		amount: req.Amount, shard: s.shard()}
-	t, ok, err := post(ctx, tx, sqlGrant, p)
+	t, ok, err := post(ctx, tx, grantStmt, p)
 	if err != nil {
 		return Txn{}, nil, err
 	}
