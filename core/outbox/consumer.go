@@ -282,6 +282,7 @@ func (r *Runner) Drain(ctx context.Context) (int, error) {
 // transactions still open on the server may hold the horizon back for a
 // while; CatchUp waits them out, polling at the consumer's interval. Tests
 // use it where a single RunOnce would depend on the rest of the cluster.
+// A lease that expired between steps is taken again, as Run does.
 func (r *Runner) CatchUp(ctx context.Context) (int, error) {
 	var target Position
 	err := r.pool.QueryRow(ctx, sqlLastEvent, r.c.Topics).Scan(&target.TxID, &target.ID)
@@ -291,13 +292,23 @@ func (r *Runner) CatchUp(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("outbox: catch up %s: %w", r.c.Name, err)
 	}
-	total := 0
+	total, lost := 0, 0
 	for {
 		n, err := r.RunOnce(ctx)
 		total += n
+		if errors.Is(err, ErrLost) && lost < 3 {
+			// The lease expired between two steps (a test that steps the
+			// runner may pause longer than the TTL). Like Run, take it
+			// again under a new fence — or stop with ErrHeld if another
+			// runner has it. Nothing was applied under the lost fence
+			// (OUTBOX-I2: the batch that found it lost rolled back).
+			lost++
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
+		lost = 0
 		if target.less(r.pos) || target == r.pos {
 			return total, nil
 		}

@@ -197,7 +197,11 @@ var RevokeWithinOneTTL = lab.Experiment{
 				var lower, upper time.Duration
 				for _, s := range samples {
 					require.NoError(t, s.Err)
-					require.Contains(t, []int{http.StatusFound, http.StatusGone}, s.Status)
+					// A 503 is a lookup that could not finish within its
+					// deadline, which SL-I2 caps at the TTL (a slow
+					// machine, the race detector): no answer, so never a
+					// stale one.
+					require.Contains(t, []int{http.StatusFound, http.StatusGone, http.StatusServiceUnavailable}, s.Status)
 					if s.Status == http.StatusGone {
 						require.True(t, s.Recv.After(revokeSent), "410 before the revoke was sent")
 					}
@@ -292,12 +296,16 @@ var RedirectsOutliveStats = lab.Experiment{
 
 		require.NoError(t, lockTx.Commit(ctx))
 
-		// Every 302 is a stored click or a counted drop, exactly once.
+		// Every 302 is a stored click or a counted drop, exactly once. The
+		// dead replica counts a batch as dropped only after its attempts
+		// time out, one batch after another: on a loaded machine (or under
+		// -race, where a refused dial can itself time out) that backlog
+		// takes tens of seconds to settle.
 		var st Stats
 		require.Eventually(t, func() bool {
 			st = a.Stats(t, tok, l.Code)
 			return st.Clicks+st.Dropped == 3*n
-		}, 20*time.Second, 20*time.Millisecond, "clicks + dropped never reached %d", 3*n)
+		}, time.Minute, 20*time.Millisecond, "clicks + dropped never reached %d", 3*n)
 		t.Logf("SL-03 after recovery: %d clicks stored, %d dropped and counted (healthy replica: queue_full %v, write_failed %v; dead-port replica: queue_full %v, write_failed %v)",
 			st.Clicks, st.Dropped,
 			a.Counter(t, "fencelab_shortlink_clicks_dropped_total", "reason", "queue_full"),
