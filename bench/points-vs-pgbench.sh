@@ -120,7 +120,8 @@ for round in $(seq "$ROUNDS"); do
   ratios+=("$(awk -v a="${ours[-1]}" -v b="${theirs[-1]}" 'BEGIN { printf "%.3f", a / b }')")
 done
 # pgbench's last rows too: the ledger balanced, every record finished.
-"$tmp/fencelab" check --database-url "$BENCH_DATABASE_URL" points idem outbox >&2
+"$tmp/fencelab" check --database-url "$BENCH_DATABASE_URL" points idem outbox >&2 ||
+  { rc=$?; echo "fencelab check after the last round failed (status $rc)" >&2; exit 1; }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
