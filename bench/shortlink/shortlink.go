@@ -1,14 +1,17 @@
 // Package shortlink is `fencelab bench shortlink`: cache-hit redirect
-// throughput and p99 over HTTP on loopback, next to a constant-302 route of
-// the same server in the same run (the ceiling), then both again with the
-// clicks table locked by another session (a sick stats store).
+// throughput over HTTP on loopback, side by side with GET /healthz of the
+// same server in the same run (the ceiling issue 25 holds the redirect to),
+// then both again with the clicks table locked by another session (a sick
+// stats store, SL-I3). After the run the click writer drains and every 302
+// served must be a stored click or a counted drop, exactly once (SL-I4,
+// SL-I5), and the module's invariants must hold; the bench fails otherwise.
 //
 // The server is the real deployable (every module, every middleware, the
-// click writer running) built in-process, plus one route only the benchmark
-// mounts: GET /bench/const-302. The load generator is vegeta with a fixed
-// pool of keep-alive connections, run closed-loop (as fast as answers
-// come). Rounds alternate between the two routes so that drift on a shared
-// machine hits both alike; the medians are reported.
+// click writer running) built in-process. The load generator is bench/load:
+// a fixed pool of keep-alive connections driven closed-loop (as fast as
+// answers come), latencies in an HDR histogram. Rounds alternate the two
+// routes (and which goes first), so drift on a shared machine hits both
+// alike; the ratio reported is the median of the rounds' ratios.
 package shortlink
 
 import (
@@ -16,6 +19,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,41 +31,43 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/labstack/echo/v4"
-	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
 )
 
-const constRoute = "/bench/const-302"
-
-// target is where both routes send the client (it is never followed).
+// target is where the benchmark's link sends the client (never followed).
 const target = "https://book.example.test/chapters/short-links"
 
-// Run is the command's entry point.
 // Bench is `fencelab bench shortlink`.
-var Bench = app.Bench{Name: "shortlink", Summary: "redirect throughput and latency against a constant-302 ceiling, healthy and with a sick stats store", Run: Run}
+var Bench = app.Bench{Name: "shortlink", Summary: "cache-hit redirect throughput against /healthz of the same server (alternating rounds), healthy and with a sick stats store; every click recorded once", Run: Run}
 
 // Run runs the benchmark on the process mods make.
 func Run(mods []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench shortlink", flag.ContinueOnError)
 	duration := fs.Duration("duration", 3*time.Second, "length of one measured run")
-	rounds := fs.Int("rounds", 5, "runs per route and phase (alternating); medians are reported")
+	rounds := fs.Int("rounds", 5, "rounds per phase (≥ 3), each one run of /healthz and one of the redirect, alternating which goes first; medians are reported")
 	conns := fs.Int("connections", 64, "keep-alive connections (and closed-loop workers) of the load generator")
+	sick := fs.Bool("locked", true, "measure a second phase with the clicks table locked by another session (a sick stats store)")
+	accessLog := fs.Bool("access-log", false, "write the access log (to stderr), as serve does by default; off, the figures are the handlers' and middleware's alone")
 	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *rounds < 3 || *conns < 1 || *duration <= 0 {
+		return errors.New("bench shortlink: --rounds must be at least 3, --connections and --duration positive")
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -86,7 +92,7 @@ func Run(mods []app.Module, args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
 		return err
 	}
-	b, err := newBench(ctx, url, mods)
+	b, err := newBench(ctx, url, mods, *accessLog)
 	if err != nil {
 		return err
 	}
@@ -99,95 +105,145 @@ func Run(mods []app.Module, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("fencelab bench shortlink — %s PostgreSQL (fsync=%s), server and load generator on one %d-core machine shared with other work\n",
+	b.cpu = newCPUMeter(ctx, b.pool)
+	logState := "off"
+	if *accessLog {
+		logState = "on (stderr)"
+	}
+	fmt.Printf("fencelab bench shortlink — %s PostgreSQL (fsync=%s), server and load generator in one process on one %d-core machine shared with other work\n",
 		srv.Strategy, fsync, runtime.NumCPU())
-	fmt.Printf("load: vegeta, %d keep-alive connections, closed loop, %v per run, %d rounds alternating routes; access log off\n\n",
-		*conns, *duration, *rounds)
+	fmt.Printf("load: bench/load, %d keep-alive connections, closed loop, %v per run, %d rounds alternating GET /healthz and GET /s/{code} (cache hit); access log %s\n\n",
+		*conns, *duration, *rounds, logState)
 
-	routes := []string{constRoute, "/s/" + code}
+	routes := [2]string{"/healthz", "/s/" + code}
 	before := b.counters()
 	healthy, err := b.phase(routes, *rounds, *duration, *conns)
 	if err != nil {
 		return err
 	}
 	afterHealthy := b.counters()
-	unlock, err := b.lockClicks(ctx)
-	if err != nil {
-		return err
-	}
-	locked, err := b.phase(routes, *rounds, *duration, *conns)
-	afterLocked := b.counters()
-	unlock()
-	if err != nil {
-		return err
+	var locked []round
+	afterLocked := afterHealthy
+	if *sick {
+		unlock, err := b.lockClicks(ctx)
+		if err != nil {
+			return err
+		}
+		locked, err = b.phase(routes, *rounds, *duration, *conns)
+		afterLocked = b.counters()
+		unlock()
+		if err != nil {
+			return err
+		}
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\troute\treq/s\tp50\tp99\tof ceiling\t")
-	// "of ceiling" is the median of each round's ratio: a redirect run
-	// is compared with the constant run just before it, which saw the
-	// same machine.
-	report := func(phase string, res map[string][]*vegeta.Metrics) {
-		ratios := make([]float64, len(res[routes[1]]))
-		for i := range ratios {
-			ratios[i] = res[routes[1]][i].Throughput / res[routes[0]][i].Throughput
+	fmt.Fprintln(tw, "phase\tround\tGET /healthz req/s\tGET /s/{code} req/s\tratio\thealthz p99\tredirect p99\thealthz CPU µs/req\tredirect CPU µs/req\t")
+	// CPU per request: this process (server and load generator) + PostgreSQL.
+	cpuCell := func(self, pg float64) string { return fmt.Sprintf("%.1f + %.1f", self, pg) }
+	show := func(phase string, rs []round) {
+		for i, r := range rs {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.3f\t%v\t%v\t%s\t%s\t\n", phase, i+1, r.healthz.rate(), r.redirect.rate(), r.ratio(),
+				r.healthz.lat.Quantile(0.99), r.redirect.lat.Quantile(0.99),
+				cpuCell(r.healthz.selfUs(), r.healthz.pgUs()), cpuCell(r.redirect.selfUs(), r.redirect.pgUs()))
 		}
-		for i, r := range routes {
-			name, ratio := "constant 302 (ceiling)", 1.0
-			if i == 1 {
-				name, ratio = "GET /s/{code} (cache hit)", medianOf(ratios)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%v\t%v\t%.2f\t\n", phase, name, median(res[r], throughput),
-				time.Duration(median(res[r], p50)).Round(time.Microsecond),
-				time.Duration(median(res[r], p99)).Round(time.Microsecond), ratio)
-		}
+		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.0f\t%.3f\t%v\t%v\t%s\t%s\t\n", phase, medianBy(rs, healthzRate), medianBy(rs, redirectRate), medianBy(rs, round.ratio),
+			time.Duration(medianBy(rs, healthzP99)), time.Duration(medianBy(rs, redirectP99)),
+			cpuCell(medianBy(rs, func(r round) float64 { return r.healthz.selfUs() }), medianBy(rs, func(r round) float64 { return r.healthz.pgUs() })),
+			cpuCell(medianBy(rs, func(r round) float64 { return r.redirect.selfUs() }), medianBy(rs, func(r round) float64 { return r.redirect.pgUs() })))
 	}
-	report("stats healthy", healthy)
-	report("clicks table locked", locked)
+	show("stats healthy", healthy)
+	if *sick {
+		show("clicks table locked", locked)
+	}
 	tw.Flush()
 	fmt.Println()
 	fmt.Printf("stats healthy:       %s\n", afterHealthy.since(before))
-	fmt.Printf("clicks table locked: %s\n", afterLocked.since(afterHealthy))
-	ofCeiling := func(res map[string][]*vegeta.Metrics) float64 {
-		ratios := make([]float64, len(res[routes[1]]))
-		for i := range ratios {
-			ratios[i] = res[routes[1]][i].Throughput / res[routes[0]][i].Throughput
+	if *sick {
+		fmt.Printf("clicks table locked: %s\n", afterLocked.since(afterHealthy))
+	}
+
+	// The writer drains its queue and flushes its drop counts when the
+	// background tasks stop; only then is every click accounted for.
+	b.stopBackground()
+	served := b.served.Load()
+	st, err := b.clickCounts(ctx, code)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nclicks: %d redirects served (warm-up included); %d stored (%d rows), %d counted as dropped\n", served, st.clicks, st.rows, st.dropped)
+	failed := 0
+	if st.clicks+st.dropped != served || st.rows != st.clicks {
+		failed++
+		fmt.Printf("  FAIL  every 302 is one stored click or one counted drop: served %d, stored %d + dropped %d = %d; rows %d\n",
+			served, st.clicks, st.dropped, st.clicks+st.dropped, st.rows)
+	} else {
+		fmt.Printf("  ok    every 302 is one stored click or one counted drop\n")
+	}
+	for _, res := range b.invariants.Run(ctx, b.pool, "shortlink") {
+		if res.Holds() {
+			fmt.Printf("  ok    %-6s %s\n", res.ID, res.Statement)
+			continue
 		}
-		return medianOf(ratios)
+		failed++
+		var sb strings.Builder
+		invariant.Format(&sb, res)
+		fmt.Printf("  FAIL  %s", sb.String())
+	}
+	verdict := "ok"
+	if failed > 0 {
+		verdict = "violated"
 	}
 	fmt.Println()
-	load.Result("shortlink", "connections", *conns, "rounds", *rounds,
-		"redirects_per_sec", fmt.Sprintf("%.0f", median(healthy[routes[1]], throughput)),
-		"p99_ms", time.Duration(median(healthy[routes[1]], p99)), "of_ceiling", ofCeiling(healthy),
-		"locked_redirects_per_sec", fmt.Sprintf("%.0f", median(locked[routes[1]], throughput)),
-		"locked_of_ceiling", ofCeiling(locked))
+	kv := []any{"ratio", fmt.Sprintf("%.3f", medianBy(healthy, round.ratio)),
+		"redirect_rps", fmt.Sprintf("%.0f", medianBy(healthy, redirectRate)),
+		"healthz_rps", fmt.Sprintf("%.0f", medianBy(healthy, healthzRate)),
+		"rounds", *rounds, "conns", *conns,
+		"redirect_p99_ms", time.Duration(medianBy(healthy, redirectP99)),
+		"healthz_p99_ms", time.Duration(medianBy(healthy, healthzP99)),
+		"redirect_cpu_us", fmt.Sprintf("%.1f", medianBy(healthy, func(r round) float64 { return r.redirect.selfUs() + r.redirect.pgUs() })),
+		"healthz_cpu_us", fmt.Sprintf("%.1f", medianBy(healthy, func(r round) float64 { return r.healthz.selfUs() + r.healthz.pgUs() }))}
+	if *sick {
+		kv = append(kv, "locked_ratio", fmt.Sprintf("%.3f", medianBy(locked, round.ratio)),
+			"locked_redirect_rps", fmt.Sprintf("%.0f", medianBy(locked, redirectRate)))
+	}
+	kv = append(kv, "clicks_served", served, "clicks_stored", st.clicks, "clicks_dropped", st.dropped, "invariants", verdict)
+	load.Result("shortlink", kv...)
+	if failed > 0 {
+		return fmt.Errorf("bench shortlink: %d checks violated", failed)
+	}
 	return nil
 }
 
 // bench is the in-process server.
 type bench struct {
-	pool   *pgxpool.Pool
-	deps   app.Deps
-	base   string
-	client *http.Client
-	close  func()
-	dbURL  string
+	pool           *pgxpool.Pool
+	deps           app.Deps
+	invariants     *invariant.Registry
+	base           string
+	client         *http.Client
+	stopBackground func() // stops the click writer after it drained; idempotent
+	close          func()
+	dbURL          string
+	served         atomic.Int64 // 302s the load generator received from /s/{code}
+	cpu            cpuMeter
 }
 
-func newBench(ctx context.Context, dbURL string, mods []app.Module) (*bench, error) {
+func newBench(ctx context.Context, dbURL string, mods []app.Module, accessLog bool) (*bench, error) {
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
-	cfg.AccessLog = false
+	cfg.AccessLog = accessLog
 	cfg.TokenSecret = randomHex(32)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	level := slog.LevelError
+	if accessLog {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-shortlink", Log: log})
 	if err != nil {
 		return nil, err
 	}
 	e := p.HTTP()
-	// The ceiling: the same server, middleware and router, answering a
-	// constant 302 without any lookup or click. Mounted only here.
-	e.GET(constRoute, func(c echo.Context) error { return c.Redirect(http.StatusFound, target) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		p.Close()
@@ -195,13 +251,14 @@ func newBench(ctx context.Context, dbURL string, mods []app.Module) (*bench, err
 	}
 	hs := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	bgCtx, stopBackground := context.WithCancel(ctx)
+	bgCtx, cancelBackground := context.WithCancel(ctx)
 	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP
-	return &bench{pool: p.Deps.Pool, deps: p.Deps, dbURL: dbURL, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 10 * time.Second},
+	stop := func() { cancelBackground(); waitBackground() }
+	return &bench{pool: p.Deps.Pool, deps: p.Deps, invariants: p.Invariants, dbURL: dbURL, base: "http://" + ln.Addr().String(),
+		client: &http.Client{Timeout: 10 * time.Second}, stopBackground: stop,
 		close: func() {
 			_ = hs.Close()
-			stopBackground()
-			waitBackground()
+			stop()
 			p.Close()
 		}}, nil
 }
@@ -229,45 +286,104 @@ func (b *bench) createLink(ctx context.Context) (string, error) {
 	return link.Code, nil
 }
 
-// phase runs rounds × routes and returns each route's metrics.
-func (b *bench) phase(routes []string, rounds int, d time.Duration, conns int) (map[string][]*vegeta.Metrics, error) {
-	out := map[string][]*vegeta.Metrics{}
+// run is one measured run of one route.
+type run struct {
+	n       int64
+	elapsed time.Duration
+	lat     *load.Latencies
+	cpu     cpuTimes // spent during the run
+}
+
+func (r run) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+// selfUs and pgUs are the run's CPU per request, in microseconds.
+func (r run) selfUs() float64 { return float64(r.cpu.self.Microseconds()) / float64(max(r.n, 1)) }
+func (r run) pgUs() float64   { return float64(r.cpu.pg.Microseconds()) / float64(max(r.n, 1)) }
+
+// round is one run of each route on the same machine state.
+type round struct{ healthz, redirect run }
+
+func (r round) ratio() float64 { return r.redirect.rate() / r.healthz.rate() }
+
+func healthzRate(r round) float64  { return r.healthz.rate() }
+func redirectRate(r round) float64 { return r.redirect.rate() }
+func healthzP99(r round) float64   { return float64(r.healthz.lat.Quantile(0.99)) }
+func redirectP99(r round) float64  { return float64(r.redirect.lat.Quantile(0.99)) }
+
+// phase warms both routes, then runs rounds of both, alternating which
+// goes first so neither always follows the other.
+func (b *bench) phase(routes [2]string, rounds int, d time.Duration, conns int) ([]round, error) {
 	for _, r := range routes { // warm connections and the cache
 		if _, err := b.attack(r, 300*time.Millisecond, conns); err != nil {
 			return nil, err
 		}
 	}
-	for range rounds {
-		for _, r := range routes {
-			m, err := b.attack(r, d, conns)
+	out := make([]round, rounds)
+	for i := range out {
+		order := []int{0, 1}
+		if i%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, k := range order {
+			m, err := b.attack(routes[k], d, conns)
 			if err != nil {
 				return nil, err
 			}
-			out[r] = append(out[r], m)
+			if k == 0 {
+				out[i].healthz = m
+			} else {
+				out[i].redirect = m
+			}
 		}
 	}
 	return out, nil
 }
 
 // attack drives one route closed-loop for d over conns fresh keep-alive
-// connections, closes them afterwards (so idle connections from earlier
-// runs do not pile up and tax later ones), and checks every answer was a
-// 302.
-func (b *bench) attack(path string, d time.Duration, conns int) (*vegeta.Metrics, error) {
+// connections and closes them afterwards (so idle connections from earlier
+// runs do not pile up and tax later ones). Every answer must be the
+// route's status (200 for /healthz, 302 for the redirect). A request in
+// flight when the time is up is finished, not cancelled, so every 302 the
+// server served is one the bench counted.
+func (b *bench) attack(path string, d time.Duration, conns int) (run, error) {
 	client, closeConns := load.Client(conns, 10*time.Second)
 	defer closeConns()
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	atk := vegeta.NewAttacker(vegeta.Client(client), vegeta.Workers(uint64(conns)), vegeta.MaxWorkers(uint64(conns)))
-	tgt := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: b.base + path})
-	var m vegeta.Metrics
-	for res := range atk.Attack(tgt, vegeta.ConstantPacer{}, d, path) {
-		m.Add(res)
+	want, redirect := http.StatusOK, strings.HasPrefix(path, "/s/")
+	if redirect {
+		want = http.StatusFound
 	}
-	m.Close()
-	if len(m.StatusCodes) != 1 || m.StatusCodes["302"] == 0 {
-		return nil, fmt.Errorf("%s: expected only 302s, got %v (errors: %v)", path, m.StatusCodes, first(m.Errors, 3))
+	url := b.base + path
+	lat := load.NewLatencies()
+	cpu0 := b.cpu.read()
+	var ok, bad atomic.Int64
+	var firstErr atomic.Value
+	elapsed := load.ClosedLoop(context.Background(), conns, d, func(context.Context, int) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			bad.Add(1)
+			firstErr.CompareAndSwap(nil, err.Error())
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			bad.Add(1)
+			firstErr.CompareAndSwap(nil, resp.Status)
+			return
+		}
+		lat.Record(time.Since(start))
+		ok.Add(1)
+		if redirect {
+			b.served.Add(1)
+		}
+	})
+	if n := bad.Load(); n > 0 {
+		return run{}, fmt.Errorf("%s: %d answers were not %d (first: %v)", path, n, want, firstErr.Load())
 	}
-	return &m, nil
+	return run{n: ok.Load(), elapsed: elapsed, lat: lat, cpu: b.cpu.read().minus(cpu0)}, nil
 }
 
 // lockClicks takes the clicks table in another session and holds it until
@@ -289,6 +405,19 @@ func (b *bench) lockClicks(ctx context.Context) (func(), error) {
 		_ = tx.Rollback(ctx)
 		_ = conn.Close(ctx)
 	}, nil
+}
+
+type clickCounts struct{ clicks, dropped, rows int64 }
+
+// clickCounts reads the link's counters and its stored rows (the bench
+// runs far below the retention, so nothing was purged).
+func (b *bench) clickCounts(ctx context.Context, code string) (clickCounts, error) {
+	var c clickCounts
+	err := b.pool.QueryRow(ctx, `
+SELECT coalesce((SELECT clicks FROM shortlink_click_count WHERE code = $1), 0),
+       coalesce((SELECT dropped FROM shortlink_click_count WHERE code = $1), 0),
+       (SELECT count(*) FROM shortlink_clicks WHERE code = $1)`, code).Scan(&c.clicks, &c.dropped, &c.rows)
+	return c, err
 }
 
 // counters are the module's metrics at one moment.
@@ -324,28 +453,20 @@ func (c counters) since(c0 counters) string {
 		d("clicks_dropped_total{queue_full}"), d("clicks_dropped_total{write_failed}"), d("click_batch_retries_total"))
 }
 
-func throughput(m *vegeta.Metrics) float64 { return m.Throughput }
-func p50(m *vegeta.Metrics) float64        { return float64(m.Latencies.P50) }
-func p99(m *vegeta.Metrics) float64        { return float64(m.Latencies.P99) }
-
-func median(ms []*vegeta.Metrics, f func(*vegeta.Metrics) float64) float64 {
-	vs := make([]float64, len(ms))
-	for i, m := range ms {
-		vs[i] = f(m)
+func medianBy(rs []round, f func(round) float64) float64 {
+	vs := make([]float64, len(rs))
+	for i, r := range rs {
+		vs[i] = f(r)
 	}
-	return medianOf(vs)
-}
-
-func medianOf(vs []float64) float64 {
 	if len(vs) == 0 {
 		return 0
 	}
-	vs = slices.Clone(vs)
 	slices.Sort(vs)
+	if n := len(vs); n%2 == 0 {
+		return (vs[n/2-1] + vs[n/2]) / 2
+	}
 	return vs[len(vs)/2]
 }
-
-func first(s []string, n int) []string { return s[:min(n, len(s))] }
 
 func randomHex(n int) string {
 	buf := make([]byte, n)

@@ -1,14 +1,35 @@
 // Package upload is `fencelab bench upload`: one file sent over HTTP in
 // chunks to a real `fencelab serve` process — create the session, PUT every
-// chunk (several at a time), complete (which hashes the whole file and
-// verifies it against the declaration, then renames it into the blob
+// chunk (several at a time), complete (which finishes the running SHA-256,
+// verifies it against the declaration and renames the file into the blob
 // store) — timed from the first request to the completion's answer. The
-// ceiling is dd writing the same bytes to the same directory with
-// conv=fsync, in the same run; rounds alternate the two so drift on a
-// shared machine hits both alike.
+// ceiling is dd writing the same number of bytes to the same directory with
+// conv=fsync, in the same run; rounds alternate the two (dd, upload, dd,
+// upload, …) so drift on a shared machine hits both alike, and the result
+// is the median of the per-round ratios.
 //
-// The server is a child process, so its peak RSS (VmHWM from /proc) is its
-// own and not the load generator's.
+// Server CPU. The server is a child process, so what it spends is its own
+// and not the load generator's: before and after each upload the bench
+// reads the child's utime + stime from /proc/<pid>/stat (every thread of
+// the process, exited ones included, user and kernel time — the socket
+// reads, page-cache writes and fsyncs done on the server's behalf count),
+// and divides the difference by the GiB uploaded (cpu_s_per_gib, the
+// RESULT's figure). The child also runs its background tasks (outbox
+// pollers and the like) during the window, so that figure is an upper
+// bound on what the upload path costs; the table also shows the child's
+// CPU rate while dd runs (the server idles then) and the upload's CPU less
+// that rate over the upload's duration ("net"). Its peak RSS
+// (VmHWM) is read from /proc the same way. The client sends every chunk
+// from a file with sendfile, so it adds next to nothing to the machine's
+// load.
+//
+// Each round sends a file that differs from the others in its first chunk
+// (so a round never replaces the previous round's blob, which would put an
+// unlink inside the timed completion), and every session is committed after
+// the timed rounds; a second `fencelab serve` with one worker then
+// processes and publishes the files (the fenced publish, UP-F3), and the
+// upload and claim invariants are checked: a violation fails the run and no
+// RESULT line is printed.
 package upload
 
 import (
@@ -42,23 +63,23 @@ import (
 	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services/upload"
 )
 
-// Run is the command's entry point.
 // Bench is `fencelab bench upload`.
 var Bench = app.Bench{Name: "upload", Summary: "chunked upload of a large file against dd on the same disk", Run: Run}
 
 // Run runs the benchmark against a child `fencelab serve` (the real binary).
-func Run(_ []app.Module, args []string) error {
+func Run(mods []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench upload", flag.ContinueOnError)
 	sizeFlag := fs.String("size", "256MiB", "file size")
 	chunkFlag := fs.String("chunk", "8MiB", "chunk size")
-	parallel := fs.Int("parallel", 4, "chunk PUTs in flight at once")
-	rounds := fs.Int("rounds", 3, "rounds (each: dd, then the upload); medians are reported")
+	parallel := fs.Int("parallel", 4, "chunk PUTs in flight at once (1: strictly in order, every chunk hashed as it is written)")
+	rounds := fs.Int("rounds", 3, "rounds, at least 3 (each: dd, then the upload); medians are reported")
 	dir := fs.String("dir", filepath.Join(app.Env("FENCELAB_DATA_DIR", ".fencelab"), "bench-upload"),
 		"working directory: source file, dd's output and the server's blob store (one disk); removed afterwards")
 	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
@@ -73,8 +94,15 @@ func Run(_ []app.Module, args []string) error {
 	if err != nil {
 		return err
 	}
-	if size < 1 || chunk < 1 || *parallel < 1 || *rounds < 1 {
-		return errors.New("size, chunk, parallel and rounds must be positive")
+	if size < 1 || chunk < 1 || *parallel < 1 {
+		return errors.New("size, chunk and parallel must be positive")
+	}
+	if *rounds < 3 {
+		return errors.New("rounds must be at least 3: the result is the median of alternating rounds")
+	}
+	invs, err := app.Invariants(mods)
+	if err != nil {
+		return err
 	}
 	// Ctrl-C ends the run cleanly: the child server and the cluster stop.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -104,33 +132,61 @@ func Run(_ []app.Module, args []string) error {
 	}
 
 	source := filepath.Join(work, "source.bin")
-	digest, err := writeSource(source, size)
-	if err != nil {
+	if err := writeSource(source, size); err != nil {
 		return err
 	}
 	parts, err := splitSource(source, filepath.Join(work, "chunks"), size, chunk)
 	if err != nil {
 		return err
 	}
-	s, err := startServer(ctx, url, work, size, chunk)
+	s, err := startServer(ctx, url, work, size, chunk, 0)
 	if err != nil {
 		return err
 	}
-	defer s.stop()
+	defer func() {
+		if s != nil {
+			s.stop()
+		}
+	}()
 
 	count := (size + chunk - 1) / chunk
 	fmt.Printf("fencelab bench upload — %s in %d chunks of %s, %d PUTs in flight; %s PostgreSQL (fsync=%s);\n",
 		upload.FormatSize(size), count, upload.FormatSize(chunk), *parallel, srv.Strategy, fsync)
 	fmt.Printf("server: `fencelab serve` child process (pid %d, workers off), load generator in this process, one %d-core machine shared with other work\n",
 		s.cmd.Process.Pid, runtime.NumCPU())
-	fmt.Printf("ceiling: dd if=source of=%s bs=%s conv=fsync (the same bytes, the same directory); MB = 10^6 bytes\n\n",
+	fmt.Printf("ceiling: dd if=source of=%s bs=%s conv=fsync (as many bytes, the same directory); MB = 10^6 bytes\n",
 		filepath.Join(work, "dd.out"), upload.FormatSize(chunk))
+	fmt.Printf("server CPU: the child's utime+stime (/proc/<pid>/stat) across each upload, per GiB uploaded; idle CPU: the child's\n" +
+		"CPU across dd (its background tasks, in %% of a core); net: CPU per GiB less the idle rate over the upload's time\n\n")
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\tserver CPU\t")
-	var dds, ups, ratios []float64
+	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\tserver CPU\tCPU s/GiB\tidle CPU\tnet s/GiB\thashed as written\tread back\t")
+	var dds, ups, ratios, cpus, nets []float64
+	var sessions []string
 	for i := range *rounds {
+		// dd runs while the server idles: its CPU across dd is what its
+		// background tasks (outbox pollers and the like) cost per second.
+		idle0, err := s.cpu()
+		if err != nil {
+			return err
+		}
+		ddStart := time.Now()
 		ddRate, err := ddOnce(source, filepath.Join(work, "dd.out"), chunk, size)
+		if err != nil {
+			return err
+		}
+		idle1, err := s.cpu()
+		if err != nil {
+			return err
+		}
+		idleRate := (idle1 - idle0).Seconds() / time.Since(ddStart).Seconds()
+		// This round's file: the source with its own first chunk.
+		first, digest, err := roundFile(source, filepath.Join(work, "chunks"), i, size, chunk)
+		if err != nil {
+			return err
+		}
+		files := append([]string{first}, parts[1:]...)
+		h0, err := s.hashed(ctx)
 		if err != nil {
 			return err
 		}
@@ -138,7 +194,7 @@ func Run(_ []app.Module, args []string) error {
 		if err != nil {
 			return err
 		}
-		took, completing, err := s.upload(ctx, parts, size, chunk, digest, *parallel)
+		id, took, completing, err := s.upload(ctx, files, size, chunk, digest, *parallel)
 		if err != nil {
 			return err
 		}
@@ -146,22 +202,92 @@ func Run(_ []app.Module, args []string) error {
 		if err != nil {
 			return err
 		}
+		h1, err := s.hashed(ctx)
+		if err != nil {
+			return err
+		}
+		sessions = append(sessions, id)
 		upRate := float64(size) / took.Seconds() / 1e6
+		cpu := cpu1 - cpu0
+		gib := float64(size) / (1 << 30)
+		perGiB := cpu.Seconds() / gib
+		netPerGiB := (cpu.Seconds() - idleRate*took.Seconds()) / gib
 		dds, ups, ratios = append(dds, ddRate), append(ups, upRate), append(ratios, upRate/ddRate)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t%v\t\n", i+1, ddRate, upRate, upRate/ddRate,
-			took.Round(time.Millisecond), completing.Round(time.Millisecond), (cpu1 - cpu0).Round(10*time.Millisecond))
+		cpus, nets = append(cpus, perGiB), append(nets, netPerGiB)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t%v\t%.2f\t%.0f%%\t%.2f\t%s\t%s\t\n", i+1, ddRate, upRate, upRate/ddRate,
+			took.Round(time.Millisecond), completing.Round(time.Millisecond), cpu.Round(10*time.Millisecond), perGiB,
+			100*idleRate, netPerGiB, upload.FormatSize(int64(h1.streamed-h0.streamed)), upload.FormatSize(int64(h1.reread-h0.reread)))
 	}
-	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t\n", median(dds), median(ups), median(ratios))
+	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t%.2f\t\t%.2f\t\t\t\n", median(dds), median(ups), median(ratios), median(cpus), median(nets))
 	tw.Flush()
 	hwm, rss, err := s.memory()
 	if err != nil {
 		return err
 	}
 	fmt.Printf("\nserver peak RSS (VmHWM, whole run, start-up included): %s; RSS now: %s\n", upload.FormatSize(hwm), upload.FormatSize(rss))
-	fmt.Println()
-	load.Result("upload", "size", upload.FormatSize(size), "chunk", upload.FormatSize(chunk), "parallel", *parallel,
-		"rounds", *rounds, "dd_mb_per_sec", fmt.Sprintf("%.0f", median(dds)), "upload_mb_per_sec", fmt.Sprintf("%.0f", median(ups)),
-		"of_ceiling", median(ratios), "peak_rss", upload.FormatSize(hwm))
+
+	// Untimed: commit every round's file, publish them with a worker, and
+	// check that every invariant of upload (and of the claim engine that
+	// ran the processing) holds.
+	if err := s.commitAll(ctx, sessions); err != nil {
+		return err
+	}
+	s.stop()
+	if s, err = startServer(ctx, url, work, size, chunk, 1); err != nil {
+		s = nil
+		return err
+	}
+	published, err := s.awaitPublished(ctx, sessions)
+	if err != nil {
+		return err
+	}
+	s.stop()
+	if err := checkInvariants(ctx, url, invs); err != nil {
+		return err
+	}
+	fmt.Printf("after the rounds: %d files committed and published by a worker; upload and claim invariants hold\n\n", published)
+	load.Result("upload", "ratio", median(ratios), "upload_mb_s", fmt.Sprintf("%.0f", median(ups)),
+		"dd_mb_s", fmt.Sprintf("%.0f", median(dds)), "cpu_s_per_gib", median(cpus), "rounds", *rounds,
+		"size", compactSize(size), "chunk", compactSize(chunk))
+	return nil
+}
+
+// compactSize writes n as RESULT values want it: one token (256MiB, 8MiB,
+// 1500000B).
+func compactSize(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// checkInvariants runs the upload and claim invariants on the bench's
+// database and fails with every violation found.
+func checkInvariants(ctx context.Context, url string, invs *invariant.Registry) error {
+	pool, err := pg.Connect(ctx, url, pg.PoolOptions{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var sb strings.Builder
+	results := invs.Run(ctx, pool, "upload", "claim")
+	if len(results) == 0 {
+		return errors.New("no upload invariants registered")
+	}
+	for _, r := range results {
+		if !r.Holds() {
+			invariant.Format(&sb, r)
+		}
+	}
+	if sb.Len() > 0 {
+		fmt.Print(sb.String())
+		return errors.New("invariants violated after the run (see above)")
+	}
 	return nil
 }
 
@@ -177,30 +303,51 @@ func showFsync(ctx context.Context, url string) (string, error) {
 }
 
 // writeSource writes size pseudo-random bytes to path (incompressible, so
-// no layer can cheat) and returns their SHA-256. The file stays in the page
-// cache: both dd and the upload read it from memory.
-func writeSource(path string, size int64) (string, error) {
+// no layer can cheat). The file stays in the page cache: both dd and the
+// upload read it from memory.
+func writeSource(path string, size int64) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer f.Close()
 	var seed [32]byte
 	if _, err := rand.Read(seed[:]); err != nil {
-		return "", err
+		return err
 	}
-	h := sha256.New()
-	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	w := bufio.NewWriterSize(f, 1<<20)
 	if _, err := io.CopyN(w, mrand.NewChaCha8(seed), size); err != nil {
-		return "", err
+		return err
 	}
 	if err := w.Flush(); err != nil {
-		return "", err
+		return err
 	}
-	if err := f.Sync(); err != nil {
-		return "", err
+	return f.Sync()
+}
+
+// roundFile writes round's own first chunk (fresh random bytes) next to
+// the split source and returns its path and the SHA-256 of the round's
+// file: that chunk followed by the source's other chunks.
+func roundFile(source, dir string, round int, size, chunk int64) (string, string, error) {
+	path := filepath.Join(dir, fmt.Sprintf("first-%d", round))
+	first := make([]byte, min(chunk, size))
+	if _, err := rand.Read(first); err != nil {
+		return "", "", err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	if err := os.WriteFile(path, first, 0o640); err != nil {
+		return "", "", err
+	}
+	src, err := os.Open(source)
+	if err != nil {
+		return "", "", err
+	}
+	defer src.Close()
+	h := sha256.New()
+	h.Write(first)
+	if _, err := io.Copy(h, io.NewSectionReader(src, int64(len(first)), size-int64(len(first)))); err != nil {
+		return "", "", err
+	}
+	return path, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // splitSource copies the source into one file per chunk, so that every
@@ -254,7 +401,9 @@ type server struct {
 	stderr *bytes.Buffer
 }
 
-func startServer(ctx context.Context, dbURL, work string, size, chunk int64) (*server, error) {
+// startServer starts `fencelab serve` on the bench's database and blob
+// store; workers is FENCELAB_WORKERS (0 while timing: no claim polling).
+func startServer(ctx context.Context, dbURL, work string, size, chunk int64, workers int) (*server, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -279,7 +428,7 @@ func startServer(ctx context.Context, dbURL, work string, size, chunk int64) (*s
 	ln.Close()
 	cmd := exec.CommandContext(ctx, exe, "serve")
 	cmd.Env = append(childEnv(), "DATABASE_URL="+dbURL, "FENCELAB_TOKEN_SECRET="+hex.EncodeToString(secret),
-		"FENCELAB_ADDR="+addr, "FENCELAB_WORKERS=0", "FENCELAB_ACCESS_LOG=false", "FENCELAB_LOG_LEVEL=warn",
+		"FENCELAB_ADDR="+addr, "FENCELAB_WORKERS="+strconv.Itoa(workers), "FENCELAB_ACCESS_LOG=false", "FENCELAB_LOG_LEVEL=warn",
 		"FENCELAB_DATA_DIR="+filepath.Join(work, "server"),
 		upload.EnvMaxFileSize+"="+strconv.FormatInt(max(size, 1<<20), 10),
 		upload.EnvMaxChunkSize+"="+strconv.FormatInt(max(chunk, 1<<20), 10),
@@ -372,16 +521,16 @@ func (s *server) memory() (hwm, rss int64, err error) {
 	return hwm, rss, nil
 }
 
-// upload sends the source file as one session and returns the time from
-// the session's creation to the completion's answer, and the completion's
-// share of it (hashing, verification, rename).
-func (s *server) upload(ctx context.Context, parts []string, size, chunk int64, digest string, parallel int) (took, completing time.Duration, err error) {
+// upload sends the chunk files as one session and returns its id, the time
+// from the session's creation to the completion's answer, and the
+// completion's share of it (finishing the hash, verification, rename).
+func (s *server) upload(ctx context.Context, parts []string, size, chunk int64, digest string, parallel int) (id string, took, completing time.Duration, err error) {
 	count := len(parts)
 	start := time.Now()
 	var sess upload.Session
 	if err := s.call(ctx, "POST", "/upload/sessions", upload.CreateSessionRequest{
 		TotalSize: size, ChunkCount: count, ChunkSize: chunk, SHA256: digest}, http.StatusCreated, &sess); err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	next := make(chan int)
 	errs := make(chan error, parallel)
@@ -411,17 +560,92 @@ feed:
 		sendErr = <-errs
 	}
 	if sendErr != nil {
-		return 0, 0, sendErr
+		return "", 0, 0, sendErr
 	}
 	sent := time.Now()
 	if err := s.call(ctx, "POST", "/upload/sessions/"+sess.ID+"/complete", nil, http.StatusOK, &sess); err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	took = time.Since(start)
 	if sess.State != upload.SessionCompleted {
-		return 0, 0, fmt.Errorf("session %s is %s after complete", sess.ID, sess.State)
+		return "", 0, 0, fmt.Errorf("session %s is %s after complete", sess.ID, sess.State)
 	}
-	return took, time.Since(sent), nil
+	return sess.ID, took, time.Since(sent), nil
+}
+
+// commitAll commits every session as a file named after it.
+func (s *server) commitAll(ctx context.Context, sessions []string) error {
+	for i, id := range sessions {
+		var f upload.File
+		if err := s.call(ctx, "POST", "/upload/sessions/"+id+"/commit",
+			upload.CommitRequest{Name: fmt.Sprintf("bench-round-%d.bin", i+1)}, http.StatusCreated, &f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitPublished waits until processing has published the file of every
+// session (a worker runs in the server now) and returns how many there are.
+func (s *server) awaitPublished(ctx context.Context, sessions []string) (int, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, id := range sessions {
+		var sess upload.Session
+		if err := s.call(ctx, "GET", "/upload/sessions/"+id, nil, http.StatusOK, &sess); err != nil {
+			return 0, err
+		}
+		for {
+			var f upload.File
+			if err := s.call(ctx, "GET", "/upload/files/"+sess.FileID+"/info", nil, http.StatusOK, &f); err != nil {
+				return 0, err
+			}
+			if f.State == upload.FilePublished {
+				break
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("file %s of session %s still %s after 2 minutes", f.ID, id, f.State)
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(50 * time.Millisecond): // polling for an outcome, not timing one
+			}
+		}
+	}
+	return len(sessions), nil
+}
+
+// hashedBytes is the server's fencelab_upload_hashed_bytes_total.
+type hashedBytes struct{ streamed, reread float64 }
+
+// hashed reads how many bytes the server has fed to running hashes as they
+// were written and read back from partial files, from its /metrics.
+func (s *server) hashed(ctx context.Context) (hashedBytes, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", s.base+"/metrics", nil)
+	if err != nil {
+		return hashedBytes{}, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return hashedBytes{}, err
+	}
+	defer resp.Body.Close()
+	var h hashedBytes
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		v, _ := strconv.ParseFloat(val, 64)
+		switch name {
+		case `fencelab_upload_hashed_bytes_total{how="streamed"}`:
+			h.streamed = v
+		case `fencelab_upload_hashed_bytes_total{how="reread"}`:
+			h.reread = v
+		}
+	}
+	return h, sc.Err()
 }
 
 // putChunk sends one chunk file: an *os.File body of known length lets

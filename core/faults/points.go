@@ -25,6 +25,7 @@ var Points = []Point{
 	{BeforeCommit, "idem: effect written, response not stored; outbox: batch written, not committed; upload: completion/processing before commit", "idempotency key, consumer name, session or job"},
 	{AfterCommit, "idem: effect and response committed, answer not sent; outbox: batch committed; shortlink: click batch committed", "idempotency key, consumer name, shortlink_clicks"},
 	{AfterBytesWritten, "upload: a completed file is renamed into the blob store, its metadata not committed", "session id"},
+	{"upload.chunk_recorded", "upload: a chunk's bytes are durable and its row recorded, the running hash not advanced", "<session id>/<n>"},
 	{BeforeUnlink, "upload GC: a blob is marked deleting, its file not unlinked", "sha256"},
 	{"idem.before_effect", "idem: the key's record is committed in flight, the effect transaction has not begun", "idempotency key"},
 	{"outbox.before_batch", "outbox consumer: holds its lease, no batch transaction open yet", "consumer name"},

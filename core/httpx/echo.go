@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -180,6 +181,7 @@ func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"method", "route", "status"})
 	reg.MustRegister(hist)
+	obs := &observers{vec: hist, m: map[observerKey]prometheus.Observer{}}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
@@ -192,10 +194,39 @@ func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc
 			if route == "" {
 				route = "unmatched"
 			}
-			hist.WithLabelValues(MethodLabel(c.Request().Method), route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			obs.get(observerKey{MethodLabel(c.Request().Method), route, status}).Observe(time.Since(start).Seconds())
 			return err
 		}
 	}
+}
+
+// observers holds each label set's histogram once resolved, so a request
+// costs one map lookup instead of the vector's label hashing and a status
+// string built per request. The label sets are bounded (see
+// metricsMiddleware), and so is the map.
+type observers struct {
+	vec *prometheus.HistogramVec
+	mu  sync.RWMutex
+	m   map[observerKey]prometheus.Observer
+}
+
+type observerKey struct {
+	method, route string
+	status        int
+}
+
+func (o *observers) get(k observerKey) prometheus.Observer {
+	o.mu.RLock()
+	h, ok := o.m[k]
+	o.mu.RUnlock()
+	if ok {
+		return h
+	}
+	h = o.vec.WithLabelValues(k.method, k.route, strconv.Itoa(k.status))
+	o.mu.Lock()
+	o.m[k] = h
+	o.mu.Unlock()
+	return h
 }
 
 // ErrBodyTimeout: the request body did not arrive within its deadline

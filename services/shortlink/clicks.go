@@ -54,7 +54,7 @@ type clickRecorder struct {
 	main   *pgxpool.Pool
 	log    *slog.Logger
 	faults *faults.Set
-	queue  chan click
+	queue  *clickQueue
 	m      *metrics
 
 	mu      sync.Mutex
@@ -63,16 +63,116 @@ type clickRecorder struct {
 
 func newClickRecorder(cfg Config, main *pgxpool.Pool, log *slog.Logger, fs *faults.Set, m *metrics) *clickRecorder {
 	return &clickRecorder{cfg: cfg, main: main, log: log, faults: fs, m: m,
-		queue: make(chan click, cfg.ClickQueue), pending: map[string]int64{}}
+		queue: newClickQueue(cfg.ClickQueue, cfg.ClickBatch), pending: map[string]int64{}}
 }
 
 // Record queues a click without ever blocking the caller.
 func (r *clickRecorder) Record(code string, at time.Time) {
-	select {
-	case r.queue <- click{code: code, at: at}:
-	default:
+	if full, ok := r.queue.put(click{code: code, at: at}); !ok {
 		r.drop(r.m.droppedQueueFull, code, 1)
+	} else if full != nil {
+		// Cannot happen (ready has room for every batch the bound allows);
+		// if it did, the batch is counted, never waited for (SL-I3, SL-I4).
+		for _, c := range full {
+			r.drop(r.m.droppedQueueFull, c.code, 1)
+		}
 	}
+}
+
+// clickQueue is the bounded queue between the redirect path and the
+// writers. A click is appended to the batch being filled, under a mutex
+// held for the append; a writer hears of a batch once it is full, and
+// collects a partial one every ClickInterval. (A channel of clicks woke a
+// parked writer — and often an idle OS thread — on every redirect: on a
+// busy server that was a good part of a redirect's cost beyond /healthz.)
+type clickQueue struct {
+	size  int // ClickBatch
+	limit int // ClickQueue: clicks queued (filling or ready) at most
+	// ready holds full batches; it has room for every full batch limit
+	// allows, so handing one over never waits.
+	ready chan []click
+	free  chan []click // written batches' buffers, for reuse
+
+	mu      sync.Mutex
+	filling []click
+	queued  int // clicks in filling and in ready
+}
+
+func newClickQueue(limit, size int) *clickQueue {
+	return &clickQueue{size: size, limit: limit,
+		ready: make(chan []click, limit/size+1), free: make(chan []click, limit/size+1)}
+}
+
+// put queues c; ok is false when the queue is full. A non-nil full is a
+// full batch that found no room in ready (see Record).
+func (q *clickQueue) put(c click) (full []click, ok bool) {
+	q.mu.Lock()
+	if q.queued >= q.limit {
+		q.mu.Unlock()
+		return nil, false
+	}
+	if q.filling == nil {
+		q.filling = q.buffer()
+	}
+	q.filling = append(q.filling, c)
+	q.queued++
+	if len(q.filling) == q.size {
+		full, q.filling = q.filling, nil
+	}
+	q.mu.Unlock()
+	if full == nil {
+		return nil, true
+	}
+	select {
+	case q.ready <- full:
+		return nil, true
+	default:
+		q.taken(len(full))
+		return full, true
+	}
+}
+
+// taken forgets n clicks a writer took.
+func (q *clickQueue) taken(n int) {
+	q.mu.Lock()
+	q.queued -= n
+	q.mu.Unlock()
+}
+
+// partial takes the batch being filled, nil if it is empty.
+func (q *clickQueue) partial() []click {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := q.filling
+	q.filling = nil
+	q.queued -= len(b)
+	return b
+}
+
+// buffer returns an empty batch buffer, reused when one is free.
+func (q *clickQueue) buffer() []click {
+	select {
+	case b := <-q.free:
+		return b[:0]
+	default:
+		return make([]click, 0, q.size)
+	}
+}
+
+// recycle offers a written batch's buffer for reuse.
+func (q *clickQueue) recycle(b []click) {
+	clear(b) // drop the codes' references
+	select {
+	case q.free <- b[:0]:
+	default:
+	}
+}
+
+// depth is the number of clicks waiting for a writer.
+func (q *clickQueue) depth() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.queued
 }
 
 // drop counts n lost clicks of code (SL-I4) on the metric of their reason
@@ -131,56 +231,44 @@ func (r *clickRecorder) openStatsPool(ctx context.Context) (*pgxpool.Pool, error
 	return pgxpool.NewWithConfig(ctx, pc)
 }
 
-// write collects batches until ctx ends, then drains what is queued.
+// write writes full batches as they are handed over and, every
+// ClickInterval, the batch being filled, until ctx ends; then it drains
+// what is queued.
 func (r *clickRecorder) write(ctx context.Context, stats *pgxpool.Pool) {
-	batch := make([]click, 0, r.cfg.ClickBatch)
+	rows := &clickRows{}
+	tick := time.NewTicker(r.cfg.ClickInterval)
+	defer tick.Stop()
 	for {
 		select {
-		case c := <-r.queue:
-			batch = r.fill(ctx, append(batch, c))
-			r.writeBatch(ctx, stats, batch)
-			batch = batch[:0]
+		case b := <-r.queue.ready:
+			r.queue.taken(len(b))
+			r.writeBatch(ctx, stats, rows, b)
+			r.queue.recycle(b)
+		case <-tick.C:
+			if b := r.queue.partial(); len(b) > 0 {
+				r.writeBatch(ctx, stats, rows, b)
+				r.queue.recycle(b)
+			}
 		case <-ctx.Done():
-			r.drain(stats)
+			r.drain(stats, rows)
 			return
 		}
 	}
 }
 
-// fill adds queued clicks until the batch is full or ClickInterval has
-// passed since its first click.
-func (r *clickRecorder) fill(ctx context.Context, batch []click) []click {
-	timer := time.NewTimer(r.cfg.ClickInterval)
-	defer timer.Stop()
-	for len(batch) < r.cfg.ClickBatch {
-		select {
-		case c := <-r.queue:
-			batch = append(batch, c)
-		case <-timer.C:
-			return batch
-		case <-ctx.Done():
-			return batch
-		}
-	}
-	return batch
-}
-
 // drain writes what is left in the queue at shutdown, within a grace of
 // one batch's attempts; whatever does not make it is counted as dropped.
-func (r *clickRecorder) drain(stats *pgxpool.Pool) {
+func (r *clickRecorder) drain(stats *pgxpool.Pool, rows *clickRows) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.cfg.StatsAttempts)*2*r.cfg.StatsTimeout)
 	defer cancel()
-	batch := make([]click, 0, r.cfg.ClickBatch)
 	for {
 		select {
-		case c := <-r.queue:
-			if batch = append(batch, c); len(batch) == r.cfg.ClickBatch {
-				r.writeBatch(ctx, stats, batch)
-				batch = batch[:0]
-			}
+		case b := <-r.queue.ready:
+			r.queue.taken(len(b))
+			r.writeBatch(ctx, stats, rows, b)
 		default:
-			if len(batch) > 0 {
-				r.writeBatch(ctx, stats, batch)
+			if b := r.queue.partial(); len(b) > 0 {
+				r.writeBatch(ctx, stats, rows, b)
 			}
 			return
 		}
@@ -188,16 +276,10 @@ func (r *clickRecorder) drain(stats *pgxpool.Pool) {
 }
 
 // writeBatch tries a batch up to StatsAttempts times with the same ids;
-// after the last failure its clicks are counted as dropped.
-func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, batch []click) {
-	ids := make([]uuid.UUID, len(batch))
-	codes := make([]string, len(batch))
-	ats := make([]time.Time, len(batch))
-	for i, c := range batch {
-		// Truncated, not rounded, to the database's microseconds: the
-		// stored instant stays before the expiry it was checked against.
-		ids[i], codes[i], ats[i] = uuid.Must(uuid.NewV7()), c.code, c.at.Truncate(time.Microsecond)
-	}
+// after the last failure its clicks are counted as dropped. rows is the
+// writer's own, reused from batch to batch.
+func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, rows *clickRows, batch []click) {
+	rows.fill(batch)
 	var err error
 	for attempt := 1; attempt <= r.cfg.StatsAttempts; attempt++ {
 		if attempt > 1 {
@@ -206,7 +288,7 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, bat
 				break
 			}
 		}
-		if err = r.insertOnce(ctx, stats, ids, codes, ats); err == nil {
+		if err = r.insertOnce(ctx, stats, rows, attempt > 1); err == nil {
 			r.m.written.Add(float64(len(batch)))
 			return
 		}
@@ -219,10 +301,10 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, bat
 
 // insertOnce is one attempt; the context bound backs up the server-side
 // timeouts when the server cannot even be reached.
-func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, ids []uuid.UUID, codes []string, ats []time.Time) error {
+func (r *clickRecorder) insertOnce(ctx context.Context, stats *pgxpool.Pool, rows *clickRows, retry bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.StatsTimeout)
 	defer cancel()
-	if err := insertClicks(ctx, stats, ids, codes, ats); err != nil {
+	if err := insertClicks(ctx, stats, rows, retry); err != nil {
 		return err
 	}
 	// SL-04: a test fails this point to lose the reply of a committed batch.

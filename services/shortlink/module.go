@@ -70,7 +70,7 @@ func NewService(d app.Deps, cfg Config) *Service {
 	}
 	s := &Service{db: d.Pool, log: log, newCode: randomCode, now: time.Now, baseURL: cfg.BaseURL}
 	// The gauges read the queue and caches at scrape time.
-	s.m = newMetrics(reg, func() int { return len(s.clicks.queue) }, func() int { return s.resolver.len() })
+	s.m = newMetrics(reg, func() int { return s.clicks.queue.depth() }, func() int { return s.resolver.len() })
 	s.resolver = newResolver(cfg, func(ctx context.Context, code string) (route, bool, error) {
 		return lookupRoute(ctx, s.db, code)
 	}, s.m, log)

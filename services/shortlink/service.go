@@ -161,11 +161,15 @@ func (s *Service) visit(ctx context.Context, code string, click bool) (string, e
 	}
 	now := s.now()
 	rt, found, err := s.resolver.resolve(ctx, code, now)
-	if lower := strings.ToLower(code); err == nil && !found && lower != code {
+	if err == nil && !found {
 		// Aliases are case-insensitive (stored in lower case); random
 		// codes are not, so only an alias answers for a case variant.
-		if alt, ok, aerr := s.resolver.resolve(ctx, lower, now); aerr == nil && ok && alt.custom {
-			rt, found, code = alt, true, lower
+		// (Only on a miss: lowering a mixed-case random code allocates,
+		// and a hit never needs it.)
+		if lower := strings.ToLower(code); lower != code {
+			if alt, ok, aerr := s.resolver.resolve(ctx, lower, now); aerr == nil && ok && alt.custom {
+				rt, found, code = alt, true, lower
+			}
 		}
 	}
 	switch {

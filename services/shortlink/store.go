@@ -2,12 +2,14 @@ package shortlink
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -56,13 +58,31 @@ FROM shortlink_links WHERE code = $1`
 	// sqlLookup is the redirect path's only query (on a cache miss).
 	sqlLookup = `SELECT target, expires_at, revoked_at IS NOT NULL, custom FROM shortlink_links WHERE code = $1`
 
-	// sqlInsertClicks writes one batch and adds the clicks it inserted to
-	// their links' counters in the same statement. SL-I4: a retry of the
-	// same batch carries the same ids, inserts nothing new and so counts
-	// nothing (RETURNING yields only inserted rows). SL-I5: the counter
-	// moves with the rows. Counters are upserted in code order, so two
-	// writers' batches lock shared counters in one order (no deadlock).
+	// sqlInsertClicks is a batch's first attempt: the clicks, and their
+	// links' counters moved by the counts the writer made of the batch
+	// ($4 codes, $5 clicks each), in one statement. The ids are the
+	// batch's own, never sent before, so no row can conflict: a plain
+	// INSERT stores all of them or none (a unique violation would fail
+	// the whole statement), and the counts are exactly what it stored
+	// (SL-I5). Half the database's work per click of sqlRetryClicks,
+	// whose conflict check and RETURNING every click paid for before
+	// (issue 25). Counters are upserted in code order, so two writers'
+	// batches lock shared counters in one order (no deadlock).
 	sqlInsertClicks = `
+WITH ins AS (
+    INSERT INTO shortlink_clicks (id, code, clicked_at)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[])
+)
+INSERT INTO shortlink_click_count AS k (code, clicks)
+SELECT * FROM unnest($4::text[], $5::bigint[]) AS n(code, clicks) ORDER BY code
+ON CONFLICT (code) DO UPDATE SET clicks = k.clicks + EXCLUDED.clicks`
+
+	// sqlRetryClicks is every later attempt of a batch, whose earlier
+	// attempt may have committed with its reply lost. SL-I4: it carries
+	// the same ids, ON CONFLICT DO NOTHING inserts nothing already stored,
+	// and only the rows it did insert (RETURNING yields no others) move
+	// the counters (SL-I5).
+	sqlRetryClicks = `
 WITH ins AS (
     INSERT INTO shortlink_clicks (id, code, clicked_at)
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[])
@@ -186,10 +206,83 @@ func lookupRoute(ctx context.Context, db pg.Querier, code string) (r route, foun
 	return r, true, nil
 }
 
-func insertClicks(ctx context.Context, db pg.Querier, ids []uuid.UUID, codes []string, at []time.Time) error {
-	_, err := db.Exec(ctx, sqlInsertClicks, ids, codes, at)
+// insertClicks writes the batch in rows: retry false for its first
+// attempt, true for every later one (SL-I4).
+func insertClicks(ctx context.Context, db pg.Querier, rows *clickRows, retry bool) error {
+	var err error
+	if retry {
+		_, err = db.Exec(ctx, sqlRetryClicks, rows.ids, rows.codes, rows.ats)
+	} else {
+		_, err = db.Exec(ctx, sqlInsertClicks, rows.ids, rows.codes, rows.ats, rows.links, rows.counts)
+	}
 	return pg.MapError(err)
 }
+
+// clickRows are one batch's columns, the arrays of sqlInsertClicks.
+// pgx hands every array element to its encoder as an interface value; a
+// []uuid.UUID, []string or []time.Time copies each element to the heap on
+// the way, and google/uuid even round-trips each id through its text form
+// (and a failed binary plan's error). pgArray hands out pointers into its
+// slice instead, to the pgtype values pgx encodes in binary directly, so a
+// batch of any size costs a few allocations, not a dozen per click.
+type clickRows struct {
+	ids   pgArray[pgtype.UUID]
+	codes pgArray[pgtype.Text]
+	ats   pgArray[pgtype.Timestamptz]
+	// links and counts: the batch's clicks per code, for the counters.
+	links  pgArray[pgtype.Text]
+	counts pgArray[pgtype.Int8]
+	place  map[string]int // code → its index in links
+}
+
+// fill replaces the rows with batch. Every click's id is assigned here,
+// before the first attempt, and kept by every retry (SL-I4): one UUIDv7
+// per batch, its last two bytes replaced by the click's place in the batch
+// (ClickBatch ≤ 10,000 < 2^16), so ids are unique and still time-ordered
+// for the primary key's index.
+func (r *clickRows) fill(batch []click) {
+	base := uuid.Must(uuid.NewV7())
+	r.ids, r.codes, r.ats = r.ids[:0], r.codes[:0], r.ats[:0]
+	r.links, r.counts = r.links[:0], r.counts[:0]
+	if r.place == nil {
+		r.place = map[string]int{}
+	}
+	clear(r.place)
+	for i, c := range batch {
+		id := base
+		binary.BigEndian.PutUint16(id[14:], uint16(i))
+		// Truncated, not rounded, to the database's microseconds: the
+		// stored instant stays before the expiry it was checked against.
+		r.ids = append(r.ids, pgtype.UUID{Bytes: id, Valid: true})
+		r.codes = append(r.codes, pgtype.Text{String: c.code, Valid: true})
+		r.ats = append(r.ats, pgtype.Timestamptz{Time: c.at.Truncate(time.Microsecond), Valid: true})
+		k, ok := r.place[c.code]
+		if !ok {
+			k = len(r.links)
+			r.place[c.code] = k
+			r.links = append(r.links, pgtype.Text{String: c.code, Valid: true})
+			r.counts = append(r.counts, pgtype.Int8{Valid: true})
+		}
+		r.counts[k].Int64++
+	}
+}
+
+// pgArray is a one-dimensional array parameter whose elements pgx reads
+// through pointers (*pgtype.UUID is a UUIDValuer, *pgtype.Text a
+// TextValuer, *pgtype.Timestamptz a TimestamptzValuer): boxing a pointer
+// allocates nothing.
+type pgArray[T any] []T
+
+func (a pgArray[T]) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a pgArray[T]) Index(i int) any { return &a[i] }
+
+func (a pgArray[T]) IndexType() any { return new(T) }
 
 func insertDrops(ctx context.Context, db pg.Querier, flushID uuid.UUID, codes []string, counts []int64) error {
 	_, err := db.Exec(ctx, sqlInsertDrops, flushID, codes, counts)

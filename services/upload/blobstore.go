@@ -67,6 +67,10 @@ type Partial interface {
 	// holds an overlapping lock. The lock ends with unlock or Close, or when
 	// the process dies.
 	LockRange(off, n int64) (unlock func(), err error)
+	// Allocate reserves the disk blocks of [off, off+n) before a chunk is
+	// written there, without changing the file's size. Best effort: where
+	// the file system cannot, it does nothing; a full disk is an error.
+	Allocate(off, n int64) error
 	// Sync makes what was written durable.
 	Sync() error
 	// Size is the file's current size.
@@ -361,6 +365,8 @@ func ignoreNotExist(err error) error {
 type localPartial struct{ *os.File }
 
 func (p *localPartial) LockRange(off, n int64) (func(), error) { return lockRange(p.File, off, n) }
+
+func (p *localPartial) Allocate(off, n int64) error { return allocate(p.File, off, n) }
 
 func (p *localPartial) Size() (int64, error) {
 	st, err := p.Stat()

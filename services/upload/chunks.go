@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"strconv"
 
 	"github.com/fencelab/fencelab/core/httpx"
 )
@@ -16,6 +18,13 @@ import (
 // file, under a byte-range lock; they are recorded (upload_chunk) only once
 // their bytes are durable, so a recorded chunk's bytes are final. A
 // retransmit of a recorded chunk is compared with them, never written.
+
+// PointChunkRecorded is hit when a chunk PUT has recorded its chunk (the
+// bytes durable, the row in) and has not yet advanced the running hash;
+// the key is "<session id>/<n>". Experiments pause or fail a writer here
+// to show the running hash stays right when the advance is late or never
+// comes (UP-F5).
+const PointChunkRecorded = "upload.chunk_recorded"
 
 // Checksum is a chunk's SHA-256 as the client sent it (nil: none sent).
 type Checksum []byte
@@ -49,13 +58,16 @@ func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n 
 		return res, err
 	}
 	if !stored {
-		err := s.writeChunk(ctx, sess, n, off, size, body, sum)
+		head, err := s.writeChunk(ctx, sess, n, off, size, body, sum)
 		if !errors.Is(err, errStoredMeanwhile) {
 			res.Stored = err == nil
 			s.m.chunk(res.Stored, err)
 			if res.Stored {
 				s.m.chunkBytes.Add(float64(size))
-				s.advanceHash(ctx, sess)
+				if err := s.faults.Hit(ctx, PointChunkRecorded, id+"/"+strconv.Itoa(n)); err != nil {
+					return res, err
+				}
+				s.advanceHash(ctx, sess, head)
 			}
 			return res, err
 		}
@@ -73,61 +85,83 @@ var errStoredMeanwhile = errors.New("upload: chunk stored meanwhile")
 // was too slow): the client's problem, answered with a 400.
 var errBody = errors.New("upload: chunk body incomplete")
 
-func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) error {
+// writeChunk writes chunk n in place under its range lock and records it.
+// When the running hash stands exactly at n (the chunk arrives in order),
+// the bytes go to the file and to a copy of the running hash in one pass
+// (io.MultiWriter over one pooled buffer), and that hash is returned for
+// advanceHash to take over: the chunk is never read back for the
+// whole-file digest.
+func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) (*streamedChunk, error) {
 	part, err := s.store.OpenPartial(ctx, sess.ID, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer part.Close()
 	// One writer per chunk: a retransmit racing the original (or a corrupt
 	// one racing a good one) must not interleave bytes in the same range.
 	unlock, err := part.LockRange(off, size)
 	if errors.Is(err, ErrRangeBusy) {
-		return fmt.Errorf("%w (chunk %d)", ErrChunkInProgress, n)
+		return nil, fmt.Errorf("%w (chunk %d)", ErrChunkInProgress, n)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
 	// Under the lock, "recorded" means "its bytes are final": recorders
 	// hold the lock until their row is in.
-	if stored, err := chunkStored(ctx, s.db, sess.ID, n); err != nil || stored {
+	stored, hashed, state, err := chunkStoredAndHash(ctx, s.db, sess.ID, n)
+	if err != nil || stored {
 		if stored {
-			return errStoredMeanwhile
+			return nil, errStoredMeanwhile
 		}
-		return err
+		return nil, err
 	}
-	h := sha256.New()
-	dst := io.Writer(io.NewOffsetWriter(part, off))
+	if err := part.Allocate(off, size); err != nil {
+		return nil, err
+	}
+	head := streamFrom(n, hashed, state)
+	var check hash.Hash
+	ws := []io.Writer{io.NewOffsetWriter(part, off)}
+	if head != nil {
+		ws = append(ws, head.h)
+	}
 	if sum != nil {
-		dst = io.MultiWriter(dst, h)
+		check = sha256.New()
+		ws = append(ws, check)
+	}
+	dst := ws[0]
+	if len(ws) > 1 {
+		dst = io.MultiWriter(ws...)
 	}
 	bp := s.buf()
 	defer s.bufs.Put(bp)
 	if err := copyExactly(dst, body, size, *bp); err != nil {
-		return fmt.Errorf("chunk %d: %w", n, err)
+		return nil, fmt.Errorf("chunk %d: %w", n, err)
 	}
 	var shaHex *string
 	if sum != nil {
-		got := h.Sum(nil)
+		got := check.Sum(nil)
 		if !bytes.Equal(got, sum) {
-			return fmt.Errorf("%w: chunk %d hashes to %x, the header says %x", ErrChunkChecksum, n, got, []byte(sum))
+			return nil, fmt.Errorf("%w: chunk %d hashes to %x, the header says %x", ErrChunkChecksum, n, got, []byte(sum))
 		}
 		x := hex.EncodeToString(got)
 		shaHex = &x
 	}
 	if err := part.Sync(); err != nil {
-		return err
+		return nil, err
 	}
 	ok, err := storeChunk(ctx, s.db, sess.ID, n, size, shaHex)
-	if err != nil || ok {
-		return err
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return head, nil
 	}
 	// The session left open while we wrote (aborted, expired, completed).
 	if cur, err := getSession(ctx, s.db, sess.ID); err == nil && cur.State != SessionOpen {
-		return notOpen(cur)
+		return nil, notOpen(cur)
 	}
-	return fmt.Errorf("upload: chunk %d of %s was recorded by a writer that did not hold its lock", n, sess.ID)
+	return nil, fmt.Errorf("upload: chunk %d of %s was recorded by a writer that did not hold its lock", n, sess.ID)
 }
 
 // copyExactly copies exactly size bytes from r to w in buffer-sized writes

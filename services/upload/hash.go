@@ -1,6 +1,7 @@
 package upload
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding"
@@ -30,7 +31,7 @@ func (s *Service) hashPartial(ctx context.Context, sess Session) (sha string, si
 		return "", 0, err
 	}
 	err = pg.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		h, hashed, err := s.foldChunks(ctx, tx, sess, part, false)
+		h, hashed, err := s.foldChunks(ctx, tx, sess, part, false, nil)
 		if err != nil {
 			return err
 		}
@@ -43,19 +44,46 @@ func (s *Service) hashPartial(ctx context.Context, sess Session) (sha string, si
 	return sha, size, err
 }
 
+// streamedChunk is chunk n's bytes fed to a running hash as they were
+// written to the partial file, in the same pass: h continues the saved
+// state from (chunks 0..n-1). It is applied only once chunk n is recorded
+// (its bytes final) and only if the saved hash still stands at n with that
+// state; otherwise it is dropped and the chunk is read back like any other.
+type streamedChunk struct {
+	n    int
+	from []byte
+	h    hash.Hash
+}
+
+// streamFrom returns a hash positioned at chunk n when the running hash
+// (hashed, state, read without a lock) stands exactly there: chunk n
+// arrives in order and can be hashed as it is written. Nil otherwise.
+func streamFrom(n, hashed int, state []byte) *streamedChunk {
+	if hashed != n || state == nil {
+		return nil
+	}
+	h := sha256.New()
+	if h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state) != nil {
+		return nil
+	}
+	return &streamedChunk{n: n, from: state, h: h}
+}
+
 // advanceHash feeds the chunks that now follow the session's running hash
 // without a gap into it, after a chunk PUT stored one: the whole-file hash
-// is computed as the chunks arrive, and complete only finishes it. It is
-// best effort — if another request is advancing the hash, or anything
-// fails, complete catches up.
-func (s *Service) advanceHash(ctx context.Context, sess Session) {
+// is computed as the chunks arrive, and complete only finishes it. With
+// head (the chunk just stored was hashed as it was written) the head's
+// state is taken over instead of re-reading that chunk, waiting for a fold
+// in progress if need be; without, it is best effort — if another request
+// is advancing the hash, or anything fails, complete catches up.
+func (s *Service) advanceHash(ctx context.Context, sess Session, head *streamedChunk) {
 	err := pg.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		part, err := s.store.OpenPartial(ctx, sess.ID, false)
 		if err != nil {
 			return err
 		}
 		defer part.Close()
-		_, _, err = s.foldChunks(ctx, tx, sess, part, true)
+		_, _, err = s.foldChunks(ctx, tx, sess, part, head == nil, head)
 		return err
 	})
 	if err != nil && ctx.Err() == nil {
@@ -65,17 +93,31 @@ func (s *Service) advanceHash(ctx context.Context, sess Session) {
 
 // foldChunks takes the session's running hash (or, with try, gives up if
 // someone holds it), feeds it the stored chunks that follow it without a
-// gap, reading them back from the partial file, and saves it. Recorded
-// chunks are final (their rows are written after their bytes, under their
-// range lock), so what was hashed never changes.
-func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part Partial, try bool) (hash.Hash, int, error) {
+// gap — head's state for the first when head is that chunk, the others
+// read back from the partial file — and saves it. Recorded chunks are final
+// (their rows are written after their bytes, under their range lock), so
+// what was hashed never changes. UP-F5 rests on this: the row lock makes
+// advances of one session's hash one after the other, and an advance only
+// ever extends the prefix the saved state covers.
+func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part Partial, try bool, head *streamedChunk) (hash.Hash, int, error) {
 	hashed, state, ok, err := lockHash(ctx, tx, sess.ID, try)
 	if err != nil || !ok {
 		return nil, 0, err
 	}
-	h := sha256.New()
-	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
-		return nil, 0, fmt.Errorf("upload: session %s: running hash: %w", sess.ID, err)
+	from := hashed
+	var h hash.Hash
+	if head != nil && head.n == hashed && bytes.Equal(head.from, state) {
+		// The chunk was hashed as it was written, from this very state:
+		// take it over, no read back.
+		h = head.h
+		hashed++
+		_, size := sess.chunkRange(head.n)
+		s.m.hashed.WithLabelValues("streamed").Add(float64(size))
+	} else {
+		h = sha256.New()
+		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
+			return nil, 0, fmt.Errorf("upload: session %s: running hash: %w", sess.ID, err)
+		}
 	}
 	stored, err := storedFrom(ctx, tx, sess.ID, hashed)
 	if err != nil {
@@ -83,7 +125,6 @@ func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part 
 	}
 	bp := s.buf()
 	defer s.bufs.Put(bp)
-	from := hashed
 	for _, n := range stored {
 		if n != hashed {
 			break
@@ -92,6 +133,7 @@ func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part 
 		if _, err := io.CopyBuffer(h, io.NewSectionReader(part, off, size), *bp); err != nil {
 			return nil, 0, err
 		}
+		s.m.hashed.WithLabelValues("reread").Add(float64(size))
 		hashed++
 	}
 	if hashed == from {
@@ -101,7 +143,7 @@ func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part 
 	if err != nil {
 		return nil, 0, err
 	}
-	return h, hashed, saveHash(ctx, tx, sess.ID, hashed, b)
+	return h, hashed, saveHash(ctx, tx, sess.ID, from, hashed, b)
 }
 
 func marshalHash(h hash.Hash) ([]byte, error) {

@@ -49,3 +49,40 @@ func fcntlLock(f *os.File, lk *syscall.Flock_t) error {
 	}
 	return lerr
 }
+
+// fallocKeepSize is FALLOC_FL_KEEP_SIZE from <linux/falloc.h>.
+const fallocKeepSize = 0x1
+
+// allocate reserves [off, off+n) of f's blocks without changing its size
+// (fallocate with FALLOC_FL_KEEP_SIZE). A chunk written into reserved
+// blocks skips the file system's per-block delayed-allocation bookkeeping
+// on every page it writes (about a third of the kernel's cost of the
+// write on ext4), and each chunk's blocks are contiguous whatever order
+// the chunks arrive in. File systems without fallocate are left alone.
+func allocate(f *os.File, off, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			ferr = syscall.Fallocate(int(fd), fallocKeepSize, off, n)
+			if !errors.Is(ferr, syscall.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if errors.Is(ferr, syscall.EOPNOTSUPP) || errors.Is(ferr, syscall.ENOSYS) {
+		return nil
+	}
+	if ferr != nil {
+		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: ferr}
+	}
+	return nil
+}

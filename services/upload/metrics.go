@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	chunks      *prometheus.CounterVec
 	chunkBytes  prometheus.Counter
+	hashed      *prometheus.CounterVec
 	completions *prometheus.CounterVec
 	commits     prometheus.Counter
 	publishes   prometheus.Counter
@@ -26,6 +27,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fencelab_upload_chunk_bytes_total",
 			Help: "Bytes of chunks stored (retransmits not counted).",
 		}),
+		hashed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelab_upload_hashed_bytes_total",
+			Help: "Bytes fed to sessions' running SHA-256, by how: streamed (hashed as the chunk was written, in order) or reread (read back from the partial file: chunks that arrived ahead of a gap).",
+		}, []string{"how"}),
 		completions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_upload_completions_total",
 			Help: "Completions by outcome: completed, or failed (size or SHA-256 differed from the declaration, UP-F5).",
@@ -43,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "What GC reclaimed: sessions_expired, blobs_reclaimed, stray_blobs, stray_partials.",
 		}, []string{"what"}),
 	}
-	reg.MustRegister(m.chunks, m.chunkBytes, m.completions, m.commits, m.publishes, m.gc)
+	reg.MustRegister(m.chunks, m.chunkBytes, m.hashed, m.completions, m.commits, m.publishes, m.gc)
 	return m
 }
 

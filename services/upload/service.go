@@ -13,9 +13,12 @@
 //     from complete blobs (UP-F4).
 //
 // Chunks are written in place into one partial file per session, at their
-// offsets, under a byte-range lock; complete hashes that file once, checks
-// it against the declaration (UP-F5) and renames it to blobs/sha256/<hex>.
-// The bytes are written to disk once and hashed once.
+// offsets, under a byte-range lock. The whole-file SHA-256 is a running
+// hash kept in upload_hash: a chunk that arrives in order is hashed in the
+// same pass that writes it; chunks that arrive ahead of a gap are read back
+// once the gap is filled. Complete finishes the hash, checks it against the
+// declaration (UP-F5) and renames the file to blobs/sha256/<hex>. The bytes
+// are written to disk once and hashed once.
 package upload
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +43,15 @@ ORDER BY g.n LIMIT $3`
 
 	sqlChunkStored = `SELECT EXISTS (SELECT 1 FROM upload_chunk WHERE session_id = $1 AND n = $2)`
 
+	// sqlChunkStoredAndHash is a chunk writer's look under its range lock:
+	// is the chunk recorded, and where does the running hash stand (read
+	// without a lock: a hint whether the chunk arrives in order and can be
+	// hashed as it is written; foldChunks re-checks under the row lock).
+	sqlChunkStoredAndHash = `
+SELECT EXISTS (SELECT 1 FROM upload_chunk c WHERE c.session_id = $1 AND c.n = $2),
+       coalesce(h.hashed_chunks, -1), h.state
+FROM (SELECT 1) one LEFT JOIN upload_hash h ON h.session_id = $1`
+
 	// sqlStoreChunk records a chunk whose bytes are durable, only while the
 	// session is open. Touching the session takes its row lock, so the
 	// insert is ordered against complete, abort and GC's expiry, which all
@@ -61,9 +71,12 @@ RETURNING n`
 	// database's store id and the location recorded before.
 	// sqlLockHash takes a session's running hash; with SKIP LOCKED a chunk
 	// PUT leaves it to whoever is advancing it already.
-	sqlLockHash     = `SELECT hashed_chunks, state FROM upload_hash WHERE session_id = $1 FOR UPDATE`
-	sqlTryLockHash  = sqlLockHash + ` SKIP LOCKED`
-	sqlSaveHash     = `UPDATE upload_hash SET hashed_chunks = $2, state = $3 WHERE session_id = $1`
+	sqlLockHash    = `SELECT hashed_chunks, state FROM upload_hash WHERE session_id = $1 FOR UPDATE`
+	sqlTryLockHash = sqlLockHash + ` SKIP LOCKED`
+	// sqlSaveHash moves the running hash forward from the prefix it was
+	// taken at (UP-F5: the state always covers exactly hashed_chunks chunks;
+	// the row lock already orders savers, the condition says so in SQL).
+	sqlSaveHash     = `UPDATE upload_hash SET hashed_chunks = $3, state = $4 WHERE session_id = $1 AND hashed_chunks = $2 AND $3 > $2`
 	sqlStoredChunks = `SELECT n FROM upload_chunk WHERE session_id = $1 AND n >= $2 ORDER BY n`
 
 	sqlRecordStore = `
@@ -240,8 +253,11 @@ func lockHash(ctx context.Context, tx pgx.Tx, id string, try bool) (hashed int, 
 	return hashed, state, err == nil, err
 }
 
-func saveHash(ctx context.Context, tx pgx.Tx, id string, hashed int, state []byte) error {
-	_, err := tx.Exec(ctx, sqlSaveHash, id, hashed, state)
+func saveHash(ctx context.Context, tx pgx.Tx, id string, from, hashed int, state []byte) error {
+	tag, err := tx.Exec(ctx, sqlSaveHash, id, from, hashed, state)
+	if err == nil && tag.RowsAffected() != 1 {
+		return fmt.Errorf("upload: session %s: running hash moved from chunk %d while held", id, from)
+	}
 	return pg.MapError(err)
 }
 
@@ -270,6 +286,13 @@ func missingChunks(ctx context.Context, db pg.Querier, id string, count, limit i
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	return out, pg.MapError(err)
+}
+
+// chunkStoredAndHash says whether chunk n is recorded and where the
+// running hash stands (hashed -1 and state nil: no running hash row).
+func chunkStoredAndHash(ctx context.Context, db pg.Querier, id string, n int) (stored bool, hashed int, state []byte, err error) {
+	err = pg.MapError(db.QueryRow(ctx, sqlChunkStoredAndHash, id, n).Scan(&stored, &hashed, &state))
+	return stored, hashed, state, err
 }
 
 func chunkStored(ctx context.Context, db pg.Querier, id string, n int) (bool, error) {
