@@ -2,10 +2,17 @@
 # Fenced Fencelab claims vs River (unfenced) on the same PostgreSQL, back to
 # back: `fencelab bench claim` and bench/peers/river (a separate Go module)
 # each enqueue then drain the same number of no-op jobs with the same number
-# of workers and connections; the script prints every run and the ratio of
-# the mean throughputs.
+# of workers and connections (12). Rounds alternate which system goes first
+# (a machine that slows down mid-run penalises both alike); each round's
+# ratio is Fencelab's jobs/s over River's in that round, and the last line
+# is the median of those ratios and of each side's rates:
 #
-#   bench/claim-vs-river.sh [JOBS] [WORKERS] [ROUNDS]     (defaults 50000 2000 2)
+#   RESULT claim ratio=… fencelab_jobs_per_sec=… river_jobs_per_sec=… rounds=N jobs=… workers=…
+#
+# `fencelab bench claim` fails unless CLAIM-I1..I4 hold after its drain, so
+# a round only counts when every fence and event held.
+#
+#   bench/claim-vs-river.sh [JOBS] [WORKERS] [ROUNDS]     (defaults 50000 2000 3)
 #
 # BENCH_DATABASE_URL selects the server; unset, a throwaway local cluster with
 # PostgreSQL's durable defaults (fsync on) is started and removed afterwards.
@@ -13,7 +20,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${1:-50000}
 WORKERS=${2:-2000}
-ROUNDS=${3:-2}
+ROUNDS=${3:-3}
+CONNS=12
+if (( ROUNDS < 1 )); then echo "ROUNDS must be at least 1" >&2; exit 2; fi
 
 tmp=$(mktemp -d /tmp/fencelab-vs-river.XXXXXX)
 chmod 755 "$tmp"
@@ -45,17 +54,29 @@ fi
 go build -o "$tmp/fencelab" ./cmd/fencelab
 (cd bench/peers/river && go build -o "$tmp/river" .)
 
-ours=() theirs=()
+ours=() theirs=() ratios=()
+run_ours() {
+  "$tmp/fencelab" bench claim --jobs "$JOBS" --workers "$WORKERS" --db-max-conns "$CONNS" --database-url "$BENCH_DATABASE_URL" \
+    | tee "$tmp/ours.out" >&2
+  grep '^RESULT' "$tmp/ours.out" | sed -E 's/.*jobs_per_sec=([0-9.]+).*/\1/'
+}
+run_theirs() {
+  "$tmp/river" --jobs "$JOBS" --workers "$WORKERS" --db-max-conns "$CONNS" --database-url "$BENCH_DATABASE_URL" \
+    | tee "$tmp/theirs.out" >&2
+  grep '^RESULT' "$tmp/theirs.out" | sed -E 's/.*jobs_per_sec=([0-9.]+).*/\1/'
+}
 for round in $(seq "$ROUNDS"); do
-  line=$("$tmp/fencelab" bench claim --jobs "$JOBS" --workers "$WORKERS" --database-url "$BENCH_DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
-  ours+=("$(sed -E 's/.*jobs_per_sec=([0-9.]+).*/\1/' <<<"$line")")
-  line=$("$tmp/river" --jobs "$JOBS" --workers "$WORKERS" --database-url "$BENCH_DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
-  theirs+=("$(sed -E 's/.*jobs_per_sec=([0-9.]+).*/\1/' <<<"$line")")
+  if (( round % 2 == 1 )); then a=$(run_ours); b=$(run_theirs); else b=$(run_theirs); a=$(run_ours); fi
+  [[ -n "$a" && -n "$b" ]] || { echo "round $round: a run printed no RESULT line" >&2; exit 1; }
+  r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')
+  ours+=("$a") theirs+=("$b") ratios+=("$r")
+  echo "round $round: fencelab $a jobs/s, river $b jobs/s, ratio $r" >&2
 done
 
-mean() { local s=0; for v in "$@"; do s=$((s + ${v%.*})); done; echo $((s / $#)); }
-a=$(mean "${ours[@]}"); b=$(mean "${theirs[@]}")
-echo
-echo "fencelab (fenced): ${ours[*]} jobs/s, mean $a"
-echo "river (unfenced):  ${theirs[*]} jobs/s, mean $b"
-awk -v a="$a" -v b="$b" 'BEGIN { printf "ratio fencelab/river = %.2f  (%d jobs, %d workers, %d rounds, back to back)\n", a/b, '"$JOBS"', '"$WORKERS"', '"$ROUNDS"' }'
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+echo >&2
+echo "fencelab (fenced):  ${ours[*]} jobs/s" >&2
+echo "river (unfenced):   ${theirs[*]} jobs/s" >&2
+echo "ratios per round:   ${ratios[*]}  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+printf 'RESULT claim ratio=%.2f fencelab_jobs_per_sec=%.0f river_jobs_per_sec=%.0f rounds=%d jobs=%d workers=%d conns=%d\n' \
+  "$(median "${ratios[@]}")" "$(median "${ours[@]}")" "$(median "${theirs[@]}")" "$ROUNDS" "$JOBS" "$WORKERS" "$CONNS"

@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # `fencelab bench points` (debits over HTTP, through core/idem, the ledger
-# and the outbox) against pgbench running the same SQL statements
-# (bench/pgbench/points.sql), on the same PostgreSQL, back to back, at the
-# same client count; prints every run and the ratio of mean throughputs.
+# and the outbox) against pgbench running the same SQL statements in the
+# same transactions (bench/pgbench/points.sql), on the same PostgreSQL, at
+# the same client count, in alternating rounds (fencelab first in odd
+# rounds, pgbench first in even ones, so drift in the machine's load hits
+# both sides alike). Prints every run, then one line
 #
-#   bench/points-vs-pgbench.sh [CLIENTS] [ACCOUNTS] [SECONDS] [ROUNDS]   (defaults 32 1000 20 2)
+#   RESULT points ratio=<median of per-round ratios> p99_ms=<median p99> fencelab_per_sec=<median> pgbench_tps=<median> rounds=N clients=… accounts=… db_conns=… seconds=…
+#
+#   bench/points-vs-pgbench.sh [CLIENTS] [ACCOUNTS] [SECONDS] [ROUNDS]   (defaults 32 1000 20 3)
 #
 # BENCH_DATABASE_URL selects the server; unset, a throwaway local cluster with
 # PostgreSQL's durable defaults (fsync on) is started and removed
-# afterwards. DB_CONNS sets the HTTP server's pool (default: the app's, 12);
-# SHARDS the system-account shards (default 64; 1 is the naive hot row).
+# afterwards. DB_CONNS sets the HTTP server's pool (default: CLIENTS, the
+# connections pgbench gets; the app's own default is 12, see
+# docs/chapters/05-points.md); SHARDS the system-account shards (default
+# 64; 1 is the naive hot row). PGBENCH_PIPELINE=0 runs the pgbench script
+# without its pipelines (every statement its own round trip) for comparison.
+# Every fencelab run checks the points, idem and outbox invariants and
+# fails on a violation; the last step checks them once more after the last
+# pgbench run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLIENTS=${1:-32}
 ACCOUNTS=${2:-1000}
 SECONDS_=${3:-20}
-ROUNDS=${4:-2}
-DB_CONNS=${DB_CONNS:-12}
+ROUNDS=${4:-3}
+DB_CONNS=${DB_CONNS:-$CLIENTS}
 SHARDS=${SHARDS:-64}
+PGBENCH_PIPELINE=${PGBENCH_PIPELINE:-1}
+[[ $ROUNDS -ge 1 ]] || { echo "ROUNDS must be at least 1" >&2; exit 2; }
 
 tmp=$(mktemp -d /tmp/fencelab-points-vs-pgbench.XXXXXX)
 chmod 755 "$tmp"
@@ -52,28 +64,70 @@ psql -q -v ON_ERROR_STOP=1 -v accounts="$ACCOUNTS" -f bench/pgbench/points-setup
 
 # A response body and event payload the size of the server's.
 body='{"id":123456,"kind":"debit","account_id":"bench-123456-00042","amount":7,"reason":"bench","balance":999993,"version":2,"entries":[{"account_id":"bench-123456-00042","amount":-7},{"account_id":"sys:redemption","amount":7}],"created_at":"2026-01-01T00:00:00.000000Z"}'
+script=bench/pgbench/points.sql
+if [[ $PGBENCH_PIPELINE == 0 ]]; then
+  script="$tmp/points-unpipelined.sql"
+  grep -v -E '^\\(start|end)pipeline' bench/pgbench/points.sql >"$script"
+fi
 pgbench_run() {
-  "$pgbin/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECONDS_" -f bench/pgbench/points.sql \
+  "$pgbin/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECONDS_" -f "$script" \
     -D accounts="$ACCOUNTS" -D shards="$SHARDS" -D sysacct=sys:redemption -D scope=pgbench.debit \
     -D reason=bench -D fingerprint='\x0000000000000000000000000000000000000000000000000000000000000000' \
     -D lockttl=15000 -D topic=points.debited -D status=201 -D ctype=application/json -D body="$body" \
     "$BENCH_DATABASE_URL"
 }
 
-ours=() theirs=() p99s=()
-for round in $(seq "$ROUNDS"); do
-  line=$("$tmp/fencelab" bench points --clients "$CLIENTS" --accounts "$ACCOUNTS" --duration "${SECONDS_}s" \
-           --hot-duration 0 --db-conns "$DB_CONNS" --shards "$SHARDS" --database-url "$BENCH_DATABASE_URL" | tee /dev/stderr | grep '^RESULT')
+# CPU centiseconds the throwaway cluster has used: its live processes and
+# the backends the postmaster has reaped (pgbench's exit with it). Empty
+# with BENCH_DATABASE_URL: the server may be elsewhere.
+cluster_cpu() {
+  [[ -n ${PGDATA_DIR:-} ]] || return 0
+  local pm total=0 pid f
+  pm=$(head -1 "$PGDATA_DIR/postmaster.pid")
+  for pid in $pm $(pgrep -P "$pm"); do
+    f=$(awk '{ sub(/.*\) /, ""); print $12 + $13, $14 + $15 }' "/proc/$pid/stat" 2>/dev/null) || continue
+    total=$(( total + ${f% *} ))
+    [[ $pid == "$pm" ]] && total=$(( total + ${f#* } ))
+  done
+  echo "$total"
+}
+
+ours=() theirs=() p99s=() ratios=()
+run_ours() {
+  local out line
+  out=$("$tmp/fencelab" bench points --clients "$CLIENTS" --accounts "$ACCOUNTS" --duration "${SECONDS_}s" \
+          --hot-duration 0 --db-conns "$DB_CONNS" --shards "$SHARDS" --database-url "$BENCH_DATABASE_URL")
+  printf '%s\n' "$out" >&2
+  line=$(grep '^RESULT' <<<"$out")
   ours+=("$(sed -E 's/.*debits_per_sec=([0-9.]+).*/\1/' <<<"$line")")
   p99s+=("$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$line")")
-  out=$(pgbench_run 2>&1 | tee /dev/stderr)
+}
+run_theirs() {
+  local out c0 c1 n
+  c0=$(cluster_cpu)
+  out=$(/usr/bin/time -f 'pgbench client CPU %U %S' bash -c "$(declare -f pgbench_run); $(declare -p pgbin CLIENTS SECONDS_ script ACCOUNTS SHARDS body BENCH_DATABASE_URL); pgbench_run" 2>&1)
+  printf '%s\n' "$out" >&2
+  c1=$(cluster_cpu)
   grep -q 'number of failed transactions: 0 ' <<<"$out" || { echo "pgbench reported failures" >&2; exit 1; }
   theirs+=("$(grep -E '^tps' <<<"$out" | sed -E 's/tps = ([0-9.]+).*/\1/')")
+  n=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' <<<"$out")
+  awk -v n="$n" -v c0="${c0:-0}" -v c1="${c1:-0}" -v known="${c0:+1}" \
+    '/^pgbench client CPU/ { printf "  pgbench CPU per transaction: %.3f ms in pgbench, %s ms in PostgreSQL\n", ($5 + $6) * 1000 / n, known ? sprintf("%.3f", (c1 - c0) * 10 / n) : "unknown" }' <<<"$out" >&2
+}
+for round in $(seq "$ROUNDS"); do
+  echo "--- round $round of $ROUNDS: $(uptime)" >&2
+  if (( round % 2 == 1 )); then run_ours; run_theirs; else run_theirs; run_ours; fi
+  ratios+=("$(awk -v a="${ours[-1]}" -v b="${theirs[-1]}" 'BEGIN { printf "%.3f", a / b }')")
 done
+# pgbench's last rows too: the ledger balanced, every record finished.
+"$tmp/fencelab" check --database-url "$BENCH_DATABASE_URL" points idem outbox >&2 ||
+  { rc=$?; echo "fencelab check after the last round failed (status $rc)" >&2; exit 1; }
 
-mean() { local s=0; for v in "$@"; do s=$((s + ${v%.*})); done; echo $((s / $#)); }
-a=$(mean "${ours[@]}"); b=$(mean "${theirs[@]}")
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
-echo "fencelab bench points (HTTP, pool $DB_CONNS): ${ours[*]} debits/s, mean $a; p99 ${p99s[*]} ms"
-echo "pgbench, same SQL ($CLIENTS connections): ${theirs[*]} tps, mean $b"
-awk -v a="$a" -v b="$b" 'BEGIN { printf "ratio fencelab/pgbench = %.2f  ('"$CLIENTS"' clients, '"$ACCOUNTS"' accounts, '"$SECONDS_"' s, '"$ROUNDS"' rounds, back to back)\n", a/b }'
+echo "fencelab bench points (HTTP, pool $DB_CONNS): ${ours[*]} debits/s; p99 ${p99s[*]} ms"
+echo "pgbench, same SQL ($CLIENTS connections, pipelines $([[ $PGBENCH_PIPELINE == 0 ]] && echo off || echo on)): ${theirs[*]} tps"
+echo "per-round ratios fencelab/pgbench: ${ratios[*]}  ($CLIENTS clients, $ACCOUNTS accounts, $SECONDS_ s, alternating); load now: $(uptime | sed 's/.*load average: //')"
+printf 'RESULT points ratio=%.2f p99_ms=%s fencelab_per_sec=%.0f pgbench_tps=%.0f rounds=%d clients=%d accounts=%d db_conns=%d seconds=%d\n' \
+  "$(median "${ratios[@]}")" "$(median "${p99s[@]}")" "$(median "${ours[@]}")" "$(median "${theirs[@]}")" \
+  "$ROUNDS" "$CLIENTS" "$ACCOUNTS" "$DB_CONNS" "$SECONDS_"

@@ -6,7 +6,9 @@
 // 0600 upload. A table's indexes live in its owner's range (docs/DATA.md):
 // 0032 holds outbox_event's per-topic indexes. golang-migrate applies only
 // versions above a database's current one, so a file added below it must be
-// a no-op where the schema already has its effect.
+// a no-op where the schema already has its effect, and its statements are
+// repeated in a new top catch-up file (0603_catch_up, 0604_catch_up) so that a database
+// already past it converges (core/pg TestAnOldDevDatabaseCatchesUp).
 package migrations
 
 import "embed"

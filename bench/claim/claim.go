@@ -3,6 +3,13 @@
 // completions, and report jobs/s and the claim-to-complete latency measured
 // by the database (job_event timestamps). It runs against DATABASE_URL, or a
 // fresh local cluster with PostgreSQL's durable defaults (fsync on).
+//
+// Besides jobs/s it prints the load-independent costs of each phase — WAL
+// bytes per job (pg_current_wal_lsn deltas) and round trips and statements
+// per job (counted by a pgx tracer on the bench's pool) — and it ends by
+// running the claim engine's invariants (CLAIM-I1..I4) over the database,
+// failing when any is violated: a faster drain that breaks a fence is not
+// a result.
 package claimbench
 
 import (
@@ -14,10 +21,15 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
@@ -37,7 +49,7 @@ func Run(_ []app.Module, args []string) error {
 	maxConns := fs.Int("db-max-conns", 12, "database pool size")
 	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 500))")
 	batch := fs.Int("complete-batch", 0, "completions per statement (0: 1000)")
-	completers := fs.Int("completers", 0, "concurrent completion flushers (0: 2)")
+	pipelines := fs.Int("pipelines", 0, "claim-and-complete loops, each one round trip per batch (0: 2)")
 	url := fs.String("database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster (fsync on), removed afterwards")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
 	if err := fs.Parse(args); err != nil {
@@ -61,7 +73,8 @@ func Run(_ []app.Module, args []string) error {
 	if err := (pg.Migrator{FS: migrations.FS, URL: dbURL}).Up(); err != nil {
 		return err
 	}
-	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(*maxConns), ApplicationName: "fencelab-bench-claim"})
+	trips := &tripCounter{}
+	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(*maxConns), ApplicationName: "fencelab-bench-claim", Tracer: trips})
 	if err != nil {
 		return err
 	}
@@ -78,6 +91,12 @@ func Run(_ []app.Module, args []string) error {
 		return err
 	}
 
+	checkpoint(ctx, pool)
+	walEnqueue, err := walLSN(ctx, pool)
+	if err != nil {
+		return err
+	}
+	trips.reset()
 	begin := time.Now()
 	const chunk = 5000
 	for i := 0; i < *jobs; i += chunk {
@@ -90,10 +109,22 @@ func Run(_ []app.Module, args []string) error {
 			return err
 		}
 	}
-	fmt.Printf("enqueued %d jobs in %v\n", *jobs, time.Since(begin).Round(time.Millisecond))
+	enqueueElapsed := time.Since(begin)
+	enqueueTrips, enqueueStmts := trips.reset()
+	walDrain, err := walLSN(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("enqueued %d jobs in %v\n", *jobs, enqueueElapsed.Round(time.Millisecond))
 	if _, err := pool.Exec(ctx, `ANALYZE job`); err != nil {
 		return err
 	}
+	checkpoint(ctx, pool)
+	walStart, err := walLSN(ctx, pool)
+	if err != nil {
+		return err
+	}
+	trips.reset()
 
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -108,8 +139,13 @@ func Run(_ []app.Module, args []string) error {
 	}
 	start := time.Now()
 	err = c.Work(ctx, claim.PoolOptions{Workers: *workers, FetchLimit: *fetch, CompleteBatch: *batch,
-		Completers: *completers, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond})
+		Pipelines: *pipelines, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond})
 	elapsed := time.Since(start)
+	if err != nil {
+		return err
+	}
+	drainTrips, drainStmts := trips.reset()
+	walEnd, err := walLSN(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -135,7 +171,27 @@ func Run(_ []app.Module, args []string) error {
 		*jobs, *workers, *maxConns, rate, elapsed.Round(time.Millisecond), p50*1000, p99*1000)
 	fmt.Printf("  every completion fenced (id, owner, fence, running, lease) with its job_event rows in the same statement\n")
 	fmt.Printf("  PostgreSQL %s, fsync=%s, synchronous_commit=%s; the machine is shared, figures are under contention\n", version, fsync, syncCommit)
-	fmt.Printf("RESULT system=fencelab jobs=%d workers=%d jobs_per_sec=%.0f p99_ms=%.1f\n", *jobs, *workers, rate, p99*1000)
+	perJob := func(v float64) float64 { return v / float64(*jobs) }
+	fmt.Printf("  per job: enqueue %.0f WAL bytes, %.4f round trips (%.4f statements); drain %.0f WAL bytes, %.4f round trips (%.4f statements)\n",
+		perJob(float64(walDrain-walEnqueue)), perJob(float64(enqueueTrips)), perJob(float64(enqueueStmts)),
+		perJob(float64(walEnd-walStart)), perJob(float64(drainTrips)), perJob(float64(drainStmts)))
+
+	// CLAIM-I1..I4 over the whole database after the drain: the bench fails
+	// rather than report a rate whose fences or history do not hold.
+	reg := invariant.MustRegistry(claim.Invariants)
+	var broken strings.Builder
+	for _, res := range reg.Run(ctx, pool, "claim") {
+		if res.Holds() {
+			fmt.Printf("  %s holds: %s\n", res.ID, res.Statement)
+			continue
+		}
+		invariant.Format(&broken, res)
+	}
+	if broken.Len() > 0 {
+		return fmt.Errorf("bench claim: invariants violated after the drain:\n%s", broken.String())
+	}
+	fmt.Printf("RESULT system=fencelab jobs=%d workers=%d jobs_per_sec=%.0f p99_ms=%.1f wal_bytes_per_job=%.0f round_trips_per_job=%.4f\n",
+		*jobs, *workers, rate, p99*1000, perJob(float64(walEnd-walStart)), perJob(float64(drainTrips)))
 
 	if *url != "" { // leave someone else's database as we found it
 		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job WHERE kind = $1 AND business_key LIKE $2 RETURNING id)
@@ -144,3 +200,53 @@ func Run(_ []app.Module, args []string) error {
 	}
 	return nil
 }
+
+// walLSN is the server's current WAL insert position in bytes: deltas are
+// the WAL a phase wrote (the whole cluster's: a throwaway cluster has
+// nothing else writing).
+func walLSN(ctx context.Context, db pg.Querier) (int64, error) {
+	var lsn int64
+	err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&lsn)
+	if err != nil {
+		return 0, fmt.Errorf("bench claim: read WAL position: %w", err)
+	}
+	return lsn, nil
+}
+
+// checkpoint starts a phase right after a checkpoint, so the full-page
+// images in its WAL are those of every page it touches, not an accident of
+// when the last timed checkpoint happened to fall: WAL bytes per job
+// compare from run to run. Without the right (pg_checkpoint or superuser)
+// the figure is only noisier; the bench says so and goes on.
+func checkpoint(ctx context.Context, db pg.Querier) {
+	if _, err := db.Exec(ctx, `CHECKPOINT`); err != nil {
+		fmt.Printf("  (no CHECKPOINT before the phase: %v; WAL bytes include full-page images by chance)\n", err)
+	}
+}
+
+// tripCounter counts round trips (a query, or a batch of queries sent
+// together) and statements on the bench's pool.
+type tripCounter struct{ trips, stmts atomic.Int64 }
+
+func (t *tripCounter) reset() (trips, stmts int64) {
+	return t.trips.Swap(0), t.stmts.Swap(0)
+}
+
+func (t *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.trips.Add(1)
+	t.stmts.Add(1)
+	return ctx
+}
+
+func (t *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.trips.Add(1)
+	return ctx
+}
+
+func (t *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	t.stmts.Add(1)
+}
+
+func (t *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

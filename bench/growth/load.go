@@ -14,7 +14,9 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 	"github.com/fencelab/fencelab/services/upload"
 )
@@ -35,6 +37,9 @@ const (
 	Reader          = "growth-reader"
 	Author          = "growth-author"
 	historyKinds    = 4
+	NotifyUser      = "growth-user"
+	OldAuthor       = "growth-old-author"
+	OldAuthorPosts  = 10 // all past the retention, fewer than feed.MinBackfillPosts
 )
 
 // LoadOptions shape Load.
@@ -52,10 +57,11 @@ const Live = LiveJobs
 
 // Load grows every growing table by n rows of history (jobs with two
 // events each, outbox events of a consumed and an unconsumed topic with the
-// consumer's inbox rows, clicks, posts with their feed inbox rows) and adds
-// the purgeable slice and the live set, in bulk INSERT … SELECT
-// generate_series statements, then VACUUM ANALYZE so plans see the
-// tables as they are. The rows obey the claim, outbox and shortlink
+// consumer's inbox rows, clicks, notifications with their tasks, jobs and
+// attempts, posts with their feed inbox rows) and adds the purgeable slice
+// and the live set, in bulk INSERT … SELECT generate_series statements,
+// then VACUUM ANALYZE so plans see the tables as they are. The rows obey
+// the claim, outbox, shortlink, notify and FEED-I2
 // invariants. n = 0 loads only the purgeable slice and the live set: the
 // empty baseline.
 func Load(ctx context.Context, db pg.Querier, n int, o LoadOptions) error {
@@ -142,23 +148,73 @@ SELECT ('00000000-0000-7000-9000-' || lpad(to_hex(i), 12, '0'))::uuid, 'user-gro
                             ELSE now() - (0.9 * $2::bigint * random()) * interval '1 microsecond' END AS t) x`,
 			[]any{n, ret, PurgeableRows}},
 
-		// Feed: an author with n pushed posts, a reader who follows them
-		// and has every post in the inbox.
+		// Notifications: one user, notifications with one email task each
+		// (its claim job finished, two job events, one successful send),
+		// a purgeable slice past the retention and history inside it.
+		{"notify user", `
+INSERT INTO notify_user (user_id) VALUES ($1)`, []any{NotifyUser}},
+		{"notify notifications", `
+INSERT INTO notify_notification (user_id, event_key, template, submitted_by, created_at)
+SELECT $3, 'growth-' || i, 'growth', 'growth',
+       CASE WHEN i <= $4 THEN now() - $2::bigint * interval '1 microsecond' - interval '1 hour' - i * interval '1 millisecond'
+            ELSE now() - (0.9 * $2::bigint * (1 - i::float8 / ($1 + $4 + 1))) * interval '1 microsecond' END
+  FROM generate_series(1, $1::int + $4::int) i`, []any{n, ret, NotifyUser, PurgeableRows}},
+		{"notify jobs", `
+INSERT INTO job (kind, business_key, state, due_at, created_at, updated_at, attempts, fence, owner)
+SELECT 'notify.email', 'notify-' || id || '-email', 'succeeded', created_at, created_at, created_at, 1, 1, 'growth'
+  FROM notify_notification WHERE user_id = $1 ORDER BY id`, []any{NotifyUser}},
+		{"notify job events", `
+INSERT INTO job_event (job_id, event, fence, owner, state, at)
+SELECT id, e.event, 1, 'growth', e.state, updated_at
+  FROM job, (VALUES ('claimed', 'running'), ('succeeded', 'succeeded')) AS e(event, state)
+ WHERE kind = 'notify.email' AND business_key LIKE 'notify-%'
+ ORDER BY id, e.event`, nil},
+		// Statistics first, so the joins below hash instead of looping.
+		{"notify analyze", `ANALYZE job, notify_notification`, nil},
+		{"notify tasks", `
+INSERT INTO notify_task (notification_id, channel, job_id, created_at)
+SELECT n.id, 'email', j.id, n.created_at
+  FROM notify_notification n JOIN job j ON j.kind = 'notify.email' AND j.business_key = 'notify-' || n.id || '-email'
+ WHERE n.user_id = $1`, []any{NotifyUser}},
+		{"notify analyze tasks", `ANALYZE notify_task`, nil},
+		{"notify attempts", `
+INSERT INTO notify_attempt (task_id, attempt_no, op, fence, worker, key_sent, outcome, effect_id, started_at, finished_at)
+SELECT t.id, 1, 'send', 1, 'growth', t.delivery_key, 'success', 'effect-' || t.id, t.created_at, t.created_at
+  FROM notify_task t JOIN notify_notification n ON n.id = t.notification_id
+ WHERE n.user_id = $1`, []any{NotifyUser}},
+
+		// Feed: an author with n pushed posts inside the retention and a
+		// purgeable slice past it, an author whose few posts are all past
+		// it (FEED-I2's horizon: its newest posts leave the inbox too), a
+		// reader who follows both and has every post in the inbox, and
+		// the fan-out consumer past the follows.
 		{"feed users", `
-INSERT INTO social_user (user_id) VALUES ($1), ($2)`, []any{Author, Reader}},
+INSERT INTO social_user (user_id) VALUES ($1), ($2), ($3)`, []any{Author, Reader, OldAuthor}},
 		{"feed follow", `
 INSERT INTO social_relation (follower, followee, state, version, event_id, changed_tx)
-VALUES ($1, $2, 'active', 1, 0, pg_current_xact_id())`, []any{Reader, Author}},
+VALUES ($1, $2, 'active', 1, 0, pg_current_xact_id()), ($1, $3, 'active', 1, 0, pg_current_xact_id())`,
+			[]any{Reader, Author, OldAuthor}},
 		{"feed posts", `
 INSERT INTO social_post (author, visibility, body, created_at)
-SELECT $2, 'PUBLIC', 'post ' || i, now() - (($1 - i) * interval '1 second')
-  FROM generate_series(1, greatest($1, 100)) i`, []any{n, Author}},
+SELECT $2, 'PUBLIC', 'post ' || i,
+       CASE WHEN i <= $4 THEN now() - $3::bigint * interval '1 microsecond' - interval '1 hour' - ($4 - i) * interval '1 millisecond'
+            ELSE now() - (0.9 * $3::bigint * (1 - i::float8 / ($1 + $4 + 1))) * interval '1 microsecond' END
+  FROM generate_series(1, greatest($1, 100) + $4) i`, []any{n, Author, ret, PurgeableRows}},
+		{"feed old posts", `
+INSERT INTO social_post (author, visibility, body, created_at)
+SELECT $1, 'PUBLIC', 'old post ' || i, now() - $2::bigint * interval '1 microsecond' - i * interval '1 hour'
+  FROM generate_series(1, $3) i`, []any{OldAuthor, ret, OldAuthorPosts}},
 		{"feed settled posts", `
 INSERT INTO social_feed_post (post_id, author, created_at, pushed)
-SELECT post_id, author, created_at, true FROM social_post WHERE author = $1`, []any{Author}},
+SELECT post_id, author, created_at, true FROM social_post WHERE author IN ($1, $2) ORDER BY created_at, post_id`,
+			[]any{Author, OldAuthor}},
 		{"feed inbox", `
 INSERT INTO social_feed_inbox (reader, created_at, post_id)
-SELECT $1, created_at, post_id FROM social_feed_post WHERE author = $2`, []any{Reader, Author}},
+SELECT $1, created_at, post_id FROM social_feed_post WHERE author IN ($2, $3)`, []any{Reader, Author, OldAuthor}},
+		{"feed fan-out consumer", `
+INSERT INTO outbox_consumer (name, topics, position_tx, position_id)
+VALUES ('social.feed.fanout', ARRAY['social.post', 'social.rel'], pg_current_xact_id(), 0)
+ON CONFLICT (name) DO UPDATE SET position_tx = EXCLUDED.position_tx`, nil},
 	}
 	for _, s := range steps {
 		if o.SkipFeed && strings.HasPrefix(s.name, "feed") {
@@ -172,7 +228,8 @@ SELECT $1, created_at, post_id FROM social_feed_post WHERE author = $2`, []any{R
 		logf("  loaded %-30s %9d rows in %v", s.name, tag.RowsAffected(), time.Since(begin).Round(time.Millisecond))
 	}
 	for _, t := range []string{"job", "job_event", "outbox_event", "outbox_inbox", "outbox_consumer",
-		"shortlink_clicks", "shortlink_click_count", "upload_session", "social_post", "social_feed_post", "social_feed_inbox"} {
+		"shortlink_clicks", "shortlink_click_count", "upload_session", "social_post", "social_feed_post", "social_feed_inbox",
+		"notify_notification", "notify_task", "notify_attempt"} {
 		if _, err := db.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
 			return fmt.Errorf("growth: vacuum %s: %w", t, err)
 		}
@@ -189,10 +246,16 @@ func Probes(ctx context.Context, db pg.Querier) ([]pg.Probe, error) {
 		return nil, fmt.Errorf("growth: consumer position: %w", err)
 	}
 	var ps []pg.Probe
-	ps = append(ps, claim.GrowthProbes(Retention, nil)...)
+	var kept []string // notify's kinds: their jobs go with their notifications (notify.purge)
+	for _, ch := range notify.Channels {
+		kept = append(kept, ch.Kind())
+	}
+	ps = append(ps, claim.GrowthProbes(Retention, kept)...)
 	ps = append(ps, outbox.GrowthProbes(Retention, []string{ConsumedTopic}, pos)...)
 	ps = append(ps, rel.GrowthProbes(Reader)...)
 	ps = append(ps, shortlink.GrowthProbes(Retention, LinkCode)...)
 	ps = append(ps, upload.GrowthProbes(Retention)...)
+	ps = append(ps, notify.GrowthProbes(Retention)...)
+	ps = append(ps, feed.GrowthProbes(Retention)...)
 	return ps, nil
 }

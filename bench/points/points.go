@@ -2,8 +2,8 @@
 // against the real deployable, each with a fresh Idempotency-Key, at a given
 // concurrency over many accounts; then the one-hot-account case (debits
 // and grants on one account from every client: no overdraft, no deadlock);
-// then every points and idem invariant. PostgreSQL keeps its durable
-// defaults (fsync on).
+// then every points, idem and outbox invariant (a violation fails the
+// run). PostgreSQL keeps its durable defaults (fsync on).
 //
 // The server is built in-process (every module, every middleware, access
 // log off) on a loopback listener; the load generator is a closed loop of
@@ -198,10 +198,25 @@ func (b *bench) run(ctx context.Context) error {
 	if b.c.warmup > 0 {
 		b.load(ctx, b.c.warmup, spread)
 	}
+	cpu0 := load.SampleCPU(ctx, b.pool)
 	r := b.load(ctx, b.c.duration, spread)
+	cpu := load.SampleCPU(ctx, b.pool).Sub(cpu0)
 	fmt.Printf("spread: debits of 1..10 over %d accounts for %s\n", b.c.accounts, b.c.duration)
 	r.print()
 	spreadRate, spreadP99 := r.rate(http.StatusCreated), r.quantile(0.99)
+	// CPU per debit is steadier than throughput on a shared machine: it is
+	// what a change in round trips or allocations moves.
+	perDebit := func(d time.Duration) string {
+		if n := r.total(-1); n > 0 {
+			return fmt.Sprintf("%.3f", ms(d)/float64(n))
+		}
+		return "0"
+	}
+	pgCPU := "unknown"
+	if cpu.PGOK {
+		pgCPU = perDebit(cpu.PG)
+	}
+	fmt.Printf("  CPU per request: %s ms in this process (server and load generator), %s ms in PostgreSQL\n", perDebit(cpu.Process), pgCPU)
 
 	if b.c.hotDuration > 0 {
 		if err := b.hot(ctx); err != nil {
@@ -211,7 +226,9 @@ func (b *bench) run(ctx context.Context) error {
 
 	fmt.Println("\ninvariants after the run:")
 	failed := 0
-	for _, res := range b.invariants.Run(ctx, b.pool, "points", "idem") {
+	// Every module the debits went through: the ledger (PTS-I*), the
+	// idempotency records (IDEM-I*) and the outbox events (OUTBOX-I*).
+	for _, res := range b.invariants.Run(ctx, b.pool, "points", "idem", "outbox") {
 		if res.Holds() {
 			fmt.Printf("  ok    %-7s %s\n", res.ID, res.Statement)
 			continue
@@ -228,7 +245,7 @@ func (b *bench) run(ctx context.Context) error {
 	fmt.Println()
 	load.Result("points", "clients", b.c.clients, "accounts", b.c.accounts, "duration", b.c.duration.String(),
 		"debits_per_sec", fmt.Sprintf("%.0f", spreadRate), "p50_ms", r.quantile(0.5), "p99_ms", spreadP99,
-		"errors", r.errors(), "invariants", verdict)
+		"errors", r.errors(), "cpu_ms_per_debit", perDebit(cpu.Process), "pg_cpu_ms_per_debit", pgCPU, "invariants", verdict)
 	if failed > 0 {
 		return fmt.Errorf("bench points: %d invariants violated", failed)
 	}

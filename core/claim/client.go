@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -408,17 +409,83 @@ type completion struct {
 	result *string
 }
 
+// completeArgs orders a batch by id (concurrent batches lock rows in one
+// order, so they cannot deadlock each other) and builds sqlComplete's
+// arguments: the ids, the jsonb object {"<id>": [fence, result position]}
+// and the results.
+func completeArgs(batch []completion) (ids []int64, fences string, results []*string) {
+	slices.SortFunc(batch, func(a, b completion) int { return cmpInt64(a.job.ID, b.job.ID) })
+	ids = make([]int64, len(batch))
+	results = make([]*string, len(batch))
+	buf := make([]byte, 0, 32*len(batch)+2)
+	buf = append(buf, '{')
+	for i, b := range batch {
+		ids[i], results[i] = b.job.ID, b.result
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '"')
+		buf = strconv.AppendInt(buf, b.job.ID, 10)
+		buf = append(buf, `":[`...)
+		buf = strconv.AppendInt(buf, b.job.Fence, 10)
+		buf = append(buf, ',')
+		buf = strconv.AppendInt(buf, int64(i+1), 10)
+		buf = append(buf, ']')
+	}
+	buf = append(buf, '}')
+	return ids, string(buf), results
+}
+
+// fenceMap is {"<id>": fence} for sqlHeartbeat.
+func fenceMap(jobs []*Job) string {
+	buf := make([]byte, 0, 24*len(jobs)+2)
+	buf = append(buf, '{')
+	for i, j := range jobs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '"')
+		buf = strconv.AppendInt(buf, j.ID, 10)
+		buf = append(buf, `":`...)
+		buf = strconv.AppendInt(buf, j.Fence, 10)
+	}
+	buf = append(buf, '}')
+	return string(buf)
+}
+
+// scanCompleted reads sqlComplete's rows: the ids whose fenced update matched.
+func scanCompleted(rows pgx.Rows, done map[int64]bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var kind string
+		if err := rows.Scan(&id, &kind); err != nil {
+			return err
+		}
+		done[id] = true
+	}
+	return rows.Err()
+}
+
+// settleCompleted counts a committed batch's outcomes and returns the jobs
+// whose fence no longer matched.
+func (c *Client) settleCompleted(batch []completion, done map[int64]bool) (stale []*Job) {
+	for _, b := range batch {
+		if done[b.job.ID] {
+			c.m.finished(b.job.Kind, "succeeded")
+		} else {
+			stale = append(stale, b.job)
+			c.m.stale.WithLabelValues(b.job.Kind).Inc()
+		}
+	}
+	return stale
+}
+
 // completeMany runs sqlComplete for one owner's batch and returns the jobs
 // whose fence no longer matched. Deadlocks between concurrent batches (rows
 // locked in different orders) are retried: the statement is all-or-nothing.
 func (c *Client) completeMany(ctx context.Context, db pg.Querier, owner string, batch []completion, recordStale bool) (stale []*Job, err error) {
-	slices.SortFunc(batch, func(a, b completion) int { return cmpInt64(a.job.ID, b.job.ID) })
-	ids := make([]int64, len(batch))
-	fences := make([]int64, len(batch))
-	results := make([]*string, len(batch))
-	for i, b := range batch {
-		ids[i], fences[i], results[i] = b.job.ID, b.job.Fence, b.result
-	}
+	ids, fences, results := completeArgs(batch)
 	done := make(map[int64]bool, len(batch))
 	for attempt := 0; ; attempt++ {
 		clear(done)
@@ -427,16 +494,7 @@ func (c *Client) completeMany(ctx context.Context, db pg.Querier, owner string, 
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				var kind string
-				if err := rows.Scan(&id, &kind); err != nil {
-					return err
-				}
-				done[id] = true
-			}
-			return rows.Err()
+			return scanCompleted(rows, done)
 		}()
 		err = pg.MapError(err)
 		if _, inTx := db.(pgx.Tx); err != nil && !inTx && attempt < 5 && (errors.Is(err, pg.ErrDeadlock) || errors.Is(err, pg.ErrSerialization)) {
@@ -447,15 +505,67 @@ func (c *Client) completeMany(ctx context.Context, db pg.Querier, owner string, 
 		}
 		break
 	}
-	for _, b := range batch {
-		if done[b.job.ID] {
-			c.m.finished(b.job.Kind, "succeeded")
-		} else {
-			stale = append(stale, b.job)
-			c.m.stale.WithLabelValues(b.job.Kind).Inc()
-		}
+	return c.settleCompleted(batch, done), nil
+}
+
+// completeAndClaim is the worker pool's round trip: sqlComplete for the
+// batch of successes (if any) and sqlClaim for up to cp.Limit jobs (if
+// cp.Limit > 0), sent together as one pgx batch. A batch ends with a
+// single Sync, so the two statements run in one implicit transaction: one
+// round trip and one commit (one WAL flush) where there were two of each.
+// Both statements are exactly the ones used alone — every completion is
+// fenced (CLAIM-I4), every claim raises the fence and writes its claimed
+// event (CLAIM-I3) — and nothing is acted on before the commit is
+// confirmed: the claimed jobs are returned, and the completions counted,
+// only once Close has seen the transaction end. On any error neither
+// happened (the transaction is all-or-nothing), unless the connection
+// broke after the commit was sent: then the claimed jobs lapse and are
+// recovered, and a repeated completion is refused by its fence.
+// OnClaim hooks need the claim in a transaction of their own: the pool
+// does not use this for kinds that have one.
+func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []completion, cp ClaimParams) (stale, jobs []*Job, err error) {
+	b := &pgx.Batch{}
+	if len(batch) > 0 {
+		ids, fences, results := completeArgs(batch)
+		b.Queue(sqlComplete, ids, fences, results, owner, true)
 	}
-	return stale, nil
+	if cp.Limit > 0 {
+		b.Queue(sqlClaim, cp.Kinds, cp.Limit, cp.Owner, cp.Lease.Microseconds())
+	}
+	if b.Len() == 0 {
+		return nil, nil, nil
+	}
+	done := make(map[int64]bool, len(batch))
+	err = func() error {
+		br := c.pool.SendBatch(ctx, b)
+		defer br.Close()
+		if len(batch) > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			if err := scanCompleted(rows, done); err != nil {
+				return err
+			}
+		}
+		if cp.Limit > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			if jobs, err = scanJobs(rows); err != nil {
+				return err
+			}
+		}
+		return br.Close() // the commit: nothing above counts until it succeeds
+	}()
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim: complete and claim: %w", pg.MapError(err))
+	}
+	for _, j := range jobs {
+		c.m.claims.WithLabelValues(j.Kind).Inc()
+	}
+	return c.settleCompleted(batch, done), jobs, nil
 }
 
 // rejectStale records a refused write on the client's own pool.
@@ -576,7 +686,7 @@ func (c *Client) heartbeatMany(ctx context.Context, owner string, jobs []*Job, l
 	for i, j := range jobs {
 		ids[i], fences[i] = j.ID, j.Fence
 	}
-	rows, err := c.pool.Query(ctx, sqlHeartbeat, ids, fences, owner, lease.Microseconds())
+	rows, err := c.pool.Query(ctx, sqlHeartbeat, ids, fences, owner, lease.Microseconds(), fenceMap(jobs))
 	if err != nil {
 		return nil, fmt.Errorf("claim: heartbeat: %w", pg.MapError(err))
 	}
@@ -671,4 +781,14 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// hasClaimHooks tells whether one of kinds has an OnClaim hook.
+func (c *Client) hasClaimHooks(kinds []string) bool {
+	for _, name := range kinds {
+		if k, ok := c.Kind(name); ok && k.OnClaim != nil {
+			return true
+		}
+	}
+	return false
 }

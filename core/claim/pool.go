@@ -30,9 +30,12 @@ type PoolOptions struct {
 	FetchLimit int
 	// CompleteBatch bounds the completions one statement carries (default 1000).
 	CompleteBatch int
-	// Completers is the number of goroutines flushing completions (default 2):
-	// while one statement is in flight the next batch accumulates.
-	Completers int
+	// Pipelines is the number of claim-and-complete loops (default 2). Each
+	// sends the successes that accumulated and a claim for the idle workers
+	// as one batch — one round trip, one transaction, one WAL flush — so
+	// while one loop's batch executes or waits for its flush, the next
+	// batch accumulates in the other, and the batch sizes follow the load.
+	Pipelines int
 	// PollInterval is the longest an idle fetcher waits before looking again
 	// (default 1s). Enqueues wake it at once through LISTEN/NOTIFY; the poll
 	// picks up jobs that became due (retries, delayed and periodic jobs).
@@ -71,8 +74,8 @@ func (c *Client) poolDefaults(o PoolOptions) PoolOptions {
 	if o.CompleteBatch <= 0 {
 		o.CompleteBatch = 1000
 	}
-	if o.Completers <= 0 {
-		o.Completers = 2
+	if o.Pipelines <= 0 {
+		o.Pipelines = 2
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
@@ -101,16 +104,17 @@ type pool struct {
 	slots chan struct{} // one token per idle worker
 	done  chan completion
 	gone  chan struct{} // closed when Work gave up on overrunning handlers
-	wake  chan struct{}
 
-	mu   sync.Mutex
-	held map[int64]*held
+	mu     sync.Mutex
+	held   map[int64]*held
+	wakeCh chan struct{} // closed (and replaced) to wake every idle loop
 }
 
 // Work runs the worker pool until ctx ends (or, with ExitWhenIdle, until it
-// runs dry): one fetcher claims up to the number of idle workers per
-// statement, Workers goroutines run handlers, completions are flushed in
-// batches by fenced statements, one heartbeater renews every held lease in
+// runs dry): Pipelines loops each send, in one round trip, the successes
+// that accumulated (one fenced statement) and a claim for up to the number
+// of idle workers (one statement), Workers goroutines run handlers, one
+// heartbeater renews every held lease in
 // one statement and cancels the handlers whose lease was lost, a listener
 // wakes the fetcher on NOTIFY, and a scheduler enqueues periodic kinds'
 // slots. On shutdown the fetcher stops first; running handlers get
@@ -119,12 +123,12 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 	o = c.poolDefaults(o)
 	p := &pool{
 		c: c, o: o,
-		jobs:  make(chan *Job),
-		slots: make(chan struct{}, o.Workers),
-		done:  make(chan completion, o.Workers),
-		gone:  make(chan struct{}),
-		wake:  make(chan struct{}, 1),
-		held:  map[int64]*held{},
+		jobs:   make(chan *Job),
+		slots:  make(chan struct{}, o.Workers),
+		done:   make(chan completion, o.Workers),
+		gone:   make(chan struct{}),
+		held:   map[int64]*held{},
+		wakeCh: make(chan struct{}),
 	}
 	for range o.Workers {
 		p.slots <- struct{}{}
@@ -138,7 +142,7 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 
-	var workers, completers, loops sync.WaitGroup
+	var workers, pipelines, claiming, loops sync.WaitGroup
 	for range o.Workers {
 		workers.Go(func() {
 			for j := range p.jobs {
@@ -147,8 +151,9 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 			}
 		})
 	}
-	for range o.Completers {
-		completers.Go(func() { p.complete(bgCtx) })
+	for range o.Pipelines {
+		claiming.Add(1)
+		pipelines.Go(func() { p.cycle(loopCtx, runCtx, bgCtx, claiming.Done) })
 	}
 	loops.Go(func() { p.heartbeat(bgCtx) })
 	if !o.NoListen {
@@ -156,7 +161,9 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 	}
 	loops.Go(func() { p.schedule(loopCtx) })
 
-	p.fetch(loopCtx, runCtx)
+	// Every loop has stopped claiming (shutdown, or ExitWhenIdle ran dry);
+	// they go on completing until p.done is closed below.
+	claiming.Wait()
 	close(p.jobs)
 
 	// One grace in total: handlers run free for most of it, are cancelled
@@ -176,90 +183,233 @@ func (c *Client) Work(ctx context.Context, o PoolOptions) error {
 		case <-deadline.C:
 			c.log.Warn("claim: handlers did not return within the grace period; their leases will lapse",
 				"held", p.heldCount())
-			// Completers stop now (p.done stays open: a late handler may
+			// The pipelines stop now (p.done stays open: a late handler may
 			// still finish and must not send on a closed channel; it sees
 			// p.gone instead and leaves its job to lapse).
 			close(p.gone)
 			stopLoops()
 			stopBg()
-			completers.Wait()
+			pipelines.Wait()
 			loops.Wait()
 			return nil
 		}
 	}
 	close(p.done)
-	completers.Wait()
+	pipelines.Wait()
 	stopLoops()
 	stopBg()
 	loops.Wait()
 	return nil
 }
 
-// fetch claims while there are idle workers, then sleeps until NOTIFY, the
-// poll interval or shutdown.
-func (p *pool) fetch(ctx, runCtx context.Context) {
-	if len(p.o.Kinds) == 0 {
-		if !p.o.ExitWhenIdle {
-			<-ctx.Done()
+// cycle is one pipeline: it waits until successes are waiting to be
+// written or workers are idle, takes what has accumulated of both (up to
+// CompleteBatch and FetchLimit) and writes the completions and claims the
+// next jobs in one round trip (Client.completeAndClaim), then hands the
+// claimed jobs to the workers. Claiming stops after an empty claim until
+// NOTIFY, the poll interval or the last held job finishing (ExitWhenIdle)
+// wakes it, and for good when loopCtx ends or ExitWhenIdle finds nothing
+// left; stopClaiming is then called once and the loop goes on writing
+// completions until p.done is closed (or p.gone: Work gave up). The claim
+// statement is never cancelled by shutdown: a claim whose commit raced the
+// cancellation would leave jobs running under this owner that nobody runs
+// until their leases lapse.
+func (p *pool) cycle(loopCtx, runCtx, bgCtx context.Context, stopClaiming func()) {
+	claimOn := len(p.o.Kinds) > 0
+	stop := func() {
+		if claimOn {
+			claimOn = false
+			stopClaiming()
 		}
-		return
 	}
-	errDelay := 100 * time.Millisecond
+	if !claimOn {
+		stopClaiming()
+	}
+	defer stop()
+	hooks := p.c.hasClaimHooks(p.o.Kinds)
+	doneOpen := true
+	batch := make([]completion, 0, p.o.CompleteBatch)
+	var (
+		idle      bool // the last claim came back empty: wait for a wake-up
+		idleUntil time.Time
+		wakeC     <-chan struct{}
+		errDelay  = 50 * time.Millisecond
+		failing   time.Time // first failure of the batch being retried
+	)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.slots:
+		if claimOn && loopCtx.Err() != nil {
+			stop()
 		}
-		n := 1
-	grab:
-		for n < p.o.FetchLimit {
+		if !claimOn && !doneOpen && len(batch) == 0 {
+			return
+		}
+		n := 0
+		if len(batch) == 0 {
+			// Wait for work: a success to write, an idle worker (while
+			// claiming and not idle), a wake-up (while idle) or shutdown.
+			var slotsC <-chan struct{}
+			var timerC <-chan time.Time
+			var loopDone <-chan struct{}
+			var doneC <-chan completion
+			if doneOpen {
+				doneC = p.done
+			}
+			var t *time.Timer
+			if claimOn {
+				loopDone = loopCtx.Done()
+				if idle {
+					t = time.NewTimer(time.Until(idleUntil))
+					timerC = t.C
+				} else {
+					slotsC = p.slots
+				}
+			}
 			select {
-			case <-p.slots:
-				n++
-			default:
-				break grab
+			case c, ok := <-doneC:
+				if ok {
+					batch = append(batch, c)
+				} else {
+					doneOpen = false
+				}
+			case <-slotsC:
+				n = 1
+			case <-wakeC:
+				idle = false
+			case <-timerC:
+				idle = false
+			case <-loopDone:
+			case <-p.gone:
+				if t != nil {
+					t.Stop()
+				}
+				return
+			}
+			if t != nil {
+				t.Stop()
 			}
 		}
-		// The claim statement itself is not cancelled by shutdown: a claim
-		// whose commit raced the cancellation would leave jobs running under
-		// this owner that nobody runs until their leases lapse.
-		jobs, err := p.c.Claim(context.WithoutCancel(ctx), ClaimParams{Owner: p.o.Owner, Kinds: p.o.Kinds, Limit: n, Lease: p.o.Lease})
+		// Take whatever else has accumulated.
+	drain:
+		for doneOpen && len(batch) < p.o.CompleteBatch {
+			select {
+			case c, ok := <-p.done:
+				if !ok {
+					doneOpen = false
+					break drain
+				}
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		if claimOn && !idle && loopCtx.Err() == nil {
+		grab:
+			for n < p.o.FetchLimit {
+				select {
+				case <-p.slots:
+					n++
+				default:
+					break grab
+				}
+			}
+		} else {
+			for range n {
+				p.slots <- struct{}{}
+			}
+			n = 0
+		}
+		if len(batch) == 0 && n == 0 {
+			continue
+		}
+		// Take the wake-up channel before claiming: a NOTIFY or the last
+		// job finishing during the statement must still wake this loop.
+		if n > 0 {
+			wakeC = p.wakeC()
+		}
+		// Completions alone stop with bgCtx (Work giving up); a claim is
+		// never cancelled (see above).
+		rtCtx := bgCtx
+		if n > 0 {
+			rtCtx = context.WithoutCancel(bgCtx)
+		}
+		stale, jobs, err := p.roundTrip(rtCtx, batch, n, hooks)
 		for range n - len(jobs) {
 			p.slots <- struct{}{}
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if failing.IsZero() {
+				failing = time.Now()
+			}
+			if len(batch) > 0 && time.Since(failing) >= p.o.Lease {
+				p.c.log.Warn("claim: cannot complete jobs; their leases will lapse", "jobs", len(batch), "err", err)
+				p.finishBatch(batch)
+				batch, failing = batch[:0], time.Time{}
+			} else {
+				p.c.log.Warn("claim: complete and claim failed; retrying", "jobs", len(batch), "claim", n, "err", err, "in", errDelay)
+			}
+			if !sleep(bgCtx, errDelay) {
+				p.finishBatch(batch)
 				return
 			}
-			p.c.log.Warn("claim: fetch failed", "err", err, "retry_in", errDelay)
-			if !sleep(ctx, errDelay) {
-				return
-			}
-			errDelay = min(2*errDelay, 5*time.Second)
+			errDelay = min(2*errDelay, 2*time.Second)
 			continue
 		}
-		errDelay = 100 * time.Millisecond
+		errDelay, failing = 50*time.Millisecond, time.Time{}
+		if len(stale) > 0 {
+			p.c.log.Info("claim: completions refused: fence moved on", "jobs", len(stale))
+		}
+		p.finishBatch(batch)
+		batch = batch[:0]
 		for _, j := range jobs {
 			p.track(runCtx, j)
 			p.jobs <- j
 		}
-		if len(jobs) > 0 {
-			// Look again at once: a short batch may only mean another
+		if n == 0 || len(jobs) > 0 {
+			// Claim again at once: a short batch may only mean another
 			// claimer had the rest locked. Sleep only after an empty claim.
 			continue
 		}
 		if p.o.ExitWhenIdle && p.heldCount() == 0 {
-			return
+			stop()
+			continue
 		}
-		t := time.NewTimer(p.o.PollInterval)
-		select {
-		case <-ctx.Done():
-		case <-p.wake:
-		case <-t.C:
-		}
-		t.Stop()
+		idle, idleUntil = true, time.Now().Add(p.o.PollInterval)
 	}
+}
+
+// roundTrip writes a batch of successes and claims up to n jobs: in one
+// pgx batch, or — when a kind has an OnClaim hook, whose claim needs a
+// transaction of its own — as two calls.
+func (p *pool) roundTrip(ctx context.Context, batch []completion, n int, hooks bool) (stale, jobs []*Job, err error) {
+	cp := ClaimParams{Owner: p.o.Owner, Kinds: p.o.Kinds, Limit: n, Lease: p.o.Lease}
+	if !hooks {
+		return p.c.completeAndClaim(ctx, p.o.Owner, batch, cp)
+	}
+	if len(batch) > 0 {
+		if stale, err = p.c.completeMany(ctx, p.c.pool, p.o.Owner, batch, true); err != nil {
+			return nil, nil, err
+		}
+	}
+	if n > 0 {
+		if jobs, err = p.c.Claim(ctx, cp); err != nil {
+			// The completions committed: report them, and no claim.
+			p.c.log.Warn("claim: fetch failed", "err", err)
+			return stale, nil, nil
+		}
+	}
+	return stale, jobs, nil
+}
+
+// finishBatch releases written (or abandoned) completions' jobs.
+func (p *pool) finishBatch(batch []completion) {
+	if len(batch) == 0 {
+		return
+	}
+	ids := make([]int64, len(batch))
+	for i, b := range batch {
+		ids[i] = b.job.ID
+	}
+	p.untrack(ids...)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -273,11 +423,18 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// signal wakes every idle loop (NOTIFY, or the last held job finished).
 func (p *pool) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
+	p.mu.Lock()
+	close(p.wakeCh)
+	p.wakeCh = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (p *pool) wakeC() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.wakeCh
 }
 
 func (p *pool) track(runCtx context.Context, j *Job) {
@@ -312,7 +469,7 @@ func (p *pool) heldCount() int {
 
 // run is one job on one worker: the after_claim fault point, the handler
 // under a context the heartbeat can cancel, then the outcome. A success is
-// handed to the completers (batched); a failure or unknown is written at once.
+// handed to the pipelines (batched); a failure or unknown is written at once.
 func (p *pool) run(bgCtx context.Context, j *Job) {
 	p.mu.Lock()
 	h := p.held[j.ID]
@@ -348,67 +505,6 @@ func resultPtr(b []byte) *string {
 	}
 	s := string(b)
 	return &s
-}
-
-// complete flushes successes: it takes whatever has accumulated (up to
-// CompleteBatch) and commits it with one fenced statement. Under load the
-// batches grow by themselves while the previous statement is in flight.
-func (p *pool) complete(ctx context.Context) {
-	batch := make([]completion, 0, p.o.CompleteBatch)
-	for {
-		var first completion
-		var ok bool
-		select {
-		case first, ok = <-p.done:
-		case <-p.gone:
-			return
-		}
-		if !ok {
-			return
-		}
-		batch = append(batch[:0], first)
-	drain:
-		for len(batch) < p.o.CompleteBatch {
-			select {
-			case c, ok := <-p.done:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		p.flush(ctx, batch)
-	}
-}
-
-func (p *pool) flush(ctx context.Context, batch []completion) {
-	ids := make([]int64, len(batch))
-	for i, b := range batch {
-		ids[i] = b.job.ID
-	}
-	defer p.untrack(ids...)
-	delay := 50 * time.Millisecond
-	deadline := time.Now().Add(p.o.Lease)
-	for {
-		stale, err := p.c.completeMany(ctx, p.c.pool, p.o.Owner, batch, true)
-		if err == nil {
-			if len(stale) > 0 {
-				p.c.log.Info("claim: completions refused: fence moved on", "jobs", len(stale))
-			}
-			return
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			p.c.log.Warn("claim: cannot complete jobs; their leases will lapse", "jobs", len(batch), "err", err)
-			return
-		}
-		p.c.log.Warn("claim: complete failed; retrying", "jobs", len(batch), "err", err, "in", delay)
-		if !sleep(ctx, delay) {
-			return
-		}
-		delay = min(2*delay, 2*time.Second)
-	}
 }
 
 // heartbeat renews every held lease at a third of the lease in one

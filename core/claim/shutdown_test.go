@@ -27,7 +27,7 @@ func goroutinesIn(fn string) int {
 
 // Issue 20 item 7: a handler that ignores its context overruns the grace
 // period. Work still returns within that one grace (not grace plus a
-// second), and its completers stop with it instead of waiting forever on
+// second), and its pipelines stop with it instead of waiting forever on
 // a channel nobody closes. The handler, when it finally returns, finds
 // nobody to hand its result to and leaves the job to lapse: no panic, no
 // goroutine left behind, the job still claimed (recovery reruns it).
@@ -63,8 +63,8 @@ func TestOverrunningHandlersDoNotOutliveOneGrace(t *testing.T) {
 		t.Fatal("Work did not return after the grace period")
 	}
 	require.Less(t, took, grace+grace/2, "one grace, not grace plus another second")
-	require.Eventually(t, func() bool { return goroutinesIn("(*pool).complete") == 0 },
-		5*time.Second, 10*time.Millisecond, "completers must stop with Work")
+	require.Eventually(t, func() bool { return goroutinesIn("(*pool).cycle") == 0 },
+		5*time.Second, 10*time.Millisecond, "pipelines must stop with Work")
 
 	close(release) // the late handler returns: it must neither panic nor block
 	require.Eventually(t, func() bool { return goroutinesIn("(*pool).run") == 0 },

@@ -16,9 +16,6 @@ const NotifyChannel = "fencelab_claim"
 const jobColumns = `id, kind, business_key, state, payload, due_at, created_at, updated_at,
 	attempts, max_attempts, coalesce(owner, ''), fence, lease_until, coalesce(last_error, ''), result`
 
-const jobColumnsQ = `job.id, job.kind, job.business_key, job.state, job.payload, job.due_at, job.created_at, job.updated_at,
-	job.attempts, job.max_attempts, coalesce(job.owner, ''), job.fence, job.lease_until, coalesce(job.last_error, ''), job.result`
-
 // sqlEnqueue inserts one job or returns the existing one for (kind,
 // business_key). DO UPDATE (a no-op assignment) rather than DO NOTHING so the
 // existing row is returned even when a concurrent enqueue committed it after
@@ -56,6 +53,10 @@ FROM ins`
 // a new owner, fence+1, attempts+1 and a lease, and a claimed event per job
 // (CLAIM-I3: the unique index allows one claimed event per (job, fence)).
 // The statement commits before any handler runs: no lock spans a tool call.
+// The picked rows are updated through their keys as an array (= ANY
+// (ARRAY(…))): a primary-key probe per row. Joined to picked instead, the
+// prepared statement's generic plan (LIMIT $2 unknown) hashed a sequential
+// scan of the whole job table, finished history included, on every claim.
 const sqlClaim = `
 WITH picked AS (
     SELECT id
@@ -69,9 +70,8 @@ claimed AS (
     UPDATE job
     SET state = 'running', owner = $3, fence = job.fence + 1, attempts = job.attempts + 1,
         lease_until = now() + $4::bigint * interval '1 microsecond', updated_at = now()
-    FROM picked
-    WHERE job.id = picked.id
-    RETURNING ` + jobColumnsQ + `
+    WHERE job.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING ` + jobColumns + `
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
@@ -81,33 +81,43 @@ SELECT * FROM claimed`
 
 // sqlComplete finishes many held jobs at once: one UPDATE over the ids in
 // $1 that matches only rows still running under this owner and the fence
-// given for that id in $2 (same position), with an unexpired lease. Rows
-// that no longer match lost their fence: they are left untouched and, when
-// $5, get a rejected_stale event in the same statement (CompleteTx records
-// them outside the caller's transaction instead, so the record survives its
+// $2 gives for that id, with an unexpired lease. Rows that no longer match
+// lost their fence: they are left untouched and, when $5, get a
+// rejected_stale event in the same statement (CompleteTx records them
+// outside the caller's transaction instead, so the record survives its
 // rollback).
 //
-// The per-id fence and result are picked by array position rather than by
-// joining an unnest: a queue's statistics always lag (the running set was
-// empty at the last ANALYZE), and a join planned on "one running row" turns
-// into a nested loop of batch × batch comparisons. Without a join the worst
-// plan is one scan of the running set.
+// $2 is a jsonb object {"<id>": [fence, position of the id's result in
+// $3]} built by completeArgs from integers only. Each row finds its fence
+// and result by a binary search of the object's keys: no join, and no
+// linear array_position either (that made a batch of n completions cost
+// n² comparisons: a 1,000-job batch spent tens of milliseconds in it). A
+// join of the ids' unnest is not used because a queue's statistics always
+// lag (the running set was empty at the last ANALYZE), and a join planned
+// on "one running row" turns into a nested loop of batch × batch
+// comparisons. The rows themselves come from the primary key (id = ANY):
+// the state test is written "(job.state = 'running') IS TRUE" — the same
+// test, state being NOT NULL — because the planner cannot prove a partial
+// index's predicate from it. Written plainly, it lets the stale estimate
+// of the running set pick job_running_lease_idx and filter every running
+// job of every process against the batch (running × batch); through the
+// primary key a batch of n costs n probes however many jobs are running.
 const sqlComplete = `
 WITH done AS (
     UPDATE job
     SET state = 'succeeded', lease_until = NULL, updated_at = now(),
-        result = ($3::text[])[array_position($1::bigint[], job.id)]::jsonb
+        result = ($3::text[])[($2::jsonb -> job.id::text ->> 1)::int]::jsonb
     WHERE job.id = ANY($1::bigint[])
-      AND job.fence = ($2::bigint[])[array_position($1::bigint[], job.id)]
-      AND job.owner = $4 AND job.state = 'running' AND job.lease_until > now()
+      AND job.fence = ($2::jsonb -> job.id::text ->> 0)::bigint
+      AND job.owner = $4 AND (job.state = 'running') IS TRUE AND job.lease_until > now()
     RETURNING job.id, job.kind, job.fence
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
     SELECT id, 'succeeded', fence, $4, 'succeeded' FROM done
     UNION ALL
-    SELECT i.id, 'rejected_stale', i.fence, $4, job.state
-    FROM unnest($1::bigint[], $2::bigint[]) AS i(id, fence)
+    SELECT i.id, 'rejected_stale', ($2::jsonb -> i.id::text ->> 0)::bigint, $4, job.state
+    FROM unnest($1::bigint[]) AS i(id)
     LEFT JOIN job ON job.id = i.id
     WHERE $5::bool AND i.id NOT IN (SELECT id FROM done)
 )
@@ -170,14 +180,16 @@ SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), $4`
 // concurrent write changed it after this statement's snapshot — is not
 // judged here; the next heartbeat sees its current version. (The lost CTE
 // reads the snapshot, so only facts that cannot be undone count: a raised
-// fence or an expired running lease.)
+// fence or an expired running lease.) $5 is {"<id>": fence} for the
+// update's per-row lookup, and the state test is written as in
+// sqlComplete so the rows come from the primary key (see there).
 const sqlHeartbeat = `
 WITH renewed AS (
     UPDATE job
     SET lease_until = now() + $4::bigint * interval '1 microsecond'
     WHERE job.id = ANY($1::bigint[])
-      AND job.fence = ($2::bigint[])[array_position($1::bigint[], job.id)]
-      AND job.owner = $3 AND job.state = 'running' AND job.lease_until > now()
+      AND job.fence = ($5::jsonb ->> job.id::text)::bigint
+      AND job.owner = $3 AND (job.state = 'running') IS TRUE AND job.lease_until > now()
     RETURNING job.id
 ),
 lost AS (
@@ -219,6 +231,7 @@ rec AS (
         last_error = 'lease expired', updated_at = now()
     FROM expired
     WHERE job.id = expired.id
+      AND job.id = ANY (ARRAY(SELECT id FROM expired)) -- primary-key probes (see sqlClaim)
     RETURNING job.id, job.kind, job.fence, job.state, expired.old_owner
 ),
 ev AS (
@@ -244,9 +257,8 @@ taken AS (
     UPDATE job
     SET fence = job.fence + 1, owner = $2, lease_until = now() + $3::bigint * interval '1 microsecond',
         updated_at = now()
-    FROM picked
-    WHERE job.id = picked.id
-    RETURNING ` + jobColumnsQ + `
+    WHERE job.id = ANY (ARRAY(SELECT id FROM picked)) -- primary-key probes (see sqlClaim)
+    RETURNING ` + jobColumns + `
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)

@@ -347,8 +347,12 @@ func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
 		k.release(ctx, r, fence)
 		return err
 	}
+	// The effect transaction is pipelined (pg.InPipelinedTx): BEGIN travels
+	// with the effect's first statement, and statements the effect defers
+	// (its outbox event) travel with the finish and the COMMIT — one round
+	// trip for the whole tail, the finish refusing if the fence is gone.
 	var resp response
-	err := pg.InTx(ctx, k.pool, func(tx pgx.Tx) error {
+	err := pg.InPipelinedTx(ctx, k.pool, func(tx *pg.PipeTx) error {
 		status, body, err := fn(ctx, tx)
 		if err != nil {
 			return err
@@ -359,13 +363,23 @@ func (k *Keys) execute(c echo.Context, r *request, fence int64, fn Func) error {
 		if err := k.faults.Hit(ctx, PointBeforeFinish, r.key); err != nil {
 			return err
 		}
-		return finish(ctx, tx, r, fence, resp)
+		finish(tx, r, fence, resp)
+		return nil
 	})
+	if pg.Refused(err, fenceLostMarker) {
+		err = errFenceLost
+	}
 	if p := rejection(c, err); p != nil {
 		// A business answer: the effect rolled back with its transaction;
 		// record the answer (still under the fence) so a retry gets it too.
 		resp = response{status: p.Status, contentType: httpx.ProblemContentType, body: httpx.ProblemDocument(c, p)}
-		err = pg.InTx(ctx, k.pool, func(tx pgx.Tx) error { return finish(ctx, tx, r, fence, resp) })
+		err = pg.InPipelinedTx(ctx, k.pool, func(tx *pg.PipeTx) error {
+			finish(tx, r, fence, resp)
+			return nil
+		})
+	}
+	if pg.Refused(err, fenceLostMarker) {
+		err = errFenceLost
 	}
 	switch {
 	case err == nil:
@@ -405,8 +419,10 @@ func rejection(c echo.Context, err error) *httpx.Problem {
 	return p
 }
 
-func finish(ctx context.Context, tx pgx.Tx, r *request, fence int64, resp response) error {
-	tag, err := tx.Exec(ctx, sqlFinish, pgx.NamedArgs{
+// finish stores resp under the fence with the transaction's COMMIT
+// (sqlFinish); the COMMIT fails if the fence is gone.
+func finish(tx *pg.PipeTx, r *request, fence int64, resp response) {
+	tx.Defer(finishStmt.SQL, finishStmt.Args(pgx.NamedArgs{
 		"scope":        r.scope,
 		"subject":      r.subject,
 		"key":          r.key,
@@ -414,14 +430,7 @@ func finish(ctx context.Context, tx pgx.Tx, r *request, fence int64, resp respon
 		"status":       resp.status,
 		"content_type": resp.contentType,
 		"body":         resp.body,
-	})
-	if err != nil {
-		return fmt.Errorf("idem: finish %s: %w", r.scope, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errFenceLost
-	}
-	return nil
+	})...)
 }
 
 // release forgets the record after an unexpected error. It runs even when

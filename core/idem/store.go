@@ -1,5 +1,7 @@
 package idem
 
+import "github.com/fencelab/fencelab/core/pg"
+
 // All of core/idem's SQL. Every statement that changes a record is
 // conditional on what the caller believes the record to be (state, fence),
 // so a request that lost its claim changes nothing.
@@ -35,13 +37,30 @@ SELECT fingerprint, state,
 // sqlFinish stores the final response, in the effect's transaction, if and
 // only if this request still holds the record's fence. A request that was
 // taken over after its lock expired matches nothing here, and its whole
-// transaction — effect included — rolls back.
+// transaction — effect included — rolls back (IDEM-I1).
+//
+// It travels in one round trip with the COMMIT behind it (pg.PipeTx), so
+// matching nothing must be an error, not a count to check afterwards: by
+// then the COMMIT would have run. The CASE refuses with a cast that fails
+// (pg.Refused with fenceLostMarker); the failed statement aborts the
+// transaction and the server skips the pipelined COMMIT.
 const sqlFinish = `
-UPDATE idem_request
-   SET state = 'done', status = @status, content_type = @content_type, body = @body,
-       locked_until = NULL, finished_at = now()
- WHERE scope = @scope AND subject = @subject AND key = @key
-   AND fence = @fence AND state = 'in_flight'`
+WITH finished AS (
+    UPDATE idem_request
+       SET state = 'done', status = @status, content_type = @content_type, body = @body,
+           locked_until = NULL, finished_at = now()
+     WHERE scope = @scope AND subject = @subject AND key = @key
+       AND fence = @fence AND state = 'in_flight'
+ RETURNING 1
+)
+SELECT CASE n WHEN 1 THEN n ELSE ('idem: fence lost, records finished: ' || n)::int END
+  FROM (SELECT count(*)::int AS n FROM finished) f`
+
+// finishStmt is sqlFinish rewritten to $n once (it runs on every request).
+var finishStmt = pg.MustNamed(sqlFinish)
+
+// fenceLostMarker starts the text sqlFinish fails to cast.
+const fenceLostMarker = "idem: fence lost"
 
 // sqlRelease forgets an in-flight record after an unexpected error, so the
 // client may retry at once. Deleting is safe because fences come from a

@@ -117,6 +117,23 @@ func Append(ctx context.Context, tx pgx.Tx, topic, key string, payload any) (int
 	return id, nil
 }
 
+// Queue is Append for a caller that does not need the event's id. On a
+// transaction that can defer statements (pg.Deferrer: the effect
+// transactions of core/idem), the INSERT travels with the transaction's
+// next round trip — typically its COMMIT — instead of taking one of its
+// own; an error then fails that round trip and the transaction with it.
+// Either way the event commits with tx or not at all.
+func Queue(ctx context.Context, tx pgx.Tx, topic, key string, payload any) error {
+	p, err := encode(topic, key, payload)
+	if err != nil {
+		return err
+	}
+	if err := pg.ExecOrDefer(ctx, tx, sqlAppend, topic, key, p); err != nil {
+		return fmt.Errorf("outbox: append %s: %w", topic, pg.MapError(err))
+	}
+	return nil
+}
+
 // AppendMany writes msgs in order in one statement (feed fan-out, bulk
 // imports) and returns their ids.
 func AppendMany(ctx context.Context, tx pgx.Tx, msgs []Message) ([]int64, error) {

@@ -136,3 +136,18 @@ func Constraint(err error) string {
 	}
 	return ""
 }
+
+// Refused reports whether err is a statement's deliberate refusal carrying
+// marker. Plain SQL has no RAISE; a statement that must fail its
+// transaction — and with it the COMMIT pipelined behind it (PipeTx) —
+// when it matches no row casts a text that starts with marker to int:
+//
+//	SELECT CASE n WHEN 1 THEN n ELSE ('marker: ' || n)::int END FROM (SELECT count(*)::int AS n FROM …) f
+//
+// which fails with 22P02 and the text in the message. The text must depend
+// on the row (n), never be a constant: the planner folds constants ahead of
+// the CASE and would raise every time.
+func Refused(err error, marker string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, `"`+marker)
+}

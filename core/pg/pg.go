@@ -25,6 +25,9 @@ type PoolOptions struct {
 	// ConnectTimeout bounds each new connection; a dead database must fail
 	// fast rather than hang a request.
 	ConnectTimeout time.Duration
+	// Tracer observes every query and batch on the pool's connections
+	// (benchmarks count round trips with it); nil: none.
+	Tracer pgx.QueryTracer
 }
 
 // Connect opens a pgx pool and pings it once so a bad URL fails here, not on
@@ -53,6 +56,9 @@ func Connect(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	if o.Tracer != nil {
+		cfg.ConnConfig.Tracer = o.Tracer
+	}
 	if o.ConnectTimeout > 0 {
 		cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
 	}

@@ -8,6 +8,7 @@ package growth_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/social/feed"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -32,9 +35,10 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.New(t)
 	start := time.Now()
-	require.NoError(t, growthbench.Load(ctx, pool, history, growthbench.LoadOptions{SkipFeed: true, Logf: t.Logf}))
+	require.NoError(t, growthbench.Load(ctx, pool, history, growthbench.LoadOptions{Logf: t.Logf}))
 	t.Logf("loaded %d rows of history per table in %v", history, time.Since(start).Round(time.Millisecond))
-	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks", "upload_session"} {
+	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks", "upload_session",
+		"notify_notification", "notify_task", "notify_attempt", "social_feed_inbox"} {
 		var n int64
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
 		require.GreaterOrEqual(t, n, int64(history), table)
@@ -55,6 +59,24 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	// The purges, run for real: each removes exactly the purgeable slice
 	// (nothing of the history) and leaves the invariants whole.
 	t.Run("purges remove the purgeable slice only", func(t *testing.T) {
+		// notify.purge first: it takes its notifications' claim jobs with
+		// them (the engine's purge keeps notify's kinds).
+		notes, err := notify.Purge(ctx, pool, growthbench.Retention)
+		require.NoError(t, err)
+		require.EqualValues(t, growthbench.PurgeableRows, notes)
+		var notifyJobs, notifyLeft int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM job WHERE kind = 'notify.email'), (SELECT count(*) FROM notify_notification)`).
+			Scan(&notifyJobs, &notifyLeft))
+		require.EqualValues(t, history, notifyLeft, "no notification of the history purged")
+		require.EqualValues(t, history, notifyJobs, "the purged notifications' jobs went with them, no other")
+
+		inbox, err := feed.PurgeInbox(ctx, pool, growthbench.Retention)
+		require.NoError(t, err)
+		require.EqualValues(t, growthbench.PurgeableRows+growthbench.OldAuthorPosts, inbox)
+		var horizonSet bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM social_feed_inbox_horizon)`).Scan(&horizonSet))
+		require.True(t, horizonSet, "the purge raised FEED-I2's horizon")
+
 		c := claim.NewClient(pool, claim.Options{})
 		var jobs int
 		for {
@@ -74,6 +96,24 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 		var left int64
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind LIKE 'growth.k%'`).Scan(&left))
 		require.EqualValues(t, history, left, "no job of the history purged")
-		e2etest.Assert(t, pool, "claim", "outbox", "shortlink")
+		e2etest.Assert(t, pool, "claim", "outbox", "shortlink", "notify")
+		// FEED-I2 alone (the loaded follows have no rel events, which
+		// rel's own invariants would judge): the old author's newest
+		// posts left the inbox below the horizon, and nothing else did.
+		for _, inv := range feed.Invariants {
+			if inv.ID != "FEED-I2" {
+				continue
+			}
+			rows, err := pool.Query(ctx, inv.SQL)
+			require.NoError(t, err)
+			var problems []string
+			for rows.Next() {
+				vals, err := rows.Values()
+				require.NoError(t, err)
+				problems = append(problems, fmt.Sprint(vals...))
+			}
+			require.NoError(t, rows.Err())
+			require.Empty(t, problems, "FEED-I2")
+		}
 	})
 }

@@ -2,8 +2,11 @@ package upload_test
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -303,4 +306,83 @@ func TestABlobStoreServesOneDatabase(t *testing.T) {
 func faulted(r e2etest.Req) e2etest.Req {
 	r.Fault = true
 	return r
+}
+
+// One GC run examines a bounded window of each directory: the next
+// FENCELAB_UPLOAD_GC_SCAN names after a cursor kept in upload_store, and
+// the cursor wraps once a directory is exhausted. With a window of 3 over
+// 8 blob files (a committed one, a young stray, six old strays) and 4 stray
+// partial files, each run removes exactly the old strays of its window,
+// and three runs cover both directories; the committed blob and the young
+// stray (the rule for bytes being written now) are never touched.
+func TestGCScansABoundedWindowPerRun(t *testing.T) {
+	t.Parallel()
+	const window = 3
+	l := upload.StartLab(e2etest.X(t), upload.LabOptions{Settings: map[string]string{
+		upload.EnvGrace: "1h", upload.EnvGCScan: strconv.Itoa(window)}})
+
+	kept, keptDigest := upload.Payload(20, 4096)
+	f := l.Committed(t, l.Alice, kept, 4096, "kept.bin")
+	old := time.Now().Add(-2 * time.Hour)
+	young, youngDigest := upload.Payload(21, 1000)
+	require.NoError(t, os.WriteFile(l.Store.BlobPath(youngDigest), young, 0o640))
+	strays := map[string]bool{}
+	for i := range 6 {
+		data, digest := upload.Payload(uint64(30+i), 1000)
+		require.NoError(t, os.WriteFile(l.Store.BlobPath(digest), data, 0o640))
+		require.NoError(t, os.Chtimes(l.Store.BlobPath(digest), old, old))
+		strays[digest] = true
+	}
+	partials := map[string]bool{}
+	for range 4 {
+		id := uuid.NewString()
+		require.NoError(t, os.WriteFile(l.Store.PartialPath(id), []byte("left by a crash"), 0o640))
+		partials[id] = true
+	}
+	blobNames := slices.Sorted(maps.Keys(strays))
+	blobNames = append(blobNames, keptDigest, youngDigest)
+	slices.Sort(blobNames)
+	partialNames := slices.Sorted(maps.Keys(partials))
+
+	// The expected report of each run, from the sorted names: the old
+	// strays and the stray partials inside that run's window.
+	windowOf := func(names []string, run int) []string {
+		off := 0
+		for range run { // the cursor wraps after a short window
+			if off += window; off >= len(names) {
+				off = 0
+			}
+		}
+		return names[off:min(off+window, len(names))]
+	}
+	for run := range 3 {
+		want := upload.GCReport{}
+		for _, n := range windowOf(blobNames, run) {
+			if strays[n] {
+				want.StrayBlobs++
+				want.BlobsReclaimed++
+			}
+		}
+		if run < 2 { // the partial directory is covered in two runs; the third starts over on an empty one
+			for _, n := range windowOf(partialNames, run) {
+				if partials[n] {
+					want.StrayPartials++
+				}
+			}
+		}
+		require.Equal(t, want, l.Gc(t), "run %d examines only its window", run+1)
+	}
+	for digest := range strays {
+		require.NoFileExists(t, l.Store.BlobPath(digest))
+	}
+	for id := range partials {
+		require.False(t, l.PartialExists(id))
+	}
+	require.FileExists(t, l.Store.BlobPath(keptDigest), "a committed blob is never reclaimed")
+	require.FileExists(t, l.Store.BlobPath(youngDigest), "a blob younger than the grace period is never judged")
+	require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM upload_store WHERE gc_blobs_after = '' AND gc_partials_after = ''`),
+		"both cursors wrapped after a short window")
+	l.Publish(t, f)
+	require.Equal(t, kept, l.Read(t, l.Alice, f.ID, nil).Body)
+	e2etest.Assert(t, l.Pool, "upload")
 }

@@ -26,7 +26,15 @@ const (
 	// EnvBackoffBase is the first retry's delay (doubling, equal jitter,
 	// capped at claim.BackoffMax).
 	EnvBackoffBase = "FENCELAB_NOTIFY_BACKOFF_BASE"
+	// EnvRetention is how long a notification whose tasks have all
+	// finished is kept (with its tasks, attempts, decisions and jobs)
+	// before notify.purge deletes it. It is also NTF-I1's dedupe window:
+	// the same (user, event) submitted after that is a new notification.
+	EnvRetention = "FENCELAB_NOTIFY_RETENTION"
 )
+
+// DefaultRetention is EnvRetention's default.
+const DefaultRetention = 30 * 24 * time.Hour
 
 // Config is the module's configuration.
 type Config struct {
@@ -34,11 +42,12 @@ type Config struct {
 	CallTimeout time.Duration
 	MaxAttempts int
 	BackoffBase time.Duration
+	Retention   time.Duration
 }
 
 // DefaultConfig is the configuration before settings.
 func DefaultConfig() Config {
-	return Config{URLs: map[string]string{}, CallTimeout: 5 * time.Second, MaxAttempts: claim.DefaultMaxAttempts, BackoffBase: claim.BackoffBase}
+	return Config{URLs: map[string]string{}, CallTimeout: 5 * time.Second, MaxAttempts: claim.DefaultMaxAttempts, BackoffBase: claim.BackoffBase, Retention: DefaultRetention}
 }
 
 // LoadConfig reads the module's settings.
@@ -53,6 +62,7 @@ func LoadConfig(c app.Config) (Config, error) {
 	r.Duration(EnvCallTimeout, &cfg.CallTimeout, 10*time.Millisecond, 5*time.Minute)
 	r.Int(EnvMaxAttempts, &cfg.MaxAttempts, 1, 100)
 	r.Duration(EnvBackoffBase, &cfg.BackoffBase, time.Millisecond, time.Hour)
+	r.Duration(EnvRetention, &cfg.Retention, time.Minute, 10*365*24*time.Hour)
 	return cfg, r.Err()
 }
 

@@ -55,6 +55,22 @@ func (s *Service) kinds() []claim.Kind {
 	return out
 }
 
+// PurgeKindName is the periodic kind that enforces Config.Retention.
+const PurgeKindName = "notify.purge"
+
+// purgeKind is notify.purge: one run per slot across all processes,
+// deleting finished notifications past the retention (Purge).
+func (s *Service) purgeKind() claim.Kind {
+	return claim.Kind{Name: PurgeKindName, Every: min(s.cfg.Retention/24, 10*time.Minute),
+		Handle: func(ctx context.Context, j *claim.Job) error {
+			n, err := Purge(ctx, s.pool, s.cfg.Retention)
+			if err != nil {
+				return err
+			}
+			return j.SetResult(map[string]int64{"deleted": n})
+		}}
+}
+
 // stillWanted is NTF-I5: inside the claim transaction, a task whose channel
 // the user has turned off is cancelled and never sent.
 func (s *Service) stillWanted(ctx context.Context, tx pgx.Tx, j claim.Job) error {

@@ -39,7 +39,7 @@ func build(d app.Deps) (app.Runtime, error) {
 	h := &handlers{svc: s}
 	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth, keys) },
-		Kinds:  s.kinds(),
+		Kinds:  append(s.kinds(), s.purgeKind()),
 		Seed:   s.seed,
 	}, nil
 }

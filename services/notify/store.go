@@ -174,7 +174,91 @@ ON CONFLICT (user_id, channel) DO NOTHING`
 
 	sqlGetPreferences = `
 SELECT channel, enabled, updated_at, updated_by FROM notify_preference WHERE user_id = $1`
+
+	// sqlPurge is the retention (notify.purge, FENCELAB_NOTIFY_RETENTION,
+	// docs/DATA.md): up to $2 notifications created more than $1
+	// microseconds ago by the database clock whose every task's job has
+	// finished, also more than $1 ago, are deleted with their tasks,
+	// attempts and review decisions in one statement; it returns their
+	// tasks' job ids, which the caller deletes (claim.DeleteFinishedTx) in
+	// the same transaction. Oldest first along notify_notification_created,
+	// a task probe per notification: a batch examines what it deletes and
+	// the few old notifications still waiting on a live task (the live
+	// set), never the history inside the window. SKIP LOCKED lets two runs
+	// split the work. The live-task check is a per-row subquery (not an
+	// anti-join) so the plan walks the index in order and stops at the
+	// limit, instead of sorting the whole backlog. gate says, for this
+	// transaction only, that the append-only triggers may let these
+	// deletes through (NTF-I3: a whole notification goes, never a row out
+	// of a task's history); every delete of attempts and decisions reads
+	// tasks, which reads gate first.
+	sqlPurge = `
+WITH gate AS MATERIALIZED (
+    SELECT set_config('fencelab.notify_purge', 'on', true) AS purge
+), doomed AS MATERIALIZED (
+    SELECT n.id
+      FROM notify_notification n
+     WHERE n.created_at < now() - $1::bigint * interval '1 microsecond'
+       AND (SELECT count(*) FROM notify_task t JOIN job j ON j.id = t.job_id
+             WHERE t.notification_id = n.id
+               AND (j.state NOT IN ('succeeded', 'failed', 'cancelled')
+                    OR j.updated_at >= now() - $1::bigint * interval '1 microsecond')) = 0
+     ORDER BY n.created_at, n.id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), tasks AS MATERIALIZED (
+    SELECT t.id, t.job_id FROM notify_task t, gate
+     WHERE gate.purge = 'on' AND t.notification_id = ANY (ARRAY(SELECT id FROM doomed))
+), attempts AS (
+    DELETE FROM notify_attempt WHERE task_id = ANY (ARRAY(SELECT id FROM tasks))
+), decisions AS (
+    DELETE FROM notify_review_decision WHERE task_id = ANY (ARRAY(SELECT id FROM tasks))
+), gone_tasks AS (
+    DELETE FROM notify_task WHERE id = ANY (ARRAY(SELECT id FROM tasks))
+), gone AS (
+    DELETE FROM notify_notification WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
 )
+SELECT (SELECT count(*) FROM gone), ARRAY(SELECT job_id FROM tasks)`
+)
+
+// PurgeBatch bounds one retention statement (notifications; each with up
+// to one task per channel).
+const PurgeBatch = 500
+
+// Purge deletes, in batches, the notifications past retention whose tasks
+// have all finished, with everything under them and their claim jobs,
+// each batch in one transaction; it returns the notifications deleted.
+func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := pg.InTx(ctx, db, func(tx pgx.Tx) error {
+			var jobs []int64
+			if err := tx.QueryRow(ctx, sqlPurge, retention.Microseconds(), PurgeBatch).Scan(&n, &jobs); err != nil {
+				return pg.MapError(err)
+			}
+			_, err := claim.DeleteFinishedTx(ctx, tx, jobs)
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("notify: purge: %w", err)
+		}
+		total += n
+		if n < PurgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// GrowthProbes are the module's periodic queries whose cost must not grow
+// with the history (plan tests, bench growth): the purge batch examines
+// its notifications and their tasks' rows.
+func GrowthProbes(retention time.Duration) []pg.Probe {
+	return []pg.Probe{
+		{Name: "notify.purge batch", When: pg.Periodic, SQL: sqlPurge,
+			Args: []any{retention.Microseconds(), PurgeBatch}, Bound: pg.Batch(PurgeBatch * (1 + len(Channels)))},
+	}
+}
 
 func scanNotification(row pgx.Row) (Notification, error) {
 	var n Notification

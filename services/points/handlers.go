@@ -59,14 +59,16 @@ func (h *handlers) entries(c echo.Context) error {
 // against the database (404, 403, 409 insufficient_balance) is an answer
 // that idem records and replays.
 func (h *handlers) debit(c echo.Context) error {
-	return h.post(c, h.svc.Debit)
+	return h.post(c, h.svc.debit)
 }
 
 func (h *handlers) grant(c echo.Context) error {
-	return h.post(c, h.svc.Grant)
+	return h.post(c, h.svc.grant)
 }
 
-type postFunc func(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, error)
+// postFunc is a debit or a grant that also returns the transaction's JSON:
+// the response body, byte for byte the outbox event's payload.
+type postFunc func(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, []byte, error)
 
 func (h *handlers) post(c echo.Context, fn postFunc) error {
 	var req PostingRequest
@@ -79,11 +81,11 @@ func (h *handlers) post(c echo.Context, fn postFunc) error {
 	}
 	actor, key := httpx.PrincipalOf(c).Subject, idem.KeyOf(c)
 	return idem.Handle(c, func(ctx context.Context, tx pgx.Tx) (int, any, error) {
-		t, err := fn(ctx, tx, actor, key, id, req)
+		_, body, err := fn(ctx, tx, actor, key, id, req)
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusCreated, t, nil
+		return http.StatusCreated, body, nil
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -54,17 +55,24 @@ func ValidatePosting(accountID string, req PostingRequest) error {
 // Errors: ErrInsufficientBalance (PTS-I1), ErrAccountNotFound, ErrNotOwner,
 // ErrDuplicateTxn, and the validation errors.
 func (s *Service) Debit(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, error) {
+	t, _, err := s.debit(ctx, tx, actor, key, id, req)
+	return t, err
+}
+
+// debit is Debit that also returns the transaction's JSON, encoded once
+// for both the outbox event and the response.
+func (s *Service) debit(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, []byte, error) {
 	if err := ValidatePosting(id, req); err != nil {
-		return Txn{}, err
+		return Txn{}, nil, err
 	}
 	p := posting{account: id, client: actor, key: key, reason: req.Reason, system: RedemptionAccount,
 		amount: req.Amount, shard: s.shard()}
-	t, ok, err := post(ctx, tx, sqlDebit, p)
+	t, ok, err := post(ctx, tx, debitStmt, p)
 	if err != nil {
-		return Txn{}, err
+		return Txn{}, nil, err
 	}
 	if !ok {
-		return Txn{}, refusedDebit(ctx, tx, id, actor, req.Amount)
+		return Txn{}, nil, refusedDebit(ctx, tx, id, actor, req.Amount)
 	}
 	return s.posted(ctx, tx, t, TxnDebit, TopicDebited, p, Entry{id, -req.Amount}, Entry{RedemptionAccount, req.Amount})
 }
@@ -73,21 +81,27 @@ func (s *Service) Debit(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 // appends the points.granted event, in tx. The route admits only admin
 // and service clients.
 func (s *Service) Grant(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, error) {
+	t, _, err := s.grant(ctx, tx, actor, key, id, req)
+	return t, err
+}
+
+// grant is Grant that also returns the transaction's JSON (see debit).
+func (s *Service) grant(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, []byte, error) {
 	if err := ValidatePosting(id, req); err != nil {
-		return Txn{}, err
+		return Txn{}, nil, err
 	}
 	p := posting{account: id, client: actor, key: key, reason: req.Reason, system: IssuanceAccount,
 		amount: req.Amount, shard: s.shard()}
-	t, ok, err := post(ctx, tx, sqlGrant, p)
+	t, ok, err := post(ctx, tx, grantStmt, p)
 	if err != nil {
-		return Txn{}, err
+		return Txn{}, nil, err
 	}
 	if !ok {
 		kind, _, _, err := postingTarget(ctx, tx, id)
 		if err != nil {
-			return Txn{}, err
+			return Txn{}, nil, err
 		}
-		return Txn{}, fmt.Errorf("%w: %s is a %s account", ErrNotUserAccount, id, kind)
+		return Txn{}, nil, fmt.Errorf("%w: %s is a %s account", ErrNotUserAccount, id, kind)
 	}
 	return s.posted(ctx, tx, t, TxnGrant, TopicGranted, p, Entry{IssuanceAccount, -req.Amount}, Entry{id, req.Amount})
 }
@@ -97,14 +111,22 @@ func (s *Service) Grant(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 // probability 1/shards, instead of always (see the README's measurements).
 func (s *Service) shard() int { return rand.IntN(s.shards) }
 
-// posted completes a transaction that was written: the response body and
-// its outbox event, one per ledger transaction, in the same transaction.
-func (s *Service) posted(ctx context.Context, tx pgx.Tx, t Txn, kind, topic string, p posting, entries ...Entry) (Txn, error) {
+// posted completes a transaction that was written: its outbox event, one
+// per ledger transaction, in the same transaction. The event carries the
+// same JSON as the response, encoded once. outbox.Queue lets the INSERT
+// travel with the transaction's COMMIT when tx pipelines (core/idem's
+// effect transactions): the event still commits with the ledger rows or
+// not at all.
+func (s *Service) posted(ctx context.Context, tx pgx.Tx, t Txn, kind, topic string, p posting, entries ...Entry) (Txn, []byte, error) {
 	t.Kind, t.AccountID, t.Amount, t.Reason, t.Entries = kind, p.account, p.amount, p.reason, entries
-	if _, err := outbox.Append(ctx, tx, topic, p.account, t); err != nil {
-		return Txn{}, err
+	body, err := json.Marshal(t)
+	if err != nil {
+		return Txn{}, nil, fmt.Errorf("points: encode transaction: %w", err)
 	}
-	return t, nil
+	if err := outbox.Queue(ctx, tx, topic, p.account, json.RawMessage(body)); err != nil {
+		return Txn{}, nil, err
+	}
+	return t, body, nil
 }
 
 // refusedDebit says why the guarded UPDATE matched nothing. The balance is

@@ -179,6 +179,13 @@ WITH fixed AS (
 INSERT INTO points_repair (account_id, stored, recomputed, actor) VALUES ($1, $2, $3, $4) RETURNING id`
 )
 
+// sqlDebit and sqlGrant run on every posting: rewritten to $n once
+// (pg.Named), not on every call.
+var (
+	debitStmt = pg.MustNamed(sqlDebit)
+	grantStmt = pg.MustNamed(sqlGrant)
+)
+
 // posting is what sqlDebit and sqlGrant take.
 type posting struct {
 	account, client, key, reason, system string
@@ -186,13 +193,13 @@ type posting struct {
 	shard                                int
 }
 
-// post runs sqlDebit or sqlGrant; ok is false when the guarded UPDATE
+// post runs debitStmt or grantStmt; ok is false when the guarded UPDATE
 // matched no row (nothing was written).
-func post(ctx context.Context, tx pgx.Tx, sql string, p posting) (t Txn, ok bool, err error) {
-	err = tx.QueryRow(ctx, sql, pgx.NamedArgs{
+func post(ctx context.Context, tx pgx.Tx, stmt pg.Named, p posting) (t Txn, ok bool, err error) {
+	err = tx.QueryRow(ctx, stmt.SQL, stmt.Args(pgx.NamedArgs{
 		"account": p.account, "amount": p.amount, "client": p.client, "key": p.key,
 		"reason": p.reason, "system": p.system, "shard": p.shard,
-	}).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
+	})...).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
 	switch err = pg.MapError(err); {
 	case errors.Is(err, pg.ErrNotFound):
 		return Txn{}, false, nil

@@ -54,6 +54,11 @@ type BlobStore interface {
 	RemoveBlob(ctx context.Context, sha256 string) error
 	// Blobs calls fn for every blob file present.
 	Blobs(ctx context.Context, fn func(BlobInfo) error) error
+
+	// BlobsAfter and PartialsAfter are GC's bounded scan (gcscan.go): up
+	// to limit files whose names sort after after, in name order.
+	BlobsAfter(ctx context.Context, after string, limit int) ([]BlobInfo, error)
+	PartialsAfter(ctx context.Context, after string, limit int) ([]string, error)
 }
 
 // Partial is one session's partial file. Chunk writers lock their chunk's

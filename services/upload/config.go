@@ -33,6 +33,10 @@ type Config struct {
 	// (failed, aborted, expired) is kept for inspection before GC deletes
 	// it with its chunk and hash rows.
 	SessionRetention time.Duration
+	// GCScan bounds the directory entries one GC run examines in the blob
+	// and in the partial directory (gcscan.go): the next ones after a
+	// persisted cursor.
+	GCScan int
 	// ChunkTimeout bounds reading one chunk's body, so a stalled client
 	// cannot hold a chunk's range lock indefinitely.
 	ChunkTimeout time.Duration
@@ -48,6 +52,7 @@ const (
 	EnvGCInterval       = "FENCELAB_UPLOAD_GC_INTERVAL"
 	EnvSessionRetention = "FENCELAB_UPLOAD_SESSION_RETENTION"
 	EnvChunkTimeout     = "FENCELAB_UPLOAD_CHUNK_TIMEOUT"
+	EnvGCScan           = "FENCELAB_UPLOAD_GC_SCAN"
 )
 
 // DefaultConfig returns the defaults; Dir is filled from the app's data dir.
@@ -60,6 +65,7 @@ func DefaultConfig() Config {
 		GCInterval:       10 * time.Minute,
 		SessionRetention: 7 * 24 * time.Hour,
 		ChunkTimeout:     5 * time.Minute,
+		GCScan:           DefaultGCScan,
 	}
 }
 
@@ -87,6 +93,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 	r.Duration(EnvGCInterval, &c.GCInterval, time.Second, 24*time.Hour)
 	r.Duration(EnvSessionRetention, &c.SessionRetention, time.Minute, 10*366*24*time.Hour)
 	r.Duration(EnvChunkTimeout, &c.ChunkTimeout, time.Second, 24*time.Hour)
+	r.Int(EnvGCScan, &c.GCScan, 1, 10_000_000)
 	if err := r.Err(); err != nil {
 		return Config{}, err
 	}

@@ -3,6 +3,7 @@ package upload
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,12 +100,19 @@ func (s *Service) gc(ctx context.Context, r *GCReport) error {
 
 // sweepPartials removes partial files whose session is not open: left by a
 // crash between a state change and the removal, or re-created by a chunk
-// writer that raced the state change.
+// writer that raced the state change. One run examines the next GCScan
+// files after its cursor (gcscan.go).
 func (s *Service) sweepPartials(ctx context.Context, r *GCReport) error {
-	var batch []string
-	flush := func() error {
+	after, save, err := s.scanWindow(ctx, "partials")
+	if err != nil {
+		return fmt.Errorf("upload: gc: partials: %w", err)
+	}
+	ids, err := s.store.PartialsAfter(ctx, after, s.gcScan())
+	if err != nil {
+		return err
+	}
+	for batch := range slices.Chunk(ids, gcBatch) {
 		closed, err := closedPartials(ctx, s.db, batch)
-		batch = batch[:0]
 		if err != nil {
 			return fmt.Errorf("upload: gc: partials: %w", err)
 		}
@@ -114,33 +122,41 @@ func (s *Service) sweepPartials(ctx context.Context, r *GCReport) error {
 			}
 		}
 		r.StrayPartials += len(closed)
-		return nil
 	}
-	err := s.store.Partials(ctx, func(id string, _ time.Time) error {
-		if batch = append(batch, id); len(batch) == gcBatch {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return flush()
+	return save(lastOr(ids, after), len(ids))
 }
 
 // sweepBlobs gives blob files without a row, older than the grace period,
 // a 'deleting' row so that reclaimBlobs removes them under the same lock
-// discipline as every other blob.
+// discipline as every other blob. One run examines the next GCScan files
+// after its cursor (gcscan.go).
 func (s *Service) sweepBlobs(ctx context.Context, r *GCReport) error {
 	cutoff := time.Now().Add(-s.cfg.Grace)
-	var batch []BlobInfo
-	flush := func() error {
+	after, save, err := s.scanWindow(ctx, "blobs")
+	if err != nil {
+		return fmt.Errorf("upload: gc: stray blobs: %w", err)
+	}
+	listed, err := s.store.BlobsAfter(ctx, after, s.gcScan())
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(listed))
+	var old []BlobInfo
+	for i, b := range listed {
+		names[i] = b.SHA256
+		// Young files are left alone: a completion announces its row
+		// before the rename, but a file we listed a moment before its row
+		// appeared must not be judged on that listing.
+		if checkHex(b.SHA256) == nil && !b.ModTime.After(cutoff) {
+			old = append(old, b)
+		}
+	}
+	for batch := range slices.Chunk(old, gcBatch) {
 		shas := make([]string, len(batch))
 		infos := make(map[string]BlobInfo, len(batch))
 		for i, b := range batch {
 			shas[i], infos[b.SHA256] = b.SHA256, b
 		}
-		batch = batch[:0]
 		unknown, err := unknownBlobs(ctx, s.db, shas)
 		if err != nil {
 			return fmt.Errorf("upload: gc: stray blobs: %w", err)
@@ -154,24 +170,16 @@ func (s *Service) sweepBlobs(ctx context.Context, r *GCReport) error {
 				r.StrayBlobs++
 			}
 		}
-		return nil
 	}
-	err := s.store.Blobs(ctx, func(b BlobInfo) error {
-		// Young files are left alone: a completion announces its row
-		// before the rename, but a file we listed a moment before its row
-		// appeared must not be judged on that listing.
-		if checkHex(b.SHA256) != nil || b.ModTime.After(cutoff) {
-			return nil
-		}
-		if batch = append(batch, b); len(batch) == gcBatch {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return err
+	return save(lastOr(names, after), len(names))
+}
+
+// lastOr is the last name examined, or after when there was none.
+func lastOr(names []string, after string) string {
+	if len(names) == 0 {
+		return after
 	}
-	return flush()
+	return names[len(names)-1]
 }
 
 // reclaimBlobs unlinks every blob marked 'deleting' and deletes its row.

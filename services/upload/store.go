@@ -443,3 +443,30 @@ func tombstone(ctx context.Context, db pg.Querier, info BlobInfo) (bool, error) 
 func closedPartials(ctx context.Context, db pg.Querier, sessions []string) ([]string, error) {
 	return collectStrings(ctx, db, sqlClosedPartials, sessions)
 }
+
+// GC's scan cursors (gcscan.go): the last name examined in the blob and
+// the partial directory, in upload_store's one row.
+const (
+	sqlGCCursor = `
+SELECT CASE $1::text WHEN 'blobs' THEN gc_blobs_after ELSE gc_partials_after END
+  FROM upload_store WHERE name = 'local'`
+	sqlSetGCCursor = `
+UPDATE upload_store
+   SET gc_blobs_after    = CASE $1::text WHEN 'blobs' THEN $2 ELSE gc_blobs_after END,
+       gc_partials_after = CASE $1::text WHEN 'blobs' THEN gc_partials_after ELSE $2 END
+ WHERE name = 'local'`
+)
+
+func gcCursor(ctx context.Context, db pg.Querier, which string) (string, error) {
+	var after string
+	err := pg.MapError(db.QueryRow(ctx, sqlGCCursor, which).Scan(&after))
+	if errors.Is(err, pg.ErrNotFound) {
+		return "", nil
+	}
+	return after, err
+}
+
+func setGCCursor(ctx context.Context, db pg.Querier, which, after string) error {
+	_, err := db.Exec(ctx, sqlSetGCCursor, which, after)
+	return pg.MapError(err)
+}

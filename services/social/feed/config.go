@@ -1,6 +1,10 @@
 package feed
 
-import "github.com/fencelab/fencelab/core/app"
+import (
+	"time"
+
+	"github.com/fencelab/fencelab/core/app"
+)
 
 // Config is the feed's configuration (LoadConfig reads it from settings).
 type Config struct {
@@ -19,7 +23,14 @@ type Config struct {
 	// pushed posts (FENCELAB_FEED_BACKFILL_POSTS, default
 	// DefaultBackfillPosts, at least MinBackfillPosts).
 	BackfillPosts int
+	// InboxRetention is how long an inbox row is kept, from its post's
+	// creation (FENCELAB_FEED_INBOX_RETENTION, default
+	// DefaultInboxRetention); feed.purge deletes older ones.
+	InboxRetention time.Duration
 }
+
+// DefaultInboxRetention is InboxRetention's default.
+const DefaultInboxRetention = 90 * 24 * time.Hour
 
 // Backfill bounds: the default, and the least a setting may ask for —
 // FEED-I2 checks completeness over the newest MinBackfillPosts of each
@@ -44,6 +55,10 @@ const (
 	// EnvBackfillPosts: how many of an author's newest pushed posts a new
 	// follow copies into the follower's inbox (default DefaultBackfillPosts).
 	EnvBackfillPosts = "FENCELAB_FEED_BACKFILL_POSTS"
+	// EnvInboxRetention: how long inbox rows are kept, from their post's
+	// creation (default DefaultInboxRetention). A push read reaches back
+	// this far; pull and hybrid's pull side read further.
+	EnvInboxRetention = "FENCELAB_FEED_INBOX_RETENTION"
 )
 
 // LoadConfig reads the feed's settings (app.Config.Settings first, then
@@ -62,6 +77,8 @@ func LoadConfig(c app.Config) (Config, error) {
 	r.Int(EnvResponseLogRows, &rows, 100, 100_000_000)
 	cfg.BackfillPosts = DefaultBackfillPosts
 	r.Int(EnvBackfillPosts, &cfg.BackfillPosts, MinBackfillPosts, 1_000_000)
+	cfg.InboxRetention = DefaultInboxRetention
+	r.Duration(EnvInboxRetention, &cfg.InboxRetention, time.Minute, 10*365*24*time.Hour)
 	if err := r.Err(); err != nil {
 		return Config{}, err
 	}

@@ -68,7 +68,10 @@ SELECT CASE WHEN post_author IS NULL THEN 'served a post that does not exist'
 //     Such a post either settled after the follow was applied (sqlSettle
 //     fanned it out) or was, at the backfill, among the author's newest
 //     FENCELAB_FEED_BACKFILL_POSTS ≥ MinBackfillPosts pushed posts (its
-//     rank only grows as the author posts).
+//     rank only grows as the author posts). Posts created before the
+//     inbox retention's horizon are not judged: feed.purge has removed
+//     their rows (social_feed_inbox_horizon, written in the deleting
+//     statement).
 //   - Every post that was not pushed has its author in the pull set
 //     (hybrid's pull side sees it; push refuses readers of that author).
 //
@@ -103,6 +106,7 @@ SELECT 'pushed post missing from an active follower''s inbox', r.follower, fp.po
   JOIN social_relation r ON r.followee = fp.author AND r.state = 'active'
   JOIN outbox_consumer c ON c.name = 'social.feed.fanout'
  WHERE fp.rank <= ` + minBackfill + `
+   AND fp.created_at >= coalesce((SELECT h.horizon FROM social_feed_inbox_horizon h), '-infinity')
    AND (r.changed_tx, r.event_id) <= (c.position_tx, c.position_id)
    AND NOT EXISTS (SELECT 1 FROM social_feed_inbox i
                     WHERE i.reader = r.follower AND i.created_at = fp.created_at AND i.post_id = fp.post_id)

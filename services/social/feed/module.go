@@ -49,6 +49,7 @@ func Build(d app.Deps) (app.Runtime, error) {
 		return app.Runtime{}, err
 	}
 	m.Tasks = append(m.Tasks, t)
+	m.Kinds = append(m.Kinds, s.purgeKind())
 	if cfg.ResponseLog {
 		m.Tasks = append(m.Tasks, app.Task{Name: "feed-response-log-prune", Run: s.pruneEvery(10 * time.Second)})
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -359,4 +360,47 @@ func (s *Service) PruneServed(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("feed: prune the response log: %w", pg.MapError(err))
 	}
 	return tag.RowsAffected(), nil
+}
+
+// PurgeBatch bounds one inbox retention statement.
+const PurgeBatch = 1000
+
+// PurgeKindName is the periodic kind that enforces InboxRetention.
+const PurgeKindName = "feed.purge"
+
+// PurgeInbox deletes inbox rows of posts older than retention, in batches,
+// raising the horizon FEED-I2 judges from; it returns the rows deleted.
+func PurgeInbox(ctx context.Context, db pg.Querier, retention time.Duration) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		if err := db.QueryRow(ctx, sqlPurgeInbox, retention.Microseconds(), PurgeBatch).Scan(&n); err != nil {
+			return total, fmt.Errorf("feed: purge the inbox: %w", pg.MapError(err))
+		}
+		total += n
+		if n < PurgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// purgeKind is feed.purge: one run per slot across all processes.
+func (s *Service) purgeKind() claim.Kind {
+	return claim.Kind{Name: PurgeKindName, Every: min(s.cfg.InboxRetention/24, 10*time.Minute),
+		Handle: func(ctx context.Context, j *claim.Job) error {
+			n, err := PurgeInbox(ctx, s.pool, s.cfg.InboxRetention)
+			if err != nil {
+				return err
+			}
+			return j.SetResult(map[string]int64{"deleted": n})
+		}}
+}
+
+// GrowthProbes are the feed's periodic queries whose cost must not grow
+// with the history (plan tests, bench growth).
+func GrowthProbes(retention time.Duration) []pg.Probe {
+	return []pg.Probe{
+		{Name: "feed.purge inbox batch", When: pg.Periodic, SQL: sqlPurgeInbox,
+			Args: []any{retention.Microseconds(), PurgeBatch}, Bound: pg.Batch(PurgeBatch)},
+	}
 }

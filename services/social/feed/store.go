@@ -237,6 +237,31 @@ SELECT r.follower, fp.created_at, fp.post_id
         LIMIT $3) fp
 ON CONFLICT DO NOTHING`
 
+// sqlPurgeInbox is the inbox retention (feed.purge,
+// FENCELAB_FEED_INBOX_RETENTION, docs/DATA.md): up to $2 inbox rows of
+// posts created more than $1 microseconds ago by the database clock,
+// oldest first along social_feed_inbox_created, locked with SKIP LOCKED
+// and deleted by row address, so a batch examines what it deletes. The
+// same statement raises the horizon to the cutoff, so no commit shows a
+// purged row below a horizon that does not cover it (FEED-I2 judges push
+// from the horizon on).
+const sqlPurgeInbox = `
+WITH cut AS MATERIALIZED (
+    SELECT now() - $1::bigint * interval '1 microsecond' AS at
+), horizon AS (
+    INSERT INTO social_feed_inbox_horizon (one, horizon) SELECT true, at FROM cut
+    ON CONFLICT (one) DO UPDATE SET horizon = greatest(social_feed_inbox_horizon.horizon, EXCLUDED.horizon)
+), doomed AS (
+    SELECT ctid FROM social_feed_inbox
+     WHERE created_at < (SELECT at FROM cut)
+     ORDER BY created_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM social_feed_inbox WHERE ctid = ANY (ARRAY(SELECT ctid FROM doomed)) RETURNING 1
+)
+SELECT count(*) FROM gone`
+
 // sqlPruneServed keeps the newest $1 rows of the response log.
 const sqlPruneServed = `
 DELETE FROM social_feed_served WHERE id <= (SELECT max(id) FROM social_feed_served) - $1::bigint`
