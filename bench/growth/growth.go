@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
@@ -45,12 +46,13 @@ func Run(_ []app.Module, args []string) error {
 	jobs := fs.Int("claim-jobs", 20_000, "jobs drained to measure claim throughput")
 	workers := fs.Int("workers", 200, "claim worker goroutines")
 	repeat := fs.Int("repeat", 5, "runs per query (the median is reported)")
+	rounds := fs.Int("claim-rounds", 3, "alternating claim drains on each database (the ratio is their median)")
 	keep := fs.Bool("keep", false, "keep the scratch databases (their URLs are printed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *history < 0 || *history > 100_000_000 || *jobs < 100 || *repeat < 1 {
-		return errors.New("bench growth: --history must be 0..100000000, --claim-jobs ≥ 100, --repeat ≥ 1")
+	if *history < 0 || *history > 100_000_000 || *jobs < 100 || *repeat < 1 || *rounds < 1 {
+		return errors.New("bench growth: --history must be 0..100000000, --claim-jobs ≥ 100, --repeat ≥ 1, --claim-rounds ≥ 1")
 	}
 	ctx := context.Background()
 	server := *dbURL
@@ -74,7 +76,7 @@ func Run(_ []app.Module, args []string) error {
 	run := make([]byte, 4)
 	_, _ = rand.Read(run)
 	sizes := []int{0, *history}
-	results := make([]phase, len(sizes))
+	scratches := make([]*scratch, len(sizes))
 	for i, h := range sizes {
 		name := fmt.Sprintf("fencelab_growth_%s_%d", hex.EncodeToString(run), h)
 		if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
@@ -94,12 +96,42 @@ func Run(_ []app.Module, args []string) error {
 			fmt.Printf("keeping %s\n", u)
 		}
 		fmt.Printf("history %d: loading …\n", h)
-		results[i], err = measure(ctx, u, h, *jobs, *workers, *repeat)
+		sc, err := prepare(ctx, u, h)
 		if err != nil {
 			return err
 		}
+		defer sc.pool.Close()
+		scratches[i] = sc
 	}
-	report(os.Stdout, results, version)
+	// Both databases are loaded before anything is timed, so the queries
+	// at 0 and at N run minutes apart at most, not a whole load apart.
+	results := make([]phase, len(scratches))
+	for i, sc := range scratches {
+		fmt.Printf("history %d: measuring …\n", sc.history)
+		if results[i], err = measure(ctx, sc, *repeat); err != nil {
+			return err
+		}
+	}
+	// Claim throughput side by side: alternating drains on the empty and
+	// the grown database, the order swapped every round; the ratio is the
+	// median of the rounds' ratios.
+	var ratios []float64
+	for r := range *rounds {
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		rate := make([]float64, 2)
+		for _, i := range order {
+			if rate[i], err = drain(ctx, scratches[i], r, *jobs, *workers); err != nil {
+				return err
+			}
+			results[i].claimRates = append(results[i].claimRates, rate[i])
+		}
+		fmt.Printf("claim round %d: %.0f jobs/s at 0, %.0f jobs/s at %d (ratio %.2f)\n", r+1, rate[0], rate[1], *history, rate[1]/rate[0])
+		ratios = append(ratios, rate[1]/rate[0])
+	}
+	report(os.Stdout, results, median(ratios), version)
 	return nil
 }
 
@@ -121,27 +153,39 @@ type row struct {
 }
 
 type phase struct {
-	history   int
-	load      time.Duration
-	rows      []row
-	claimRate float64
+	history    int
+	load       time.Duration
+	rows       []row
+	claimRates []float64 // one per round
 }
 
-func measure(ctx context.Context, u string, history, jobs, workers, repeat int) (phase, error) {
-	p := phase{history: history}
+// scratch is one loaded database.
+type scratch struct {
+	history int
+	load    time.Duration
+	pool    *pgxpool.Pool
+}
+
+// prepare migrates the scratch database and loads history rows into it.
+func prepare(ctx context.Context, u string, history int) (*scratch, error) {
 	if err := (pg.Migrator{FS: migrations.FS, URL: u}).Up(); err != nil {
-		return p, err
+		return nil, err
 	}
 	pool, err := pg.Connect(ctx, u, pg.PoolOptions{MaxConns: 12, ApplicationName: "fencelab-bench-growth"})
 	if err != nil {
-		return p, err
+		return nil, err
 	}
-	defer pool.Close()
 	begin := time.Now()
 	if err := Load(ctx, pool, history, LoadOptions{Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }}); err != nil {
-		return p, err
+		pool.Close()
+		return nil, err
 	}
-	p.load = time.Since(begin)
+	return &scratch{history: history, load: time.Since(begin), pool: pool}, nil
+}
+
+func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
+	p := phase{history: sc.history, load: sc.load}
+	pool := sc.pool
 
 	probes, err := Probes(ctx, pool)
 	if err != nil {
@@ -221,38 +265,45 @@ func measure(ctx context.Context, u string, history, jobs, workers, repeat int) 
 	}
 	p.rows = append(p.rows, row{name: "/metrics scrape (claim, outbox, social)", when: pg.PerScrape, ms: median(sms), examined: scrapeRows})
 
-	// Claim throughput: drain jobs with the history in the table.
-	c := d.Jobs
+	return p, nil
+}
+
+// drain enqueues jobs no-op jobs on the scratch database and times the
+// claim engine draining them (round r's business keys are its own), with
+// the history in the table.
+func drain(ctx context.Context, sc *scratch, r, jobs, workers int) (float64, error) {
+	pool := sc.pool
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := claim.NewClient(pool, claim.Options{Log: quiet, Metrics: prometheus.NewRegistry(), Owner: "bench-growth"})
 	if err := c.Register(claim.Kind{Name: "growth.tp", Handle: func(context.Context, *claim.Job) error { return nil }}); err != nil {
-		return p, err
+		return 0, err
 	}
 	const chunk = 5000
 	for i := 0; i < jobs; i += chunk {
 		batch := make([]claim.NewJob, min(chunk, jobs-i))
 		for k := range batch {
-			batch[k] = claim.NewJob{Kind: "growth.tp", BusinessKey: fmt.Sprintf("tp-%d", i+k)}
+			batch[k] = claim.NewJob{Kind: "growth.tp", BusinessKey: fmt.Sprintf("tp-%d-%d", r, i+k)}
 		}
 		if _, err := c.EnqueueMany(ctx, pool, batch); err != nil {
-			return p, err
+			return 0, err
 		}
 	}
 	if _, err := pool.Exec(ctx, `ANALYZE job`); err != nil {
-		return p, err
+		return 0, err
 	}
 	t0 := time.Now()
 	if err := c.Work(ctx, claim.PoolOptions{Workers: workers, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond}); err != nil {
-		return p, err
+		return 0, err
 	}
 	elapsed := time.Since(t0)
 	var done int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind = 'growth.tp' AND state = 'succeeded'`).Scan(&done); err != nil {
-		return p, err
+		return 0, err
 	}
-	if done != jobs {
-		return p, fmt.Errorf("bench growth: %d of %d jobs succeeded", done, jobs)
+	if done != jobs*(r+1) {
+		return 0, fmt.Errorf("bench growth: %d of %d jobs succeeded", done, jobs*(r+1))
 	}
-	p.claimRate = float64(jobs) / elapsed.Seconds()
-	return p, nil
+	return float64(jobs) / elapsed.Seconds(), nil
 }
 
 func median(xs []float64) float64 {
@@ -261,7 +312,7 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func report(w io.Writer, ps []phase, version string) {
+func report(w io.Writer, ps []phase, ratio float64, version string) {
 	empty, full := ps[0], ps[len(ps)-1]
 	fmt.Fprintf(w, "\nfencelab growth: every periodic, per-scrape and per-request query at history 0 and %d (PostgreSQL %s)\n", full.history, version)
 	fmt.Fprintf(w, "  load: %v for %d rows per growing table\n", full.load.Round(time.Second), full.history)
@@ -275,12 +326,9 @@ func report(w io.Writer, ps []phase, version string) {
 			worst, worstMs = r.name, r.ms
 		}
 	}
-	fmt.Fprintf(tw, "claim throughput (jobs/s)\tper-job\t%.0f\t\t%.0f\t\t\n", empty.claimRate, full.claimRate)
+	fmt.Fprintf(tw, "claim throughput (jobs/s, median of %d alternating rounds)\tper-job\t%.0f\t\t%.0f\t\t\n",
+		len(full.claimRates), median(empty.claimRates), median(full.claimRates))
 	_ = tw.Flush()
-	ratio := 0.0
-	if empty.claimRate > 0 {
-		ratio = full.claimRate / empty.claimRate
-	}
 	fmt.Fprintf(w, "  rows = rows examined by every scan (EXPLAIN ANALYZE); ms = median execution time; the machine is shared, figures are under contention\n")
 	fmt.Fprintf(w, "RESULT growth history=%d worst_query=%s worst_ms=%.2f claim_ratio=%.2f\n",
 		full.history, strings.ReplaceAll(worst, " ", "_"), worstMs, ratio)
