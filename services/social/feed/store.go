@@ -33,12 +33,20 @@ const pageHead = `
 WITH w AS (SELECT coalesce(max(seq), 0) AS seen FROM social_feed_post),
 blocker AS (`
 
+// The late candidates are re-checked as normalPush's are (a LATERAL
+// subquery kept apart by OFFSET 0): primary-key probes per candidate in
+// seq order, never a join against every readable post of the followed
+// authors.
 const pageLate = `),
 late AS (
-    SELECT fp.seq, ` + postColumns + `, f.version AS follow_version
+    SELECT fp.seq, c.*
       FROM social_feed_post fp
-      JOIN social_readable_posts(@reader::text) p ON p.post_id = fp.post_id
-      JOIN social_relation f ON f.follower = @reader::text AND f.followee = fp.author AND f.state = 'active'
+     CROSS JOIN LATERAL (
+            SELECT ` + postColumns + `, f.version AS follow_version
+              FROM social_readable_posts(@reader::text) p
+              JOIN social_relation f ON f.follower = @reader::text AND f.followee = p.author AND f.state = 'active'
+             WHERE p.post_id = fp.post_id
+            OFFSET 0) c
      WHERE fp.seq > @seen::bigint
        AND (fp.created_at, fp.post_id) > (@cursor_at::timestamptz, @cursor_id::bigint)
        AND (fp.created_at, fp.post_id) <= (@top_at::timestamptz, @top_id::bigint)
@@ -104,12 +112,21 @@ const (
 // normalPush is the inbox, newest first (a backward scan of its primary
 // key), each row re-checked against the truth: readable now, and the
 // author followed now. Inbox rows of ended follows, blocks or posts turned
-// SELF fall out here (FEED-02).
+// SELF fall out here (FEED-02). The re-check is a LATERAL subquery kept
+// apart by OFFSET 0, so each inbox row costs one social_post and one
+// social_relation primary-key probe and the scan stops after the page:
+// joined flat, the planner may (misjudging the readable posts of the
+// followed authors as a few dozen) materialise every readable post of
+// every followed author and match the inbox against it, which examines the
+// reader's whole history (issue 19; bench growth's feed page row).
 const normalPush = `
-    SELECT ` + postColumns + `, f.version AS follow_version
-      FROM social_feed_inbox i
-      JOIN social_readable_posts(@reader::text) p ON p.post_id = i.post_id
-      JOIN social_relation f ON f.follower = @reader::text AND f.followee = p.author AND f.state = 'active'
+    SELECT c.* FROM social_feed_inbox i
+     CROSS JOIN LATERAL (
+            SELECT ` + postColumns + `, f.version AS follow_version
+              FROM social_readable_posts(@reader::text) p
+              JOIN social_relation f ON f.follower = @reader::text AND f.followee = p.author AND f.state = 'active'
+             WHERE p.post_id = i.post_id
+            OFFSET 0) c
      WHERE i.reader = @reader::text AND (i.created_at, i.post_id) < (@cursor_at::timestamptz, @cursor_id::bigint)
      ORDER BY i.created_at DESC, i.post_id DESC
      LIMIT @limit::int + 1`
