@@ -123,11 +123,12 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	})
 }
 
-// mediumHistory is where the push page's plan once flipped (issue 19): at
-// 0 and 20,000 rows the planner misjudged the followed authors' readable
-// posts as a few dozen and matched the inbox against all of them (9,335
-// and 46,046 rows examined for a 20-post page), while at 200,000 and more
-// it probed per inbox row.
+// mediumHistory: before issue 19's fix the push page's plan matched the
+// inbox against every readable post of the followed authors (the planner
+// misjudged them as a few dozen): 9,335, 46,046 and 406,046 rows examined
+// for a 20-post page at 0, 20,000 and 200,000 rows of history, while at
+// 1,000,000 it happened to probe per inbox row. The plan test above checks
+// 200,000; this one a medium size, where the flip was first seen.
 const mediumHistory = 20_000
 
 // The push page at a medium history (its own database: the load is a few
