@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/invariant"
+	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 )
 
@@ -61,19 +61,11 @@ func TestHotStatementsExamineTheirBatchInGenericPlans(t *testing.T) {
 		t.Helper()
 		_, err := conn.Exec(ctx, fmt.Sprintf("PREPARE %s(%s) AS %s", name, types, sql))
 		require.NoError(t, err)
-		tx, err := conn.Begin(ctx)
+		plan, err := pg.Explain(ctx, conn, fmt.Sprintf("EXECUTE %s(%s)", name, args))
 		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		var raw []byte
-		require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE %s(%s)", name, args)).Scan(&raw))
-		var doc []struct {
-			Plan planNode `json:"Plan"`
-		}
-		require.NoError(t, json.Unmarshal(raw, &doc))
-		require.Len(t, doc, 1)
-		n := doc[0].Plan.examined()
+		n := plan.Examined
 		t.Logf("%s: %d rows examined for a batch of %d", name, n, batch)
-		require.NotContains(t, string(raw), `"Seq Scan"`, "%s scans the job table:\n%s", name, raw)
+		require.NotContains(t, plan.Text, `"Seq Scan"`, "%s scans the job table:\n%s", name, plan.Text)
 		return n
 	}
 
@@ -119,31 +111,6 @@ func TestHotStatementsExamineTheirBatchInGenericPlans(t *testing.T) {
 	require.LessOrEqual(t, n, int64(4*batch))
 
 	invariant.MustRegistry(Invariants).Assert(t, pool, "claim")
-}
-
-// planNode is the part of EXPLAIN's JSON that counts examined rows.
-type planNode struct {
-	Type          string     `json:"Node Type"`
-	Rows          float64    `json:"Actual Rows"`
-	Loops         float64    `json:"Actual Loops"`
-	RemovedFilter float64    `json:"Rows Removed by Filter"`
-	RemovedJoin   float64    `json:"Rows Removed by Join Filter"`
-	Plans         []planNode `json:"Plans"`
-}
-
-// examined counts the rows every relation scan returned or threw away, and
-// the rows join filters threw away (per loop, times the loops).
-func (n planNode) examined() int64 {
-	var sum float64
-	switch n.Type {
-	case "Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Heap Scan", "Tid Scan":
-		sum += (n.Rows + n.RemovedFilter) * max(n.Loops, 1)
-	}
-	sum += n.RemovedJoin * max(n.Loops, 1)
-	for _, c := range n.Plans {
-		sum += float64(c.examined())
-	}
-	return int64(sum)
 }
 
 // completeAndClaim's promise of one commit (one WAL flush) per round trip
