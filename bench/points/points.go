@@ -225,19 +225,9 @@ func (b *bench) run(ctx context.Context) error {
 	}
 
 	fmt.Println("\ninvariants after the run:")
-	failed := 0
 	// Every module the debits went through: the ledger (PTS-I*), the
 	// idempotency records (IDEM-I*) and the outbox events (OUTBOX-I*).
-	for _, res := range b.invariants.Run(ctx, b.pool, "points", "idem", "outbox") {
-		if res.Holds() {
-			fmt.Printf("  ok    %-7s %s\n", res.ID, res.Statement)
-			continue
-		}
-		failed++
-		var sb strings.Builder
-		invariant.Format(&sb, res)
-		fmt.Printf("  FAIL  %s", sb.String())
-	}
+	failed := invariant.Print(os.Stdout, b.invariants.Run(ctx, b.pool, "points", "idem", "outbox"))
 	verdict := "ok"
 	if failed > 0 {
 		verdict = "violated"

@@ -180,16 +180,7 @@ func Run(mods []app.Module, args []string) error {
 	} else {
 		fmt.Printf("  ok    every 302 is one stored click or one counted drop\n")
 	}
-	for _, res := range b.invariants.Run(ctx, b.pool, "shortlink") {
-		if res.Holds() {
-			fmt.Printf("  ok    %-6s %s\n", res.ID, res.Statement)
-			continue
-		}
-		failed++
-		var sb strings.Builder
-		invariant.Format(&sb, res)
-		fmt.Printf("  FAIL  %s", sb.String())
-	}
+	failed += invariant.Print(os.Stdout, b.invariants.Run(ctx, b.pool, "shortlink"))
 	verdict := "ok"
 	if failed > 0 {
 		verdict = "violated"

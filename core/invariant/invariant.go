@@ -7,6 +7,7 @@ package invariant
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -208,4 +209,21 @@ func Format(sb *strings.Builder, r Result) {
 	if r.More {
 		fmt.Fprintf(sb, "  … more than %d rows\n", MaxRows)
 	}
+}
+
+// Print writes one line per result — "ok" with the statement, or "FAIL"
+// with the rows that break it (Format) — and returns how many failed. The
+// benches end with it: a rate is reported only beside invariants that hold.
+func Print(w io.Writer, results []Result) (failed int) {
+	for _, r := range results {
+		if r.Holds() {
+			fmt.Fprintf(w, "  ok    %-8s %s\n", r.ID, r.Statement)
+			continue
+		}
+		failed++
+		var sb strings.Builder
+		Format(&sb, r)
+		fmt.Fprintf(w, "  FAIL  %s", sb.String())
+	}
+	return failed
 }
