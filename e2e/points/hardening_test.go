@@ -104,10 +104,14 @@ func TestTwoIdempotencyKeyHeadersAreRefused(t *testing.T) {
 	require.Contains(t, string(body), `"code":"idempotency_key_invalid"`)
 	require.Equal(t, before, l.Ledger(t), "nothing written")
 
-	// Each key alone: one debit each, as two distinct requests.
+	// Each key alone: one debit each, as two distinct requests; a replay
+	// of either adds nothing.
 	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-two", "key-one", 10).Status)
 	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-two", "key-one", 10).Status) // replay
-	require.Equal(t, int64(90), l.Account(t, "acct-two").Balance)
+	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-two", "key-two", 10).Status)
+	require.Equal(t, int64(80), l.Account(t, "acct-two").Balance)
+	require.Equal(t, 1, l.TxnsOf(t, "user-two", "key-one"))
+	require.Equal(t, 1, l.TxnsOf(t, "user-two", "key-two"))
 	e2etest.Assert(t, l.Pool, "points", "idem")
 }
 
