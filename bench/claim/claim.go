@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -179,16 +178,8 @@ func Run(_ []app.Module, args []string) error {
 	// CLAIM-I1..I4 over the whole database after the drain: the bench fails
 	// rather than report a rate whose fences or history do not hold.
 	reg := invariant.MustRegistry(claim.Invariants)
-	var broken strings.Builder
-	for _, res := range reg.Run(ctx, pool, "claim") {
-		if res.Holds() {
-			fmt.Printf("  %s holds: %s\n", res.ID, res.Statement)
-			continue
-		}
-		invariant.Format(&broken, res)
-	}
-	if broken.Len() > 0 {
-		return fmt.Errorf("bench claim: invariants violated after the drain:\n%s", broken.String())
+	if n := invariant.Print(os.Stdout, reg.Run(ctx, pool, "claim")); n > 0 {
+		return fmt.Errorf("bench claim: %d invariants violated after the drain (see above)", n)
 	}
 	fmt.Printf("RESULT system=fencelab jobs=%d workers=%d jobs_per_sec=%.0f p99_ms=%.1f wal_bytes_per_job=%.0f round_trips_per_job=%.4f\n",
 		*jobs, *workers, rate, p99*1000, perJob(float64(walEnd-walStart)), perJob(float64(drainTrips)))

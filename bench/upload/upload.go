@@ -274,18 +274,11 @@ func checkInvariants(ctx context.Context, url string, invs *invariant.Registry) 
 		return err
 	}
 	defer pool.Close()
-	var sb strings.Builder
 	results := invs.Run(ctx, pool, "upload", "claim")
 	if len(results) == 0 {
 		return errors.New("no upload invariants registered")
 	}
-	for _, r := range results {
-		if !r.Holds() {
-			invariant.Format(&sb, r)
-		}
-	}
-	if sb.Len() > 0 {
-		fmt.Print(sb.String())
+	if invariant.Print(os.Stdout, results) > 0 {
 		return errors.New("invariants violated after the run (see above)")
 	}
 	return nil
