@@ -22,6 +22,13 @@ type Config struct {
 	// Date pins the day the task reports on (FENCELAB_REPORT_DATE,
 	// YYYY-MM-DD); zero means today by the database clock.
 	Date time.Time
+	// Retention is how long a report day is kept after its lease's latest
+	// grant and its expiry (FENCELAB_REPORT_RETENTION, default 400 days;
+	// between MinRetention and MaxRetention). report.purge then deletes
+	// the day whole: its lease with every grant, its writes, its report
+	// and its fence guard (Purge). It is also the longest a paused holder
+	// may stay paused and still be refused (see sqlPurge).
+	Retention time.Duration
 	// Output is where reports go; nil means the fenced report_output table.
 	// Only the experiments set it.
 	Output Output
@@ -32,16 +39,29 @@ const (
 	DefaultTTL      = 30 * time.Second
 	DefaultInterval = time.Minute
 	MinInterval     = 10 * time.Millisecond
+
+	DefaultRetention = 400 * 24 * time.Hour
+	// MinRetention keeps the purge far from any lease still in play: a
+	// day's lease expires at most lease.MaxTTL after its last grant or
+	// renewal, and its fence restarts at 1 once the day is purged, so the
+	// retention is also how long a paused holder can stay paused and still
+	// be refused (sqlPurge).
+	MinRetention = 7 * 24 * time.Hour
+	MaxRetention = 10 * 365 * 24 * time.Hour
 )
+
+// EnvRetention is Config.Retention's setting.
+const EnvRetention = "FENCELAB_REPORT_RETENTION"
 
 // LoadConfig reads the job's configuration through ac.Lookup: per-app
 // settings in tests, the environment in `serve` and `worker`.
 func LoadConfig(ac app.Config) (Config, error) {
-	c := Config{Holder: defaultHolder(), TTL: DefaultTTL, Interval: DefaultInterval}
+	c := Config{Holder: defaultHolder(), TTL: DefaultTTL, Interval: DefaultInterval, Retention: DefaultRetention}
 	r := app.NewSettingsReader(ac, "report")
 	r.String("FENCELAB_REPORT_HOLDER", &c.Holder, nil)
 	r.Duration("FENCELAB_REPORT_TTL", &c.TTL, time.Millisecond, 24*time.Hour)
 	r.Duration("FENCELAB_REPORT_INTERVAL", &c.Interval, MinInterval, 24*time.Hour)
+	r.Duration(EnvRetention, &c.Retention, MinRetention, MaxRetention)
 	var date string
 	r.String("FENCELAB_REPORT_DATE", &date, nil)
 	if err := r.Err(); err != nil {

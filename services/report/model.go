@@ -54,3 +54,11 @@ func truncate(s string) string {
 	}
 	return s
 }
+
+// Purged is what one Purge removed (report.purge's job result): whole
+// report days, with their lease grants and report writes.
+type Purged struct {
+	Days   int64 `json:"days"`
+	Grants int64 `json:"grants"`
+	Writes int64 `json:"writes"`
+}

@@ -4,6 +4,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 )
 
 // Module is report: the daily report written through the fence guard (LOCK-I2): chapter 1 applied.
@@ -14,8 +15,8 @@ func Module() app.Module {
 	}
 }
 
-// build builds the report module: GET /reports/{date} and the daily-report
-// background task, configured by LoadConfig.
+// build builds the report module: GET /reports/{date}, the daily-report
+// background task and the report.purge retention, configured by LoadConfig.
 func build(d app.Deps) (app.Runtime, error) {
 	cfg, err := LoadConfig(d.Config)
 	if err != nil {
@@ -28,5 +29,6 @@ func build(d app.Deps) (app.Runtime, error) {
 	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, d.Auth, handlers{svc}) },
 		Tasks:  []app.Task{svc.Task()},
+		Kinds:  []claim.Kind{svc.purgeKind()},
 	}, nil
 }

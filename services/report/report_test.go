@@ -36,6 +36,9 @@ func TestBadConfigIsAnErrorNotAPanic(t *testing.T) {
 		{Interval: 25 * time.Hour},
 		{Holder: string(make([]byte, 201))},
 		{Holder: "worker\x00a"},
+		{Retention: time.Hour},
+		{Retention: -report.DefaultRetention},
+		{Retention: 11 * 365 * 24 * time.Hour},
 	} {
 		_, err := report.NewService(app.Standalone(nil), c)
 		require.Error(t, err, "%+v", c)
@@ -55,6 +58,11 @@ func TestLoadConfigRefusesABadDate(t *testing.T) {
 	ac.Settings = map[string]string{"FENCELAB_REPORT_TTL": "soon"}
 	_, err = report.LoadConfig(ac)
 	require.ErrorContains(t, err, "FENCELAB_REPORT_TTL")
+	for _, bad := range []string{"1h", "0s", "-400h", "100000h", "forever"} {
+		ac.Settings = map[string]string{report.EnvRetention: bad}
+		_, err = report.LoadConfig(ac)
+		require.ErrorContains(t, err, report.EnvRetention, bad)
+	}
 
 	ac.Settings = map[string]string{
 		"FENCELAB_REPORT_DATE": "2026-05-01", "FENCELAB_REPORT_HOLDER": "worker-a",
@@ -63,5 +71,9 @@ func TestLoadConfigRefusesABadDate(t *testing.T) {
 	c, err := report.LoadConfig(ac)
 	require.NoError(t, err)
 	require.Equal(t, report.Config{Holder: "worker-a", TTL: 2 * time.Second, Interval: 50 * time.Millisecond,
-		Date: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}, c)
+		Retention: report.DefaultRetention, Date: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}, c)
+	ac.Settings = map[string]string{report.EnvRetention: "720h"}
+	c, err = report.LoadConfig(ac)
+	require.NoError(t, err)
+	require.Equal(t, 30*24*time.Hour, c.Retention)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/promx"
@@ -52,11 +53,17 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
 	if cfg.TTL < lease.MinTTL || cfg.TTL > lease.MaxTTL {
 		return nil, fmt.Errorf("report: ttl must be between %s and %s, got %s", lease.MinTTL, lease.MaxTTL, cfg.TTL)
 	}
 	if cfg.Interval < MinInterval || cfg.Interval > 24*time.Hour {
 		return nil, fmt.Errorf("report: interval must be between %s and 24h, got %s", MinInterval, cfg.Interval)
+	}
+	if cfg.Retention < MinRetention || cfg.Retention > MaxRetention {
+		return nil, fmt.Errorf("report: retention must be between %s and %s, got %s", MinRetention, MaxRetention, cfg.Retention)
 	}
 	if err := lease.CheckName("report holder", cfg.Holder); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
@@ -201,3 +208,19 @@ func (s *Service) runOnce(ctx context.Context) {
 }
 
 func (s *Service) count(outcome string) { s.runs.WithLabelValues(outcome).Inc() }
+
+// PurgeKindName is the periodic kind that enforces Config.Retention.
+const PurgeKindName = "report.purge"
+
+// purgeKind is report.purge: one run per slot across all processes,
+// deleting whole report days past the retention (Purge).
+func (s *Service) purgeKind() claim.Kind {
+	return claim.Kind{Name: PurgeKindName, Every: min(s.cfg.Retention/24, 10*time.Minute),
+		Handle: func(ctx context.Context, j *claim.Job) error {
+			p, err := Purge(ctx, s.db, s.cfg.Retention)
+			if err != nil {
+				return err
+			}
+			return j.SetResult(p)
+		}}
+}
