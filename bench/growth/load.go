@@ -15,6 +15,7 @@ import (
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/services/notify"
+	reportsvc "github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -40,6 +41,7 @@ const (
 	NotifyUser      = "growth-user"
 	OldAuthor       = "growth-old-author"
 	OldAuthorPosts  = 10 // all past the retention, fewer than feed.MinBackfillPosts
+	ReportHolder    = "growth-report"
 )
 
 // LoadOptions shape Load.
@@ -58,10 +60,11 @@ const Live = LiveJobs
 // Load grows every growing table by n rows of history (jobs with two
 // events each, outbox events of a consumed and an unconsumed topic with the
 // consumer's inbox rows, clicks, notifications with their tasks, jobs and
-// attempts, posts with their feed inbox rows) and adds the purgeable slice
+// attempts, posts with their feed inbox rows, report days with their
+// lease, grant, write, report and guard) and adds the purgeable slice
 // and the live set, in bulk INSERT … SELECT generate_series statements,
 // then VACUUM ANALYZE so plans see the tables as they are. The rows obey
-// the claim, outbox, shortlink, notify and FEED-I2
+// the claim, outbox, shortlink, notify, lease, report and FEED-I2
 // invariants. n = 0 loads only the purgeable slice and the live set: the
 // empty baseline.
 func Load(ctx context.Context, db pg.Querier, n int, o LoadOptions) error {
@@ -183,6 +186,36 @@ SELECT t.id, 1, 'send', 1, 'growth', t.delivery_key, 'success', 'effect-' || t.i
   FROM notify_task t JOIN notify_notification n ON n.id = t.notification_id
  WHERE n.user_id = $1`, []any{NotifyUser}},
 
+		// Report days (the lease chapter): one per day, each a lease
+		// `report:YYYY-MM-DD` with its grant, one write, the report and
+		// its fence guard, as the report job leaves them (LOCK-I1,
+		// LOCK-I2). Days are consecutive from 2000-01-02; the first
+		// PurgeableRows were granted past the retention (oldest first),
+		// the n after them inside it.
+		{"report leases", `
+INSERT INTO lease (name, holder, fence, granted_at, expires_at)
+SELECT 'report:' || to_char(date '2000-01-01' + i, 'YYYY-MM-DD'), $4, 1, t, t + interval '30 seconds'
+  FROM generate_series(1, $1::int + $3::int) i,
+       LATERAL (SELECT CASE WHEN i <= $3 THEN now() - $2::bigint * interval '1 microsecond' - interval '1 hour' - ($3 - i) * interval '1 millisecond'
+                            ELSE now() - (0.9 * $2::bigint * (1 - (i - $3)::float8 / ($1 + 1))) * interval '1 microsecond' END AS t) x`,
+			[]any{n, ret, PurgeableRows, ReportHolder}},
+		{"report grants", `
+INSERT INTO lease_grant (name, holder, fence, granted_at, expires_at)
+SELECT name, holder, fence, granted_at, expires_at FROM lease WHERE holder = $1 ORDER BY granted_at`, []any{ReportHolder}},
+		{"report outputs", `
+INSERT INTO report_output (report_date, content, written_fence, written_by, written_at)
+SELECT d, 'growth report', l.fence, l.holder, l.granted_at
+  FROM generate_series(1, $1::int + $2::int) i, LATERAL (SELECT date '2000-01-01' + i AS d) x
+  JOIN lease l ON l.name = 'report:' || to_char(d, 'YYYY-MM-DD')`, []any{n, PurgeableRows}},
+		{"report writes", `
+INSERT INTO report_write (report_date, fence, holder, written_at)
+SELECT report_date, written_fence, written_by, written_at FROM report_output WHERE written_by = $1 ORDER BY report_date`, []any{ReportHolder}},
+		{"report guards", `
+INSERT INTO fence_guard (resource, lease_name, max_fence, holder, updated_at)
+SELECT 'report_output:' || to_char(report_date, 'YYYY-MM-DD'), 'report:' || to_char(report_date, 'YYYY-MM-DD'),
+       written_fence, written_by, written_at
+  FROM report_output WHERE written_by = $1`, []any{ReportHolder}},
+
 		// Feed: an author with n pushed posts inside the retention and a
 		// purgeable slice past it, an author whose few posts are all past
 		// it (FEED-I2's horizon: its newest posts leave the inbox too), a
@@ -229,7 +262,8 @@ ON CONFLICT (name) DO UPDATE SET position_tx = EXCLUDED.position_tx`, nil},
 	}
 	for _, t := range []string{"job", "job_event", "outbox_event", "outbox_inbox", "outbox_consumer",
 		"shortlink_clicks", "shortlink_click_count", "upload_session", "social_post", "social_feed_post", "social_feed_inbox",
-		"notify_notification", "notify_task", "notify_attempt"} {
+		"notify_notification", "notify_task", "notify_attempt",
+		"lease", "lease_grant", "report_output", "report_write", "fence_guard"} {
 		if _, err := db.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
 			return fmt.Errorf("growth: vacuum %s: %w", t, err)
 		}
@@ -257,5 +291,6 @@ func Probes(ctx context.Context, db pg.Querier) ([]pg.Probe, error) {
 	ps = append(ps, upload.GrowthProbes(Retention)...)
 	ps = append(ps, notify.GrowthProbes(Retention)...)
 	ps = append(ps, feed.GrowthProbes(Retention)...)
+	ps = append(ps, reportsvc.GrowthProbes(Retention)...)
 	return ps, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/services/notify"
+	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social/feed"
 )
@@ -42,7 +43,8 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	require.NoError(t, growthbench.Load(ctx, pool, history, growthbench.LoadOptions{Logf: t.Logf}))
 	t.Logf("loaded %d rows of history per table in %v", history, time.Since(start).Round(time.Millisecond))
 	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks", "upload_session",
-		"notify_notification", "notify_task", "notify_attempt", "social_feed_inbox"} {
+		"notify_notification", "notify_task", "notify_attempt", "social_feed_inbox",
+		"lease", "lease_grant", "report_write", "report_output", "fence_guard"} {
 		var n int64
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
 		require.GreaterOrEqual(t, n, int64(history), table)
@@ -98,10 +100,18 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 		clicks, err := shortlink.PurgeClicks(ctx, pool, growthbench.Retention)
 		require.NoError(t, err)
 		require.EqualValues(t, growthbench.PurgeableRows, clicks)
+		days, err := report.Purge(ctx, pool, growthbench.Retention)
+		require.NoError(t, err)
+		require.Equal(t, report.Purged{Days: growthbench.PurgeableRows, Grants: growthbench.PurgeableRows, Writes: growthbench.PurgeableRows}, days,
+			"the report days past the retention, whole")
+		var leases, outputs, guards int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM report_output), (SELECT count(*) FROM fence_guard)`).
+			Scan(&leases, &outputs, &guards))
+		require.Equal(t, [3]int64{history, history, history}, [3]int64{leases, outputs, guards}, "no report day of the history purged")
 		var left int64
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind LIKE 'growth.k%'`).Scan(&left))
 		require.EqualValues(t, history, left, "no job of the history purged")
-		e2etest.Assert(t, pool, "claim", "outbox", "shortlink", "notify")
+		e2etest.Assert(t, pool, "claim", "outbox", "shortlink", "notify", "lease", "report")
 		// FEED-I2 alone (the loaded follows have no rel events, which
 		// rel's own invariants would judge): the old author's newest
 		// posts left the inbox below the horizon, and nothing else did.
