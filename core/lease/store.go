@@ -4,8 +4,10 @@ package lease
 // election (river_leader.sql): one INSERT … ON CONFLICT DO UPDATE … WHERE to
 // take a lease, one conditional UPDATE to renew it, each re-checking holder
 // and expiry against the database clock. Two differences matter here: the
-// row is never deleted, because it carries the fence, and every grant also
-// issues a fence and records it in lease_grant in the same statement.
+// row is never deleted by this package, because it carries the fence (the
+// report's retention deletes a whole report day, lease included, long after
+// its expiry: docs/DATA.md), and every grant also issues a fence and records
+// it in lease_grant in the same statement.
 
 // sqlAcquire takes the lease when it is new, expired or released, or when
 // the caller already holds it, and issues fence+1 either way (LOCK-I1: a
