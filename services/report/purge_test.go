@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/pg"
@@ -197,5 +198,48 @@ func TestRetentionPurgesAReportLeaseThatNamesNoDay(t *testing.T) {
 	require.Equal(t, report.Purged{Days: 3, Grants: 3}, p)
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM lease`))
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM lease_grant`))
+	invariants.Assert(t, pool, "LOCK-I1", "LOCK-I2")
+}
+
+// The module runs the retention as the periodic claim kind report.purge
+// with the configured retention: one slot's job, claimed and executed,
+// deletes the old day and records what it deleted as its result.
+func TestTheModuleRunsThePurgeAsAPeriodicKind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t)
+	d := app.Standalone(pool)
+	d.Config.Settings = map[string]string{report.EnvRetention: "720h"}
+	d.Jobs = claim.NewClient(pool, claim.Options{})
+	rt, err := report.Module().Build(d)
+	require.NoError(t, err)
+	require.NoError(t, d.Jobs.Register(rt.Kinds...))
+	k, ok := d.Jobs.Kind(report.PurgeKindName)
+	require.True(t, ok, "report.purge is registered")
+	require.Positive(t, k.Every, "report.purge is periodic")
+
+	old, kept := day("2025-01-01"), day("2025-01-02")
+	svc := newService(t, pool, "worker-a")
+	for _, x := range []time.Time{old, kept} {
+		_, err := svc.Run(ctx, x)
+		require.NoError(t, err)
+	}
+	// Past the configured 30 days, and inside the 400-day default: only
+	// the setting makes it purgeable.
+	age(t, pool, report.LeaseName(old), 31*24*time.Hour, 31*24*time.Hour)
+	age(t, pool, report.LeaseName(kept), 29*24*time.Hour, 29*24*time.Hour)
+
+	_, _, err = d.Jobs.Enqueue(ctx, pool, claim.NewJob{Kind: report.PurgeKindName, BusinessKey: "every:0"})
+	require.NoError(t, err)
+	jobs, err := d.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{report.PurgeKindName}})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.NoError(t, d.Jobs.Execute(ctx, jobs[0]))
+	j, _, err := d.Jobs.Get(ctx, jobs[0].ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateSucceeded, j.State)
+	require.JSONEq(t, `{"days":1,"grants":1,"writes":1}`, string(j.Result))
+	require.Equal(t, [5]int64{}, dayRows(t, pool, old))
+	require.Equal(t, [5]int64{1, 1, 1, 1, 1}, dayRows(t, pool, kept))
 	invariants.Assert(t, pool, "LOCK-I1", "LOCK-I2")
 }
