@@ -140,12 +140,11 @@ func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 }
 
 // UP-F5, the running hash's fence. A writer hashed chunk 1 as it wrote it
-// and is paused after recording it; meanwhile another replica (a second
-// process on the same database and store, which does not wait for this
-// one's writers) folds chunk 1 (read back) and chunk 2 into the saved
-// hash. The paused writer's state is now stale: released, it must drop it
-// rather than save it over the newer one — the saved hash still covers
-// exactly chunks 0..2 — and the file completes as declared.
+// and is paused after recording it; meanwhile another PUT folds chunk 1
+// (read back) and chunk 2 into the saved hash. The paused writer's state
+// is now stale: released, it must drop it rather than save it over the
+// newer one — the saved hash still covers exactly chunks 0..2 — and the
+// file completes as declared.
 func TestAStaleStreamedHashIsDroppedNotSaved(t *testing.T) {
 	t.Parallel()
 	l := upload.StartLab(e2etest.X(t), upload.LabOptions{})
@@ -159,10 +158,9 @@ func TestAStaleStreamedHashIsDroppedNotSaved(t *testing.T) {
 	gate := l.Faults.Pause(upload.PointChunkRecorded, fmt.Sprintf("%s/1", s.ID))
 	late := l.Go(upload.PutReq(l.Alice, s.ID, 1, chunks[1], nil))
 	e2etest.WaitOrTimeout(t, gate.Reached(), "chunk 1's writer recorded its chunk")
-	other := upload.StartLab(e2etest.X(t), upload.LabOptions{DBURL: l.DBURL, Dir: l.Dir})
-	require.Equal(t, http.StatusCreated, other.Put(t, other.Alice, s.ID, 2, chunks[2], nil).Status)
+	require.Equal(t, http.StatusCreated, l.Put(t, l.Alice, s.ID, 2, chunks[2], nil).Status)
 	requireHashedThrough(t, l, s.ID, chunks, 3)
-	require.Equal(t, 2*chunkSize, hashedBytes(t, other, "reread"), "chunks 1 and 2 read back")
+	require.Equal(t, 2*chunkSize, hashedBytes(t, l, "reread"), "chunks 1 and 2 read back")
 
 	gate.Release()
 	r := late.Wait(t)

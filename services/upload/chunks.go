@@ -26,12 +26,6 @@ import (
 // comes (UP-F5).
 const PointChunkRecorded = "upload.chunk_recorded"
 
-// PointChunkBody is hit when a chunk's writer holds its range and is about
-// to read its body, whether it hashes as it writes decided; the key is
-// "<session id>/<n>". Experiments hold a writer here to have the writer of
-// the next chunk wait for it (the relay, hash.go).
-const PointChunkBody = "upload.chunk_body"
-
 // Checksum is a chunk's SHA-256 as the client sent it (nil: none sent).
 type Checksum []byte
 
@@ -59,14 +53,12 @@ func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n 
 		return ChunkResult{}, fmt.Errorf("%w: chunk %d holds %d bytes, the body has %d", ErrChunkSize, n, size, length)
 	}
 	res := ChunkResult{Session: id, N: n, Size: size}
-	tk := s.relay.arrive(id, n)
-	defer tk.leave()
 	stored, err := chunkStored(ctx, s.db, id, n)
 	if err != nil {
 		return res, err
 	}
 	if !stored {
-		head, err := s.writeChunk(ctx, sess, n, off, size, body, sum, tk)
+		head, err := s.writeChunk(ctx, sess, n, off, size, body, sum)
 		if !errors.Is(err, errStoredMeanwhile) {
 			res.Stored = err == nil
 			s.m.chunk(res.Stored, err)
@@ -75,7 +67,7 @@ func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n 
 				if err := s.faults.Hit(ctx, PointChunkRecorded, id+"/"+strconv.Itoa(n)); err != nil {
 					return res, err
 				}
-				s.advanceHash(ctx, sess, head, tk)
+				s.advanceHash(ctx, sess, head)
 			}
 			return res, err
 		}
@@ -99,7 +91,7 @@ var errBody = errors.New("upload: chunk body incomplete")
 // (io.MultiWriter over one pooled buffer), and that hash is returned for
 // advanceHash to take over: the chunk is never read back for the
 // whole-file digest.
-func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum, tk *ticket) (*streamedChunk, error) {
+func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) (*streamedChunk, error) {
 	part, err := s.store.OpenPartial(ctx, sess.ID, true)
 	if err != nil {
 		return nil, err
@@ -127,19 +119,7 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 	if err := part.Allocate(off, size); err != nil {
 		return nil, err
 	}
-	tk.writing(hashed, state)
 	head := streamFrom(n, hashed, state)
-	if head == nil && hashed >= 0 && hashed < n {
-		// Ahead of the hash: take the state the writer of the chunk before
-		// hands on, if that writer is here (hash.go, the relay).
-		head = streamFrom(n, n, s.await(ctx, tk))
-	}
-	if head != nil {
-		tk.streaming()
-	}
-	if err := s.faults.Hit(ctx, PointChunkBody, sess.ID+"/"+strconv.Itoa(n)); err != nil {
-		return nil, err
-	}
 	var check hash.Hash
 	ws := []io.Writer{io.NewOffsetWriter(part, off)}
 	if head != nil {
@@ -167,16 +147,6 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 		x := hex.EncodeToString(got)
 		shaHex = &x
 	}
-	if head != nil {
-		st, err := marshalHash(head.h)
-		if err != nil {
-			return nil, err
-		}
-		tk.handOn(st)
-	}
-	if err := s.faults.Hit(ctx, PointChunkWritten, sess.ID+"/"+strconv.Itoa(n)); err != nil {
-		return nil, err
-	}
 	if err := part.Sync(); err != nil {
 		return nil, err
 	}
@@ -185,7 +155,6 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 		return nil, err
 	}
 	if ok {
-		tk.record()
 		return head, nil
 	}
 	// The session left open while we wrote (aborted, expired, completed).

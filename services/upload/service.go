@@ -65,7 +65,6 @@ type Service struct {
 
 	storeRecorded atomic.Bool
 	bufs          sync.Pool
-	relay         relay // hash states handed from one chunk's writer to the next (hash.go)
 }
 
 // bufSize is the unit of every streaming copy: the most memory one request
