@@ -18,7 +18,9 @@
 // pollers and the like) during the window, so that figure is an upper
 // bound on what the upload path costs; the table also shows the child's
 // CPU rate while dd runs (the server idles then) and the upload's CPU less
-// that rate over the upload's duration ("net"). Its peak RSS
+// that rate over the upload's duration ("net"), and the floor measured in
+// the same round (floor.go): what receiving, hashing and storing the same
+// bytes costs one thread with nothing else around it. Its peak RSS
 // (VmHWM) is read from /proc the same way. The client sends every chunk
 // from a file with sendfile, so it adds next to nothing to the machine's
 // load.
