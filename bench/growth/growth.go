@@ -43,16 +43,21 @@ func Run(_ []app.Module, args []string) error {
 	history := fs.Int("history", 1_000_000, "rows of history per growing table")
 	dbURL := fs.String("database-url", "", "a server to create the scratch databases on (its role needs CREATEDB); "+
 		"empty: a fresh local cluster. DATABASE_URL is deliberately not read: the dev database is never touched unless named here")
-	jobs := fs.Int("claim-jobs", 20_000, "jobs drained to measure claim throughput")
+	jobs := fs.Int("claim-jobs", 50_000, "jobs drained per round to measure claim throughput")
 	workers := fs.Int("workers", 200, "claim worker goroutines")
 	repeat := fs.Int("repeat", 5, "runs per query (the median is reported)")
-	rounds := fs.Int("claim-rounds", 3, "alternating claim drains on each database (the ratio is their median)")
-	keep := fs.Bool("keep", false, "keep the scratch databases (their URLs are printed)")
+	rounds := fs.Int("claim-rounds", 5, "alternating claim drains on each database (the ratio is their median)")
+	keep := fs.Bool("keep", false, "keep the scratch databases (their URLs and the run's id are printed)")
+	reuse := fs.String("reuse", "", "measure the databases an earlier --keep run (this id) left on --database-url, "+
+		"migrated up, instead of loading new ones; they are kept")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *history < 0 || *history > 100_000_000 || *jobs < 100 || *repeat < 1 || *rounds < 1 {
 		return errors.New("bench growth: --history must be 0..100000000, --claim-jobs ≥ 100, --repeat ≥ 1, --claim-rounds ≥ 1")
+	}
+	if *reuse != "" && (*dbURL == "" || !validRunID(*reuse)) {
+		return errors.New("bench growth: --reuse takes the 8-hex-digit id a --keep run printed, and needs that run's --database-url")
 	}
 	ctx := context.Background()
 	server := *dbURL
@@ -75,16 +80,30 @@ func Run(_ []app.Module, args []string) error {
 
 	run := make([]byte, 4)
 	_, _ = rand.Read(run)
+	id := hex.EncodeToString(run)
+	if *reuse != "" {
+		id = *reuse
+	} else if *keep {
+		fmt.Printf("run id %s (measure it again: --reuse %s --history %d --database-url …)\n", id, id, *history)
+	}
 	sizes := []int{0, *history}
 	scratches := make([]*scratch, len(sizes))
 	for i, h := range sizes {
-		name := fmt.Sprintf("fencelab_growth_%s_%d", hex.EncodeToString(run), h)
-		if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
-			return fmt.Errorf("bench growth: create the scratch database: %w", err)
-		}
+		name := fmt.Sprintf("fencelab_growth_%s_%d", id, h)
 		u, err := withDatabase(server, name)
 		if err != nil {
 			return err
+		}
+		if *reuse != "" {
+			fmt.Printf("history %d: reusing %s …\n", h, name)
+			if scratches[i], err = reopen(ctx, u, h); err != nil {
+				return err
+			}
+			defer scratches[i].pool.Close()
+			continue
+		}
+		if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+			return fmt.Errorf("bench growth: create the scratch database: %w", err)
 		}
 		if !*keep {
 			defer func() {
@@ -105,6 +124,14 @@ func Run(_ []app.Module, args []string) error {
 	}
 	// Both databases are loaded before anything is timed, so the queries
 	// at 0 and at N run minutes apart at most, not a whole load apart.
+	// The load's own dirty pages are written out first: a bulk load leaves
+	// gigabytes for the checkpointer, which a year of history would have
+	// written long ago, and timing claims under that write-back measures
+	// the load, not the history.
+	fmt.Println("checkpoint …")
+	if _, err := admin.Exec(ctx, `CHECKPOINT`); err != nil {
+		fmt.Printf("  not taken (%v): the load's write-back may overlap the timing\n", err)
+	}
 	results := make([]phase, len(scratches))
 	for i, sc := range scratches {
 		fmt.Printf("history %d: measuring …\n", sc.history)
@@ -123,7 +150,7 @@ func Run(_ []app.Module, args []string) error {
 		}
 		rate := make([]float64, 2)
 		for _, i := range order {
-			if rate[i], err = drain(ctx, scratches[i], r, *jobs, *workers); err != nil {
+			if rate[i], err = drain(ctx, scratches[i], fmt.Sprintf("%x-%d", run, r), *jobs, *workers); err != nil {
 				return err
 			}
 			results[i].claimRates = append(results[i].claimRates, rate[i])
@@ -144,6 +171,28 @@ func withDatabase(server, db string) (string, error) {
 	return u.String(), nil
 }
 
+func validRunID(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == 4
+}
+
+// reopen migrates a kept scratch database up (new migrations apply to the
+// loaded history, as they would in production) and connects to it.
+func reopen(ctx context.Context, u string, history int) (*scratch, error) {
+	if err := (pg.Migrator{FS: migrations.FS, URL: u}).Up(); err != nil {
+		return nil, fmt.Errorf("bench growth: reuse: %w", err)
+	}
+	pool, err := pg.Connect(ctx, u, pg.PoolOptions{MaxConns: 12, ApplicationName: "fencelab-bench-growth"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE`); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &scratch{history: history, pool: pool, reused: true}, nil
+}
+
 // row is one measured query.
 type row struct {
 	name     string
@@ -155,6 +204,7 @@ type row struct {
 type phase struct {
 	history    int
 	load       time.Duration
+	reused     bool
 	rows       []row
 	claimRates []float64 // one per round
 }
@@ -163,6 +213,7 @@ type phase struct {
 type scratch struct {
 	history int
 	load    time.Duration
+	reused  bool
 	pool    *pgxpool.Pool
 }
 
@@ -184,7 +235,7 @@ func prepare(ctx context.Context, u string, history int) (*scratch, error) {
 }
 
 func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
-	p := phase{history: sc.history, load: sc.load}
+	p := phase{history: sc.history, load: sc.load, reused: sc.reused}
 	pool := sc.pool
 
 	probes, err := Probes(ctx, pool)
@@ -269,9 +320,10 @@ func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
 }
 
 // drain enqueues jobs no-op jobs on the scratch database and times the
-// claim engine draining them (round r's business keys are its own), with
-// the history in the table.
-func drain(ctx context.Context, sc *scratch, r, jobs, workers int) (float64, error) {
+// claim engine draining them (the round's business keys carry its own
+// tag, unique across runs on a reused database), with the history in the
+// table.
+func drain(ctx context.Context, sc *scratch, round string, jobs, workers int) (float64, error) {
 	pool := sc.pool
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c := claim.NewClient(pool, claim.Options{Log: quiet, Metrics: prometheus.NewRegistry(), Owner: "bench-growth"})
@@ -282,7 +334,7 @@ func drain(ctx context.Context, sc *scratch, r, jobs, workers int) (float64, err
 	for i := 0; i < jobs; i += chunk {
 		batch := make([]claim.NewJob, min(chunk, jobs-i))
 		for k := range batch {
-			batch[k] = claim.NewJob{Kind: "growth.tp", BusinessKey: fmt.Sprintf("tp-%d-%d", r, i+k)}
+			batch[k] = claim.NewJob{Kind: "growth.tp", BusinessKey: fmt.Sprintf("tp-%s-%d", round, i+k)}
 		}
 		if _, err := c.EnqueueMany(ctx, pool, batch); err != nil {
 			return 0, err
@@ -291,17 +343,18 @@ func drain(ctx context.Context, sc *scratch, r, jobs, workers int) (float64, err
 	if _, err := pool.Exec(ctx, `ANALYZE job`); err != nil {
 		return 0, err
 	}
+	const sqlDone = `SELECT count(*) FROM job WHERE kind = 'growth.tp' AND state = 'succeeded' AND business_key LIKE 'tp-' || $1 || '-%'`
 	t0 := time.Now()
 	if err := c.Work(ctx, claim.PoolOptions{Workers: workers, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond}); err != nil {
 		return 0, err
 	}
 	elapsed := time.Since(t0)
 	var done int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind = 'growth.tp' AND state = 'succeeded'`).Scan(&done); err != nil {
+	if err := pool.QueryRow(ctx, sqlDone, round).Scan(&done); err != nil {
 		return 0, err
 	}
-	if done != jobs*(r+1) {
-		return 0, fmt.Errorf("bench growth: %d of %d jobs succeeded", done, jobs*(r+1))
+	if done != jobs {
+		return 0, fmt.Errorf("bench growth: %d of %d jobs succeeded", done, jobs)
 	}
 	return float64(jobs) / elapsed.Seconds(), nil
 }
@@ -315,7 +368,11 @@ func median(xs []float64) float64 {
 func report(w io.Writer, ps []phase, ratio float64, version string) {
 	empty, full := ps[0], ps[len(ps)-1]
 	fmt.Fprintf(w, "\nfencelab growth: every periodic, per-scrape and per-request query at history 0 and %d (PostgreSQL %s)\n", full.history, version)
-	fmt.Fprintf(w, "  load: %v for %d rows per growing table\n", full.load.Round(time.Second), full.history)
+	if full.reused {
+		fmt.Fprintf(w, "  load: reused the databases of an earlier --keep run (%d rows per growing table)\n", full.history)
+	} else {
+		fmt.Fprintf(w, "  load: %v for %d rows per growing table\n", full.load.Round(time.Second), full.history)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "query\twhen\tms @0\trows @0\tms @%d\trows @%d\t\n", full.history, full.history)
 	worst, worstMs := "", -1.0

@@ -63,9 +63,8 @@ func GrowthProbes(retention time.Duration, kept []string) []pg.Probe {
 	return []pg.Probe{
 		{Name: "claim.purge batch", When: pg.Periodic, SQL: sqlPurgeFinished,
 			Args: []any{retention.Microseconds(), PurgeBatch, kept}, Bound: pg.Batch(PurgeBatch)},
-		{Name: "claim queue depth", When: pg.PerScrape, SQL: sqlDepth, Bound: pg.Live},
+		{Name: "claim queue depth (scrape, console)", When: pg.PerScrape, SQL: sqlDepth, Bound: pg.Live},
 		{Name: "claim oldest ready", When: pg.PerScrape, SQL: sqlOldestReady, Bound: pg.Live},
-		{Name: "console queue depth", When: pg.PerRequest, SQL: sqlLiveDepth, Bound: pg.Live},
 		{Name: "console jobs in review (page)", When: pg.PerRequest, SQL: sqlListWaiting,
 			Args: []any{string(StateNeedsReview), int64(0), MaxListed}, Bound: pg.Batch(MaxListed)},
 		{Name: "claim take unknown", When: pg.Periodic, SQL: sqlTakeUnknown,

@@ -30,7 +30,7 @@ type QueueStats struct {
 // history (failed jobs are history too, and are not counted).
 func (c *Client) Queue(ctx context.Context) (QueueStats, error) {
 	st := QueueStats{OldestReady: map[string]time.Duration{}}
-	rows, err := c.pool.Query(ctx, sqlLiveDepth)
+	rows, err := c.pool.Query(ctx, sqlDepth)
 	if err != nil {
 		return st, fmt.Errorf("claim: queue depth: %w", pg.MapError(err))
 	}
@@ -82,18 +82,6 @@ func (c *Client) ListWaiting(ctx context.Context, state State, after int64, limi
 	}
 	return scanJobs(rows)
 }
-
-// sqlLiveDepth counts live jobs one state at a time, so that each branch
-// reads its state's partial index (job_ready_idx, job_running_lease_idx,
-// job_attention_idx) instead of one scan over every job ever run.
-const sqlLiveDepth = `
-SELECT kind, state, count(*) FROM job WHERE state = 'ready' GROUP BY kind, state
-UNION ALL
-SELECT kind, state, count(*) FROM job WHERE state = 'running' GROUP BY kind, state
-UNION ALL
-SELECT kind, state, count(*) FROM job WHERE state = 'unknown' GROUP BY kind, state
-UNION ALL
-SELECT kind, state, count(*) FROM job WHERE state = 'needs_review' GROUP BY kind, state`
 
 // sqlListWaiting pages through one waiting state in (due_at, id) order; the
 // cursor is a job id, whose due_at the statement reads itself.

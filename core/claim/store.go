@@ -315,17 +315,25 @@ SELECT id, job_id, event, fence, coalesce(owner, ''), coalesce(state, ''), at, c
 FROM job_event WHERE job_id = $1 ORDER BY id LIMIT $2`
 
 // Queue depth per kind and state of the live jobs (ready, running,
-// unknown, needs_review): an index-only range of job_live_idx, which holds
-// live jobs only, so a scrape costs the queue's size whatever the history.
-// Terminal states are not gauged (they only grow until claim.purge):
+// unknown, needs_review), one state at a time, so that each branch reads
+// its state's partial index (job_ready_idx, job_running_lease_idx,
+// job_attention_idx): a scrape, or the console's queue page, costs the
+// queue's size whatever the history. There is deliberately no index of
+// all live jobs for it (0605 dropped job_live_idx): every enqueue and
+// every claim inserted an entry into it, one index write per transition
+// on the hottest path, to save a scrape a few heap reads. Terminal states
+// are not gauged (they only grow until claim.purge):
 // fencelab_claim_outcomes_total counts them. The age of the oldest due
 // ready job per kind reads job_ready_idx, live too. SKIP LOCKED is not
 // fair (14.4): this age is how starvation shows.
 const sqlDepth = `
-SELECT kind, state, count(*)
-FROM job
-WHERE state IN ('ready', 'running', 'unknown', 'needs_review')
-GROUP BY kind, state`
+SELECT kind, state, count(*) FROM job WHERE state = 'ready' GROUP BY kind, state
+UNION ALL
+SELECT kind, state, count(*) FROM job WHERE state = 'running' GROUP BY kind, state
+UNION ALL
+SELECT kind, state, count(*) FROM job WHERE state = 'unknown' GROUP BY kind, state
+UNION ALL
+SELECT kind, state, count(*) FROM job WHERE state = 'needs_review' GROUP BY kind, state`
 
 const sqlOldestReady = `
 SELECT kind, extract(epoch FROM now() - min(due_at))::float8
