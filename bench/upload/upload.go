@@ -18,7 +18,9 @@
 // pollers and the like) during the window, so that figure is an upper
 // bound on what the upload path costs; the table also shows the child's
 // CPU rate while dd runs (the server idles then) and the upload's CPU less
-// that rate over the upload's duration ("net"). Its peak RSS
+// that rate over the upload's duration ("net"), and the floor measured in
+// the same round (floor.go): what receiving, hashing and storing the same
+// bytes costs one thread with nothing else around it. Its peak RSS
 // (VmHWM) is read from /proc the same way. The client sends every chunk
 // from a file with sendfile, so it adds next to nothing to the machine's
 // load.
@@ -132,7 +134,8 @@ func Run(mods []app.Module, args []string) error {
 	}
 
 	source := filepath.Join(work, "source.bin")
-	if err := writeSource(source, size); err != nil {
+	sourceSum, err := writeSource(source, size)
+	if err != nil {
 		return err
 	}
 	parts, err := splitSource(source, filepath.Join(work, "chunks"), size, chunk)
@@ -157,11 +160,13 @@ func Run(mods []app.Module, args []string) error {
 	fmt.Printf("ceiling: dd if=source of=%s bs=%s conv=fsync (as many bytes, the same directory); MB = 10^6 bytes\n",
 		filepath.Join(work, "dd.out"), upload.FormatSize(chunk))
 	fmt.Printf("server CPU: the child's utime+stime (/proc/<pid>/stat) across each upload, per GiB uploaded; idle CPU: the child's\n" +
-		"CPU across dd (its background tasks, in %% of a core); net: CPU per GiB less the idle rate over the upload's time\n\n")
+		"CPU across dd (its background tasks, in %% of a core); net: CPU per GiB less the idle rate over the upload's time;\n" +
+		"floor: one thread of this process receiving the same bytes over loopback TCP (sendfile), hashing them with SHA-256\n" +
+		"and writing them into a blob-store partial file (fallocate, fsync per chunk), nothing else: its CPU per GiB\n\n")
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\tserver CPU\tCPU s/GiB\tidle CPU\tnet s/GiB\thashed as written\tread back\t")
-	var dds, ups, ratios, cpus, nets []float64
+	fmt.Fprintln(tw, "round\tdd MB/s\tupload MB/s\tof ceiling\tupload time\tof which complete\tserver CPU\tCPU s/GiB\tidle CPU\tnet s/GiB\tfloor s/GiB\thashed as written\tread back\t")
+	var dds, ups, ratios, cpus, nets, floors []float64
 	var sessions []string
 	for i := range *rounds {
 		// dd runs while the server idles: its CPU across dd is what its
@@ -180,6 +185,13 @@ func Run(mods []app.Module, args []string) error {
 			return err
 		}
 		idleRate := (idle1 - idle0).Seconds() / time.Since(ddStart).Seconds()
+		floorCPU, floorSum, err := floorOnce(ctx, source, filepath.Join(work, "floor"), size, chunk)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(floorSum, sourceSum) {
+			return fmt.Errorf("floor: the bytes received hash to %x, the source to %x", floorSum, sourceSum)
+		}
 		// This round's file: the source with its own first chunk.
 		first, digest, err := roundFile(source, filepath.Join(work, "chunks"), i, size, chunk)
 		if err != nil {
@@ -213,12 +225,13 @@ func Run(mods []app.Module, args []string) error {
 		perGiB := cpu.Seconds() / gib
 		netPerGiB := (cpu.Seconds() - idleRate*took.Seconds()) / gib
 		dds, ups, ratios = append(dds, ddRate), append(ups, upRate), append(ratios, upRate/ddRate)
-		cpus, nets = append(cpus, perGiB), append(nets, netPerGiB)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t%v\t%.2f\t%.0f%%\t%.2f\t%s\t%s\t\n", i+1, ddRate, upRate, upRate/ddRate,
+		floorPerGiB := floorCPU.Seconds() / gib
+		cpus, nets, floors = append(cpus, perGiB), append(nets, netPerGiB), append(floors, floorPerGiB)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%v\t%v\t%v\t%.2f\t%.0f%%\t%.2f\t%.2f\t%s\t%s\t\n", i+1, ddRate, upRate, upRate/ddRate,
 			took.Round(time.Millisecond), completing.Round(time.Millisecond), cpu.Round(10*time.Millisecond), perGiB,
-			100*idleRate, netPerGiB, upload.FormatSize(int64(h1.streamed-h0.streamed)), upload.FormatSize(int64(h1.reread-h0.reread)))
+			100*idleRate, netPerGiB, floorPerGiB, upload.FormatSize(int64(h1.streamed-h0.streamed)), upload.FormatSize(int64(h1.reread-h0.reread)))
 	}
-	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t%.2f\t\t%.2f\t\t\t\n", median(dds), median(ups), median(ratios), median(cpus), median(nets))
+	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t%.2f\t\t%.2f\t%.2f\t\t\t\n", median(dds), median(ups), median(ratios), median(cpus), median(nets), median(floors))
 	tw.Flush()
 	hwm, rss, err := s.memory()
 	if err != nil {
@@ -247,7 +260,8 @@ func Run(mods []app.Module, args []string) error {
 	}
 	fmt.Printf("after the rounds: %d files committed and published by a worker; upload and claim invariants hold\n\n", published)
 	load.Result("upload", "ratio", median(ratios), "upload_mb_s", fmt.Sprintf("%.0f", median(ups)),
-		"dd_mb_s", fmt.Sprintf("%.0f", median(dds)), "cpu_s_per_gib", median(cpus), "rounds", *rounds,
+		"dd_mb_s", fmt.Sprintf("%.0f", median(dds)), "cpu_s_per_gib", median(cpus), "cpu_net_s_per_gib", median(nets),
+		"floor_cpu_s_per_gib", median(floors), "rounds", *rounds,
 		"size", compactSize(size), "chunk", compactSize(chunk))
 	return nil
 }
@@ -296,26 +310,27 @@ func showFsync(ctx context.Context, url string) (string, error) {
 }
 
 // writeSource writes size pseudo-random bytes to path (incompressible, so
-// no layer can cheat). The file stays in the page cache: both dd and the
+// no layer can cheat) and returns their SHA-256. The file stays in the page cache: both dd and the
 // upload read it from memory.
-func writeSource(path string, size int64) error {
+func writeSource(path string, size int64) ([]byte, error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	var seed [32]byte
 	if _, err := rand.Read(seed[:]); err != nil {
-		return err
+		return nil, err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	if _, err := io.CopyN(w, mrand.NewChaCha8(seed), size); err != nil {
-		return err
+	h := sha256.New()
+	if _, err := io.CopyN(io.MultiWriter(w, h), mrand.NewChaCha8(seed), size); err != nil {
+		return nil, err
 	}
 	if err := w.Flush(); err != nil {
-		return err
+		return nil, err
 	}
-	return f.Sync()
+	return h.Sum(nil), f.Sync()
 }
 
 // roundFile writes round's own first chunk (fresh random bytes) next to
