@@ -6,5 +6,5 @@ BEGIN
 END
 $$;
 
-DROP FUNCTION IF EXISTS report_lease_day(text);
-DROP INDEX IF EXISTS lease_report_granted;
+DROP INDEX IF EXISTS fence_guard_lease;
+DROP INDEX IF EXISTS lease_granted;

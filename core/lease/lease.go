@@ -32,6 +32,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/jackc/pgx/v5"
 )
 
 // Bounds on inputs. Names and holders end up in keys and logs; a TTL below
@@ -206,4 +207,31 @@ func validateLease(l Lease) error {
 		return fmt.Errorf("%w: fence %d was never granted", ErrInvalid, l.Fence)
 	}
 	return nil
+}
+
+// PurgeTx is the retention of a user's leases: inside tx, it deletes up
+// to limit leases whose name starts with prefix and whose latest grant
+// and expiry are both older than age by the database clock, with every
+// grant of those names and the fence guards bound to them (sqlPurge says
+// why that is safe, and on which assumption). It returns the names and
+// the grants deleted; the caller deletes what it keeps under those names
+// in the same transaction, so its history goes whole (services/report:
+// report.purge).
+func PurgeTx(ctx context.Context, tx pgx.Tx, prefix string, age time.Duration, limit int) ([]string, int64, error) {
+	if prefix == "" {
+		return nil, 0, errors.New("lease: purge: a prefix is required (a purge never takes every lease)")
+	}
+	var names []string
+	var grants int64
+	if err := tx.QueryRow(ctx, sqlPurge, prefix, age.Microseconds(), limit).Scan(&names, &grants); err != nil {
+		return nil, 0, fmt.Errorf("lease: purge: %w", pg.MapError(err))
+	}
+	return names, grants, nil
+}
+
+// PurgeProbe is PurgeTx's statement as a growth probe (e2e/growth, bench
+// growth): a batch must examine rows in proportion to it.
+func PurgeProbe(name, prefix string, age time.Duration, limit int) pg.Probe {
+	return pg.Probe{Name: name, When: pg.Periodic, SQL: sqlPurge,
+		Args: []any{prefix, age.Microseconds(), limit}, Bound: pg.Batch(limit * 5)}
 }

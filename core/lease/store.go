@@ -88,3 +88,53 @@ RETURNING max_fence`
 // it did not update it, so this reads the state that refused the write.
 const sqlGuardState = `
 SELECT lease_name, max_fence, holder FROM fence_guard WHERE resource = $1`
+
+// sqlPurge is the retention of a user's leases (PurgeTx; services/report
+// calls it for report.purge): up to $3 leases whose name starts with $1
+// and whose latest grant and expiry are both more than $2 µs old by the
+// database clock are deleted with every lease_grant row of their names
+// and the fence_guard rows bound to them, in one statement. All of a
+// name's grants go at once, so LOCK-I1's per-name order has no gap.
+//
+// Why deleting a lease row is safe here, when migrations/0010 keeps it
+// because it carries the fence: once the row is gone, the next Acquire
+// of that name starts the fence again at 1, and the name's guards, gone
+// too, no longer remember the highest fence that wrote. A holder still
+// carrying an old fence of that name could then write again. Only leases
+// that expired more than the retention ago are taken, so the one
+// assumption is that no holder stays paused, between its checks and its
+// write, for longer than the retention; every other holder has long been
+// refused or gone. Live leases are never touched (expires_at is in the
+// past), and a name re-taken since is kept (granted_at is recent).
+//
+// Oldest grant first along lease_granted, FOR UPDATE SKIP LOCKED on the
+// lease rows, so an Acquire of the same name waits for the purge and
+// then inserts a fresh row, and two runs split the work; grants and
+// guards are reached by key (lease_grant_fence_once, fence_guard_lease),
+// so a batch examines what it deletes and the older leases of other
+// names, never the history inside the window. gate says, for this
+// transaction only, that lease_grant's append-only trigger may let these
+// deletes through (migrations/0607); every delete reads doomed, which
+// reads gate first.
+const sqlPurge = `
+WITH gate AS MATERIALIZED (
+    SELECT set_config('fencelab.lease_purge', 'on', true) AS purge
+), doomed AS MATERIALIZED (
+    SELECT l.name
+      FROM lease l, gate
+     WHERE gate.purge = 'on' AND starts_with(l.name, $1)
+       AND l.granted_at < now() - $2::bigint * interval '1 microsecond'
+       AND l.expires_at < now() - $2::bigint * interval '1 microsecond'
+     ORDER BY l.granted_at
+     LIMIT $3
+       FOR UPDATE OF l SKIP LOCKED
+), guards AS (
+    DELETE FROM fence_guard WHERE lease_name = ANY (ARRAY(SELECT name FROM doomed))
+), grants AS (
+    DELETE FROM lease_grant WHERE name = ANY (ARRAY(SELECT name FROM doomed))
+    RETURNING 1
+), gone AS (
+    DELETE FROM lease WHERE name = ANY (ARRAY(SELECT name FROM doomed))
+    RETURNING name
+)
+SELECT ARRAY(SELECT name FROM gone), (SELECT count(*) FROM grants)`

@@ -140,7 +140,22 @@ func TestRetentionPurgesWholeOldReportDaysOnly(t *testing.T) {
 	for _, stmt := range []string{`TRUNCATE report_write`, `TRUNCATE lease_grant CASCADE`,
 		`UPDATE report_write SET fence = fence + 1`, `UPDATE lease_grant SET fence = fence + 1`} {
 		err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT set_config('fencelab.report_purge', 'on', true)`); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT set_config('fencelab.report_purge', 'on', true), set_config('fencelab.lease_purge', 'on', true)`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, stmt)
+			return err
+		})
+		require.ErrorContains(t, err, "append-only", stmt)
+	}
+	// Each owner's gate opens its own table only: report's does not let a
+	// grant go, nor the lease library's a report write.
+	for gate, stmt := range map[string]string{
+		"fencelab.report_purge": `DELETE FROM lease_grant WHERE name = '` + report.LeaseName(old1) + `'`,
+		"fencelab.lease_purge":  `DELETE FROM report_write WHERE report_date = '` + old1.Format(report.DateLayout) + `'`,
+	} {
+		err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config($1, 'on', true)`, gate); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, stmt)

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,91 +49,63 @@ const sqlCompute = `
 SELECT count(*) FROM lease_grant
  WHERE granted_at >= $1::date AND granted_at < $1::date + 1`
 
-// sqlPurge is the retention (report.purge, FENCELAB_REPORT_RETENTION,
-// docs/DATA.md): up to $2 report days whose lease's latest grant
-// (lease.granted_at) and expiry (lease.expires_at) are both more than $1
-// microseconds old by the database clock are deleted whole, in this one
-// statement: the lease row `report:YYYY-MM-DD`, every lease_grant row of
-// that name, the day's report_write rows, its report_output row and its
-// fence_guard row `report_output:YYYY-MM-DD`. Age is the grant's, not
-// the report date's: experiments pin fixed dates (2026-05-01), and a day
-// reported on again later is kept for as long as its newest grant.
-//
-// Whole days keep the invariants true over what remains: LOCK-I1 compares
-// a name's grants with each other and with its lease row, LOCK-I2 a date's
-// writes with each other, with that name's grants, its output row and its
-// guard. A day with only part of its rows gone would be a violation (a
-// write whose grant is missing, a lease row without its grants); a day
-// entirely gone is simply not there.
-//
-// Why deleting a lease row is safe here, when migrations/0010 keeps it
-// "forever" because it carries the fence: once the row is gone, the next
-// Acquire of that name starts the fence again at 1, and the day's guard
-// row, gone too, no longer remembers the highest fence that wrote. A
-// holder still carrying an old fence of that day could then write again.
-// The purge takes only days whose lease expired more than the retention
-// ago (400 days by default, at least MinRetention), so the one assumption
-// is that no holder stays paused, between its checks and its write, for
-// longer than the retention; every other holder has long been refused or
-// gone. Live leases are never touched (expires_at is in the past), and a
-// day re-taken since keeps its rows, since its granted_at is recent.
-//
-// Oldest grant first along lease_report_granted (a partial index holding
-// only report leases), FOR UPDATE SKIP LOCKED on the lease rows, so an
-// Acquire of the same name waits for the purge and then inserts a fresh
-// row, and two runs split the work; the day's other rows are reached by
-// key (lease_grant_fence_once, report_write_by_date, the primary keys),
-// so a batch examines what it deletes, never the history inside the
-// window. gate says, for this transaction only, that the append-only
-// triggers of lease_grant and report_write may let these deletes through
-// (migrations/0607); every delete reads days, which reads gate first.
-const sqlPurge = `
+// sqlPurgeDays is report's half of the retention (report.purge,
+// FENCELAB_REPORT_RETENTION, docs/DATA.md): the report_write and
+// report_output rows of the days ($1) whose leases lease.PurgeTx has just
+// deleted in the same transaction (with their grants and fence guards).
+// Together a day goes whole or not at all: LOCK-I1 compares a name's
+// grants with each other and with its lease row, LOCK-I2 a date's writes
+// with each other, with that name's grants, its output row and its guard.
+// A day with only part of its rows gone would be a violation (a write
+// whose grant is missing); a day entirely gone is simply not there.
+// Rows are reached by key (report_write_by_date, the primary key). gate
+// says, for this transaction only, that report_write's append-only
+// trigger may let these deletes through (migrations/0607); both deletes
+// read days, which reads gate first.
+const sqlPurgeDays = `
 WITH gate AS MATERIALIZED (
     SELECT set_config('fencelab.report_purge', 'on', true) AS purge
-), doomed AS MATERIALIZED (
-    SELECT l.name, report_lease_day(l.name) AS day
-      FROM lease l
-     WHERE l.name LIKE 'report:%'
-       AND l.granted_at < now() - $1::bigint * interval '1 microsecond'
-       AND l.expires_at < now() - $1::bigint * interval '1 microsecond'
-     ORDER BY l.granted_at
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
 ), days AS MATERIALIZED (
-    SELECT d.name, d.day FROM doomed d, gate WHERE gate.purge = 'on'
+    SELECT d FROM unnest($1::date[]) AS d, gate WHERE gate.purge = 'on'
 ), writes AS (
-    DELETE FROM report_write
-     WHERE report_date = ANY (ARRAY(SELECT day FROM days WHERE day IS NOT NULL))
+    DELETE FROM report_write WHERE report_date = ANY (ARRAY(SELECT d FROM days))
     RETURNING 1
 ), outputs AS (
-    DELETE FROM report_output
-     WHERE report_date = ANY (ARRAY(SELECT day FROM days WHERE day IS NOT NULL))
-), guards AS (
-    DELETE FROM fence_guard
-     WHERE resource = ANY (ARRAY(SELECT 'report_output:' || to_char(day, 'YYYY-MM-DD') FROM days WHERE day IS NOT NULL))
-       AND lease_name = 'report:' || substr(resource, 15)
-), grants AS (
-    DELETE FROM lease_grant WHERE name = ANY (ARRAY(SELECT name FROM days))
-    RETURNING 1
-), gone AS (
-    DELETE FROM lease WHERE name = ANY (ARRAY(SELECT name FROM days))
-    RETURNING 1
+    DELETE FROM report_output WHERE report_date = ANY (ARRAY(SELECT d FROM days))
 )
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM grants), (SELECT count(*) FROM writes)`
+SELECT count(*) FROM writes`
 
 // PurgeBatch bounds one retention statement, in report days (each one
 // lease, its grants and writes, one report and one guard row).
 const PurgeBatch = 500
 
 // Purge deletes, in batches of PurgeBatch days, every report day past
-// retention (sqlPurge), each batch in its own transaction, and returns
-// what went.
+// retention, each batch in its own transaction, and returns what went.
+// lease.PurgeTx takes the report leases whose latest grant and expiry are
+// both older than the retention (the one assumption that makes deleting
+// a lease row safe is stated there: no holder stays paused longer than
+// the retention), with their grants and guards; sqlPurgeDays then
+// deletes the same days' writes and reports. Age is the grant's, not the
+// report date's: experiments pin fixed dates (2026-05-01), and a day
+// reported on again later is kept for as long as its newest grant. A
+// report-named lease that names no real day goes with nothing else.
 func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (Purged, error) {
 	var total Purged
 	for {
 		var b Purged
 		err := pg.InTx(ctx, db, func(tx pgx.Tx) error {
-			return pg.MapError(tx.QueryRow(ctx, sqlPurge, retention.Microseconds(), PurgeBatch).Scan(&b.Days, &b.Grants, &b.Writes))
+			names, grants, err := lease.PurgeTx(ctx, tx, LeasePrefix, retention, PurgeBatch)
+			if err != nil {
+				return err
+			}
+			days := make([]time.Time, 0, len(names))
+			for _, n := range names {
+				if d, err := ParseDate(strings.TrimPrefix(n, LeasePrefix)); err == nil {
+					days = append(days, d)
+				}
+			}
+			b.Days, b.Grants = int64(len(names)), grants
+			return pg.MapError(tx.QueryRow(ctx, sqlPurgeDays, days).Scan(&b.Writes))
 		})
 		if err != nil {
 			return total, fmt.Errorf("report: purge: %w", err)
@@ -151,8 +124,7 @@ func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (Purg
 // its days' rows, a handful per day.
 func GrowthProbes(retention time.Duration) []pg.Probe {
 	return []pg.Probe{
-		{Name: "report.purge batch", When: pg.Periodic, SQL: sqlPurge,
-			Args: []any{retention.Microseconds(), PurgeBatch}, Bound: pg.Batch(PurgeBatch * 5)},
+		lease.PurgeProbe("report.purge batch (leases, grants, guards)", LeasePrefix, retention, PurgeBatch),
 	}
 }
 
