@@ -245,6 +245,35 @@ type ClaimParams struct {
 	Kinds []string      // default: every registered kind
 	Limit int           // jobs per statement (default 1)
 	Lease time.Duration // default: the client's lease
+
+	after position // where the scan starts (sqlClaim); zero: the head
+}
+
+// position is a row's place in job_ready_idx's order.
+type position struct {
+	due, created time.Time
+	id           int64
+}
+
+// scanFromHead is below every job's position: a claim from it scans
+// job_ready_idx from its head (due_at is never before year 1).
+var scanFromHead = position{due: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), created: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)}
+
+func (p position) args() (time.Time, time.Time, int64) {
+	if p.due.IsZero() {
+		p = scanFromHead
+	}
+	return p.due, p.created, p.id
+}
+
+func (p position) before(q position) bool {
+	if !p.due.Equal(q.due) {
+		return p.due.Before(q.due)
+	}
+	if !p.created.Equal(q.created) {
+		return p.created.Before(q.created)
+	}
+	return p.id < q.id
 }
 
 // Claim takes up to p.Limit due ready jobs in one statement (see sqlClaim)
@@ -314,7 +343,8 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) {
 }
 
 func claimIn(ctx context.Context, db pg.Querier, p ClaimParams) ([]*Job, error) {
-	rows, err := db.Query(ctx, sqlClaim, p.Kinds, p.Limit, p.Owner, p.Lease.Microseconds())
+	due, created, id := p.after.args()
+	rows, err := db.Query(ctx, sqlClaim, p.Kinds, p.Limit, p.Owner, p.Lease.Microseconds(), due, created, id)
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +560,8 @@ func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []com
 		b.Queue(sqlComplete, ids, fences, results, owner, true)
 	}
 	if cp.Limit > 0 {
-		b.Queue(sqlClaim, cp.Kinds, cp.Limit, cp.Owner, cp.Lease.Microseconds())
+		due, created, id := cp.after.args()
+		b.Queue(sqlClaim, cp.Kinds, cp.Limit, cp.Owner, cp.Lease.Microseconds(), due, created, id)
 	}
 	if b.Len() == 0 {
 		return nil, nil, nil

@@ -70,8 +70,8 @@ func TestHotStatementsExamineTheirBatchInGenericPlans(t *testing.T) {
 	}
 
 	// Claim a batch: the ready rows it takes and their primary-key probes.
-	n := explain("claim_probe", sqlClaim, "text[], int, text, bigint",
-		fmt.Sprintf("'{t.plan}', %d, 'me', 30000000", batch))
+	n := explain("claim_probe", sqlClaim, "text[], int, text, bigint, timestamptz, timestamptz, bigint",
+		fmt.Sprintf("'{t.plan}', %d, 'me', 30000000, '0001-01-01 00:00:00+00', '0001-01-01 00:00:00+00', 0", batch))
 	require.LessOrEqual(t, n, int64(4*batch))
 
 	// Complete a batch of the claimed jobs (claimed for real: the EXPLAIN

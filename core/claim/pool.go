@@ -108,6 +108,50 @@ type pool struct {
 	mu     sync.Mutex
 	held   map[int64]*held
 	wakeCh chan struct{} // closed (and replaced) to wake every idle loop
+	hint   scanHint
+}
+
+// scanHint is where the pool's next claim starts its scan of
+// job_ready_idx (see sqlClaim): after the furthest row any of its loops
+// has claimed, so that it does not walk the dead entries its own claims
+// left since the last VACUUM. The rows before that place were claimed by
+// this pool or skipped as locked by another claimer; the exceptions (a
+// claimer that rolled back, an enqueue that committed late) are found by
+// a scan from the head, taken when a claim comes back short (the pool
+// has caught up) and at least every fromHeadEvery.
+type scanHint struct {
+	after    position
+	fromHead time.Time // when a claim last scanned from the head
+	short    bool      // the last claim found fewer rows than it asked for
+}
+
+// fromHeadEvery bounds how long a ready row behind the hint waits.
+const fromHeadEvery = time.Second
+
+// claimFrom is where the next claim starts.
+func (p *pool) claimFrom() position {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := &p.hint
+	if h.short || h.after.due.IsZero() || time.Since(h.fromHead) >= fromHeadEvery {
+		h.fromHead = time.Now()
+		return position{}
+	}
+	return h.after
+}
+
+// claimed moves the hint past the rows a claim took; asked is how many
+// it asked for.
+func (p *pool) claimed(jobs []*Job, asked int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := &p.hint
+	h.short = len(jobs) < asked
+	for _, j := range jobs {
+		if at := (position{due: j.DueAt, created: j.CreatedAt, id: j.ID}); h.after.before(at) {
+			h.after = at
+		}
+	}
 }
 
 // Work runs the worker pool until ctx ends (or, with ExitWhenIdle, until it
@@ -382,6 +426,14 @@ func (p *pool) cycle(loopCtx, runCtx, bgCtx context.Context, stopClaiming func()
 // transaction of its own — as two calls.
 func (p *pool) roundTrip(ctx context.Context, batch []completion, n int, hooks bool) (stale, jobs []*Job, err error) {
 	cp := ClaimParams{Owner: p.o.Owner, Kinds: p.o.Kinds, Limit: n, Lease: p.o.Lease}
+	if n > 0 {
+		cp.after = p.claimFrom()
+		defer func() {
+			if err == nil {
+				p.claimed(jobs, n)
+			}
+		}()
+	}
 	if !hooks {
 		return p.c.completeAndClaim(ctx, p.o.Owner, batch, cp)
 	}

@@ -57,11 +57,26 @@ FROM ins`
 // (ARRAY(…))): a primary-key probe per row. Joined to picked instead, the
 // prepared statement's generic plan (LIMIT $2 unknown) hashed a sequential
 // scan of the whole job table, finished history included, on every claim.
+//
+// ($5, $6, $7) is where the scan starts: job_ready_idx's order after that
+// (due_at, created_at, id). A claim leaves its rows' entries dead in
+// job_ready_idx — dead until VACUUM, which the table's size spaces out:
+// autovacuum waits for a share of the table, finished history included,
+// to be dead, so beside 5M finished jobs some 100,000 dead entries pile
+// up at the head of the index, and a scan from the head walks all of
+// them on every claim. The worker pool (scanHint) starts after the
+// furthest row it has claimed instead, and from the head (the floor,
+// scanFromHead) when a claim comes back short or a second has passed,
+// so a ready row behind it — one whose claimer rolled back, or whose
+// enqueue committed after a later row was claimed — still waits at most
+// that long. Fairness is unchanged in kind: SKIP LOCKED is not fair
+// either (14.4).
 const sqlClaim = `
 WITH picked AS (
     SELECT id
     FROM job
     WHERE state = 'ready' AND due_at <= now() AND kind = ANY($1::text[])
+      AND (due_at, created_at, id) > ($5::timestamptz, $6::timestamptz, $7::bigint)
     ORDER BY due_at, created_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
