@@ -9,6 +9,9 @@
 // a no-op where the schema already has its effect, and its statements are
 // repeated in a new top catch-up file (0603_catch_up, 0604_catch_up) so that a database
 // already past it converges (core/pg TestAnOldDevDatabaseCatchesUp).
+// Since 0604 every new file goes on top whatever its module, and says its
+// owner in its name: 0605_claim_no_live_index, 0607_report_retention,
+// 0608_claim_fillfactor.
 package migrations
 
 import "embed"

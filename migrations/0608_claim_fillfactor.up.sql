@@ -1,0 +1,15 @@
+-- Claim engine: leave room on each job page for the row's next versions
+-- (#25). A claim and a completion each write a new version of the job
+-- row, never a HOT one (state sits in the partial indexes' predicates).
+-- When the page is full, PostgreSQL puts the new version on another page:
+-- two pages dirtied, and an extra WAL record that marks the old version
+-- locked while it finds room (Heap/LOCK, one per such update, besides the
+-- claim's FOR UPDATE). With 30% of each page free at insert, and pruning
+-- freeing the dead versions as they age, the versions stay on their page.
+-- Measured side by side on one server (2,000 workers draining 50,000
+-- no-op jobs, 4 alternating rounds): 16.5–19.3k jobs/s against 14.9–17.3k
+-- at the default fill factor, WAL 1,382–1,427 bytes per job against
+-- 1,514–2,122. The price is disk: finished jobs kept for the retention
+-- (docs/DATA.md) take about 1.4× the heap pages. New pages only: nothing
+-- is rewritten.
+ALTER TABLE job SET (fillfactor = 70);
