@@ -33,24 +33,38 @@ func (c *Client) PurgeFinished(ctx context.Context, olderThan time.Duration, bat
 	return n, nil
 }
 
-// PurgeKind is claim.purge: a periodic kind (one run per slot across all
-// processes) that purges finished jobs older than retention in batches of
-// PurgeBatch until a batch comes back short.
-func (c *Client) PurgeKind(retention time.Duration) Kind {
-	return Kind{Name: PurgeKindName, Every: min(retention/24, 10*time.Minute),
+// RetentionKind is a retention purge (docs/DATA.md) as a periodic kind:
+// one run per slot across all processes, every retention/24 and at least
+// every 10 minutes, so a purge's backlog stays a small share of what the
+// retention keeps. What purge returns is recorded as the job's result.
+// Every module's retention is one of these.
+func RetentionKind(name string, retention time.Duration, purge func(context.Context) (any, error)) Kind {
+	return Kind{Name: name, Every: min(retention/24, 10*time.Minute),
 		Handle: func(ctx context.Context, j *Job) error {
-			var total int
-			for {
-				n, err := c.PurgeFinished(ctx, retention, PurgeBatch)
-				total += n
-				if err != nil {
-					return err
-				}
-				if n < PurgeBatch {
-					return j.SetResult(map[string]int{"deleted": total})
-				}
+			res, err := purge(ctx)
+			if err != nil {
+				return err
 			}
+			return j.SetResult(res)
 		}}
+}
+
+// Deleted is the result most purges record: how many rows went.
+func Deleted[N int | int64](n N) map[string]int64 { return map[string]int64{"deleted": int64(n)} }
+
+// PurgeKind is claim.purge: finished jobs older than retention, in batches
+// of PurgeBatch until a batch comes back short.
+func (c *Client) PurgeKind(retention time.Duration) Kind {
+	return RetentionKind(PurgeKindName, retention, func(ctx context.Context) (any, error) {
+		var total int
+		for {
+			n, err := c.PurgeFinished(ctx, retention, PurgeBatch)
+			total += n
+			if err != nil || n < PurgeBatch {
+				return Deleted(total), err
+			}
+		}
+	})
 }
 
 // GrowthProbes are the claim engine's periodic and per-scrape queries, for

@@ -61,14 +61,10 @@ const PurgeKindName = "notify.purge"
 // purgeKind is notify.purge: one run per slot across all processes,
 // deleting finished notifications past the retention (Purge).
 func (s *Service) purgeKind() claim.Kind {
-	return claim.Kind{Name: PurgeKindName, Every: min(s.cfg.Retention/24, 10*time.Minute),
-		Handle: func(ctx context.Context, j *claim.Job) error {
-			n, err := Purge(ctx, s.pool, s.cfg.Retention)
-			if err != nil {
-				return err
-			}
-			return j.SetResult(map[string]int64{"deleted": n})
-		}}
+	return claim.RetentionKind(PurgeKindName, s.cfg.Retention, func(ctx context.Context) (any, error) {
+		n, err := Purge(ctx, s.pool, s.cfg.Retention)
+		return claim.Deleted(n), err
+	})
 }
 
 // stillWanted is NTF-I5: inside the claim transaction, a task whose channel

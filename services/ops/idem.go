@@ -27,14 +27,10 @@ func Idem() app.Module {
 				return app.Runtime{}, err
 			}
 			return app.Runtime{
-				Kinds: []claim.Kind{{Name: "idem.purge", Every: min(retention/24, 10*time.Minute),
-					Handle: func(ctx context.Context, j *claim.Job) error {
-						n, err := keys.Purge(ctx, retention)
-						if err == nil {
-							err = j.SetResult(map[string]int64{"deleted": n})
-						}
-						return err
-					}}},
+				Kinds: []claim.Kind{claim.RetentionKind("idem.purge", retention, func(ctx context.Context) (any, error) {
+					n, err := keys.Purge(ctx, retention)
+					return claim.Deleted(n), err
+				})},
 			}, nil
 		},
 	}

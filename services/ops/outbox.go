@@ -49,14 +49,10 @@ func buildOutbox(d app.Deps) (app.Runtime, error) {
 			e.GET("/outbox/consumers", consumers(d.Pool), d.Auth.Require(httpx.RoleAdmin))
 		},
 		// The purge is a periodic claim job: one run per slot across processes.
-		Kinds: []claim.Kind{{Name: "outbox.purge", Every: min(retention/24, 10*time.Minute),
-			Handle: func(ctx context.Context, j *claim.Job) error {
-				n, err := outbox.Purge(ctx, d.Pool, retention)
-				if err == nil {
-					err = j.SetResult(map[string]int64{"deleted": n})
-				}
-				return err
-			}}},
+		Kinds: []claim.Kind{claim.RetentionKind("outbox.purge", retention, func(ctx context.Context) (any, error) {
+			n, err := outbox.Purge(ctx, d.Pool, retention)
+			return claim.Deleted(n), err
+		})},
 	}
 	if demo {
 		t, err := app.ConsumerTask(d, outbox.DemoConsumer())

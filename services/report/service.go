@@ -215,12 +215,8 @@ const PurgeKindName = "report.purge"
 // purgeKind is report.purge: one run per slot across all processes,
 // deleting whole report days past the retention (Purge).
 func (s *Service) purgeKind() claim.Kind {
-	return claim.Kind{Name: PurgeKindName, Every: min(s.cfg.Retention/24, 10*time.Minute),
-		Handle: func(ctx context.Context, j *claim.Job) error {
-			p, err := Purge(ctx, s.db, s.cfg.Retention)
-			if err != nil {
-				return err
-			}
-			return j.SetResult(p)
-		}}
+	return claim.RetentionKind(PurgeKindName, s.cfg.Retention, func(ctx context.Context) (any, error) {
+		p, err := Purge(ctx, s.db, s.cfg.Retention)
+		return p, err
+	})
 }

@@ -48,14 +48,10 @@ func build(d app.Deps) (app.Runtime, error) {
 		Routes: func(e *echo.Echo) { routes(e, h, d.Auth) },
 		Tasks:  tasks,
 		Seed:   svc.seed,
-		Kinds: []claim.Kind{{Name: PurgeKind, Every: min(cfg.ClickRetention/24, 10*time.Minute),
-			Handle: func(ctx context.Context, j *claim.Job) error {
-				n, err := PurgeClicks(ctx, d.Pool, cfg.ClickRetention)
-				if err != nil {
-					return err
-				}
-				return j.SetResult(map[string]int64{"deleted": n})
-			}}},
+		Kinds: []claim.Kind{claim.RetentionKind(PurgeKind, cfg.ClickRetention, func(ctx context.Context) (any, error) {
+			n, err := PurgeClicks(ctx, d.Pool, cfg.ClickRetention)
+			return claim.Deleted(n), err
+		})},
 	}, nil
 }
 

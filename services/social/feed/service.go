@@ -386,14 +386,10 @@ func PurgeInbox(ctx context.Context, db pg.Querier, retention time.Duration) (in
 
 // purgeKind is feed.purge: one run per slot across all processes.
 func (s *Service) purgeKind() claim.Kind {
-	return claim.Kind{Name: PurgeKindName, Every: min(s.cfg.InboxRetention/24, 10*time.Minute),
-		Handle: func(ctx context.Context, j *claim.Job) error {
-			n, err := PurgeInbox(ctx, s.pool, s.cfg.InboxRetention)
-			if err != nil {
-				return err
-			}
-			return j.SetResult(map[string]int64{"deleted": n})
-		}}
+	return claim.RetentionKind(PurgeKindName, s.cfg.InboxRetention, func(ctx context.Context) (any, error) {
+		n, err := PurgeInbox(ctx, s.pool, s.cfg.InboxRetention)
+		return claim.Deleted(n), err
+	})
 }
 
 // GrowthProbes are the feed's periodic queries whose cost must not grow
