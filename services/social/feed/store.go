@@ -27,26 +27,37 @@ const postColumns = `p.post_id, p.author, p.visibility, p.body, p.version, p.cre
 // A strategy's statement is pageHead + its "unavailable" probe + pageLate
 // + its filter on late candidates (is the post in this strategy's source?)
 // + pageNormal + its normal page + pageRest + the response-log CTE or
-// nothing + pageTail: six fixed statements, put together from constants
-// below (no formatting at run time).
+// nothing + pageTail: six fixed statements, put together from the fragments
+// below once, when the package loads (no formatting per request).
 const pageHead = `
 WITH w AS (SELECT coalesce(max(seq), 0) AS seen FROM social_feed_post),
 blocker AS (`
+
+// readableNow is the re-check of one candidate post (the outer column
+// postID) against the truth: readable by the reader now, and its author
+// followed now (FEED-02), as c with the follow's version. It is a LATERAL
+// subquery kept apart by OFFSET 0, so each candidate costs one social_post
+// and one social_relation primary-key probe (see normalPush). The late
+// arrivals and the push page use this one text, so they cannot disagree on
+// what a reader may see.
+func readableNow(postID string) string {
+	return `
+     CROSS JOIN LATERAL (
+            SELECT ` + postColumns + `, f.version AS follow_version
+              FROM social_readable_posts(@reader::text) p
+              JOIN social_relation f ON f.follower = @reader::text AND f.followee = p.author AND f.state = 'active'
+             WHERE p.post_id = ` + postID + `
+            OFFSET 0) c`
+}
 
 // The late candidates are re-checked as normalPush's are (a LATERAL
 // subquery kept apart by OFFSET 0): primary-key probes per candidate in
 // seq order, never a join against every readable post of the followed
 // authors.
-const pageLate = `),
+var pageLate = `),
 late AS (
     SELECT fp.seq, c.*
-      FROM social_feed_post fp
-     CROSS JOIN LATERAL (
-            SELECT ` + postColumns + `, f.version AS follow_version
-              FROM social_readable_posts(@reader::text) p
-              JOIN social_relation f ON f.follower = @reader::text AND f.followee = p.author AND f.state = 'active'
-             WHERE p.post_id = fp.post_id
-            OFFSET 0) c
+      FROM social_feed_post fp` + readableNow("fp.post_id") + `
      WHERE fp.seq > @seen::bigint
        AND (fp.created_at, fp.post_id) > (@cursor_at::timestamptz, @cursor_id::bigint)
        AND (fp.created_at, fp.post_id) <= (@top_at::timestamptz, @top_id::bigint)
@@ -119,14 +130,8 @@ const (
 // followed authors as a few dozen) materialise every readable post of
 // every followed author and match the inbox against it, which examines the
 // reader's whole history (issue 19; bench growth's feed page row).
-const normalPush = `
-    SELECT c.* FROM social_feed_inbox i
-     CROSS JOIN LATERAL (
-            SELECT ` + postColumns + `, f.version AS follow_version
-              FROM social_readable_posts(@reader::text) p
-              JOIN social_relation f ON f.follower = @reader::text AND f.followee = p.author AND f.state = 'active'
-             WHERE p.post_id = i.post_id
-            OFFSET 0) c
+var normalPush = `
+    SELECT c.* FROM social_feed_inbox i` + readableNow("i.post_id") + `
      WHERE i.reader = @reader::text AND (i.created_at, i.post_id) < (@cursor_at::timestamptz, @cursor_id::bigint)
      ORDER BY i.created_at DESC, i.post_id DESC
      LIMIT @limit::int + 1`
@@ -165,16 +170,18 @@ const (
     SELECT c.* FROM social_feed_pull_author a
       JOIN social_relation f ON f.follower = @reader::text AND f.followee = a.author AND f.state = 'active'` +
 		pullLateral + " AND NOT fp.pushed" + pullRest + "true" + pullTail
-	normalHybrid = `
+)
+
+// normalHybrid is the push page and the hybrid's pull side, merged.
+var normalHybrid = `
     SELECT h.* FROM ((` + normalPush + `)
             UNION ALL
             (` + normalHybridPull + `)) h
      ORDER BY h.created_at DESC, h.post_id DESC
      LIMIT @limit::int + 1`
-)
 
 // The page statements: [0] without the response log, [1] with it.
-const (
+var (
 	pagePush   = pageHead + pushBlocker + pageLate + lateFromInbox + pageNormal + normalPush + pageRest
 	pagePull   = pageHead + noBlocker + pageLate + lateFromAll + pageNormal + normalPull + pageRest
 	pageHybrid = pageHead + noBlocker + pageLate + lateFromHybrid + pageNormal + normalHybrid + pageRest
