@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -182,16 +183,11 @@ func requireFeedPageBounded(ctx context.Context, t *testing.T, pool *pgxpool.Poo
 	for _, p := range page.Posts {
 		served = append(served, p.PostID)
 	}
-	var want []int64
 	rows, err := pool.Query(ctx, `SELECT post_id FROM social_feed_inbox WHERE reader = $1
                                    ORDER BY created_at DESC, post_id DESC LIMIT $2`, growthbench.Reader, feedPageLimit)
 	require.NoError(t, err)
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		want = append(want, id)
-	}
-	require.NoError(t, rows.Err())
+	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
 	require.Len(t, want, feedPageLimit)
 	require.Equal(t, want, served, "the page is the newest inbox rows, whole")
 }
