@@ -1,0 +1,101 @@
+package pg_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/pg/pgtest"
+)
+
+// Migration 0609 rewrote every format check's counted repetition ({0,99})
+// as a length test and an unbounded one (*): PostgreSQL's regex engine
+// expands a count into that many copies of its states, and a CHECK runs on
+// every row version written. The rewrite must not change what a table
+// accepts. For each check, the live constraint (read back from the
+// catalogue) and the counted form it replaced are evaluated side by side
+// on the same values — every printable ASCII character first and second,
+// a non-ASCII letter, a trailing newline, and valid strings of each length
+// around every bound — and must agree on each.
+func TestFormatChecksAcceptWhatTheirCountedFormsDid(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+
+	cases := []struct {
+		table, constraint string
+		// counted is the replaced form, over the same columns.
+		counted string
+		// column is the checked one; fixed gives the others the check reads.
+		column string
+		fixed  []string // `'value' AS name`
+	}{
+		{"job", "job_kind_check", `kind ~ '^[a-z][a-z0-9_.:-]{0,99}$'`, "kind", nil},
+		{"idem_request", "idem_request_scope_check", `scope ~ '^[a-z][a-z0-9_.:-]{0,63}$'`, "scope", nil},
+		{"outbox_event", "outbox_event_topic_check", `topic ~ '^[a-z][a-z0-9_.-]{0,63}$'`, "topic", nil},
+		{"outbox_consumer", "outbox_consumer_name_check", `name ~ '^[a-z][a-z0-9_.-]{0,63}$'`, "name", nil},
+		{"points_account", "points_account_id_format",
+			`(kind = 'user' AND id ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$') OR (kind = 'system' AND id ~ '^sys:[a-z]{1,32}$')`,
+			"id", []string{`'user' AS kind`}},
+		{"points_account", "points_account_id_format",
+			`(kind = 'user' AND id ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$') OR (kind = 'system' AND id ~ '^sys:[a-z]{1,32}$')`,
+			"id", []string{`'system' AS kind`}},
+		{"flashsale_sku", "flashsale_sku_format", `sku ~ '^[a-z0-9][a-z0-9._-]{0,63}$'`, "sku", nil},
+		{"social_user", "social_user_user_id_check", `user_id ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$'`, "user_id", nil},
+		{"social_like", "social_like_user_id_check", `user_id ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$'`, "user_id", nil},
+		{"notify_user", "notify_user_user_id_check", `user_id ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$'`, "user_id", nil},
+		{"notify_notification", "notify_notification_event_key_check", `event_key ~ '^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$'`, "event_key", nil},
+		{"notify_notification", "notify_notification_template_check", `template ~ '^[a-z][a-z0-9_.-]{0,99}$'`, "template", nil},
+		{"shortlink_links", "shortlink_links_code_format", `code ~ '^[A-Za-z0-9_-]{3,64}$'`, "code", nil},
+		{"upload_blob", "upload_blob_sha256_check", `sha256 ~ '^[0-9a-f]{64}$'`, "sha256", nil},
+		{"upload_session", "upload_session_sha256_check", `sha256 ~ '^[0-9a-f]{64}$'`, "sha256", nil},
+		{"upload_chunk", "upload_chunk_sha256_check", `sha256 ~ '^[0-9a-f]{64}$'`, "sha256", nil},
+	}
+
+	var probes []string
+	for c := 0x20; c < 0x7f; c++ {
+		probes = append(probes, string(rune(c)), "a"+string(rune(c)), "A"+string(rune(c)), "0"+string(rune(c)), "sys:"+string(rune(c)))
+	}
+	probes = append(probes, "", "é", "aé", "a\n", "abc\n", "\nabc", "sys:", "SYS:a")
+	for _, n := range []int{1, 2, 3, 4, 31, 32, 33, 34, 35, 36, 37, 62, 63, 64, 65, 66, 98, 99, 100, 101, 102, 126, 127, 128, 129, 130, 198, 199, 200, 201, 202} {
+		probes = append(probes, strings.Repeat("a", n), strings.Repeat("0", n), "sys:"+strings.Repeat("a", n), strings.Repeat("a", n)+"\n")
+	}
+
+	for _, tc := range cases {
+		var live string
+		require.NoError(t, db.QueryRow(ctx,
+			`SELECT pg_get_expr(conbin, conrelid) FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2`,
+			tc.table, tc.constraint).Scan(&live), "%s.%s", tc.table, tc.constraint)
+		require.NotRegexp(t, `\{\d*,?\d*\}`, live, "%s still counts a repetition", tc.constraint)
+
+		cols := append([]string{"$1::text AS " + tc.column}, tc.fixed...)
+		q := `SELECT (` + live + `) IS NOT DISTINCT FROM (` + tc.counted + `), (` + live + `), (` + tc.counted + `)
+		        FROM (SELECT ` + strings.Join(cols, ", ") + `) AS v`
+		accepted := 0
+		for _, p := range probes {
+			var same bool
+			var now, before *bool
+			require.NoError(t, db.QueryRow(ctx, q, p).Scan(&same, &now, &before), "%s on %q", tc.constraint, p)
+			require.True(t, same, "%s (%v) disagrees with %s: %v against %v on %q", tc.constraint, tc.fixed, tc.counted, show(now), show(before), p)
+			if before != nil && *before {
+				accepted++
+			}
+		}
+		// The probes reach both sides of each check: some accepted, some not.
+		require.Greater(t, accepted, 0, "%s accepted no probe", tc.constraint)
+		require.Less(t, accepted, len(probes), "%s accepted every probe", tc.constraint)
+	}
+}
+
+// show prints a check's three-valued result.
+func show(b *bool) string {
+	if b == nil {
+		return "null"
+	}
+	if *b {
+		return "true"
+	}
+	return "false"
+}
