@@ -2,9 +2,11 @@ package pg_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/pg/pgtest"
@@ -98,4 +100,25 @@ func show(b *bool) string {
 		return "true"
 	}
 	return "false"
+}
+
+// No check in the schema — table or domain — counts a repetition in a
+// regular expression: a new one would bring back the cost migration 0609
+// removed (write it as a length test and `*`, as 0609 does).
+func TestNoCheckCountsARepetition(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rows, err := db.Query(context.Background(), `
+		SELECT CASE WHEN conrelid <> 0 THEN conrelid::regclass::text ELSE contypid::regtype::text END, conname, pg_get_constraintdef(oid)
+		  FROM pg_constraint
+		 WHERE contype = 'c' AND connamespace = 'public'::regnamespace`)
+	require.NoError(t, err)
+	checks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Owner, Name, Def string }])
+	require.NoError(t, err)
+	require.NotEmpty(t, checks)
+	counted := regexp.MustCompile(`~\*? '[^']*\{\d+(,\d*)?\}`)
+	for _, c := range checks {
+		require.NotRegexp(t, counted, c.Def, "%s.%s", c.Owner, c.Name)
+	}
+	require.Regexp(t, counted, `CHECK ((kind ~ '^[a-z][a-z0-9_.:-]{0,99}$'::text))`, "the pattern finds the form 0609 replaced")
 }
