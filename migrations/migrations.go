@@ -11,7 +11,9 @@
 // already past it converges (core/pg TestAnOldDevDatabaseCatchesUp).
 // Since 0604 every new file goes on top whatever its module, and says its
 // owner in its name: 0605_claim_no_live_index, 0607_report_retention,
-// 0608_claim_fillfactor.
+// 0608_claim_fillfactor. A change to every module's tables at once says
+// what it changes instead, with each table under its owner's heading in
+// the file: 0609_checks_without_counted_repetition.
 package migrations
 
 import "embed"
