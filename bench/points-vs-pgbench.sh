@@ -6,7 +6,7 @@
 # rounds, pgbench first in even ones, so drift in the machine's load hits
 # both sides alike). Prints every run, then one line
 #
-#   RESULT points ratio=<median of per-round ratios> p99_ms=<median p99> fencelab_per_sec=<median> pgbench_tps=<median> rounds=N clients=… accounts=… db_conns=… seconds=…
+#   RESULT points ratio=<median of per-round ratios> p99_ms=<median p99> fencelab_per_sec=<median> pgbench_tps=<median> rounds=N clients=… accounts=… db_conns=… seconds=… [rate=… pgbench_p99_ms=…]
 #
 #   bench/points-vs-pgbench.sh [CLIENTS] [ACCOUNTS] [SECONDS] [ROUNDS]   (defaults 32 1000 20 3)
 #
@@ -17,6 +17,11 @@
 # docs/chapters/05-points.md); SHARDS the system-account shards (default
 # 64; 1 is the naive hot row). PGBENCH_PIPELINE=0 runs the pgbench script
 # without its pipelines (every statement its own round trip) for comparison.
+# RATE=N offers N debits per second to both sides instead of the closed
+# loop (fencelab bench points --rate, pgbench --rate: Poisson arrivals,
+# latency from each one's scheduled start) and adds pgbench's own p99 from
+# its per-transaction log: pgbench_p99_ms=…, the ceiling's tail at the
+# same offered load.
 # Every fencelab run checks the points, idem and outbox invariants and
 # fails on a violation; the last step checks them once more after the last
 # pgbench run.
@@ -29,6 +34,7 @@ ROUNDS=${4:-3}
 DB_CONNS=${DB_CONNS:-$CLIENTS}
 SHARDS=${SHARDS:-64}
 PGBENCH_PIPELINE=${PGBENCH_PIPELINE:-1}
+RATE=${RATE:-0}
 [[ $ROUNDS -ge 1 ]] || { echo "ROUNDS must be at least 1" >&2; exit 2; }
 
 tmp=$(mktemp -d /tmp/fencelab-points-vs-pgbench.XXXXXX)
@@ -70,7 +76,9 @@ if [[ $PGBENCH_PIPELINE == 0 ]]; then
   grep -v -E '^\\(start|end)pipeline' bench/pgbench/points.sql >"$script"
 fi
 pgbench_run() {
-  "$pgbin/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECONDS_" -f "$script" \
+  local throttle=()
+  if [[ $RATE != 0 ]]; then throttle=(-R "$RATE" -l --log-prefix="$tmp/pgbench_log"); fi
+  "$pgbin/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECONDS_" "${throttle[@]}" -f "$script" \
     -D accounts="$ACCOUNTS" -D shards="$SHARDS" -D sysacct=sys:redemption -D scope=pgbench.debit \
     -D reason=bench -D fingerprint='\x0000000000000000000000000000000000000000000000000000000000000000' \
     -D lockttl=15000 -D topic=points.debited -D status=201 -D ctype=application/json -D body="$body" \
@@ -92,10 +100,10 @@ cluster_cpu() {
   echo "$total"
 }
 
-ours=() theirs=() p99s=() ratios=()
+ours=() theirs=() p99s=() theirp99s=() ratios=()
 run_ours() {
   local out line
-  out=$("$tmp/fencelab" bench points --clients "$CLIENTS" --accounts "$ACCOUNTS" --duration "${SECONDS_}s" \
+  out=$("$tmp/fencelab" bench points --clients "$CLIENTS" --accounts "$ACCOUNTS" --duration "${SECONDS_}s" --rate "$RATE" \
           --hot-duration 0 --db-conns "$DB_CONNS" --shards "$SHARDS" --database-url "$BENCH_DATABASE_URL")
   printf '%s\n' "$out" >&2
   line=$(grep '^RESULT' <<<"$out")
@@ -105,11 +113,19 @@ run_ours() {
 run_theirs() {
   local out c0 c1 n
   c0=$(cluster_cpu)
-  out=$(/usr/bin/time -f 'pgbench client CPU %U %S' bash -c "$(declare -f pgbench_run); $(declare -p pgbin CLIENTS SECONDS_ script ACCOUNTS SHARDS body BENCH_DATABASE_URL); pgbench_run" 2>&1)
+  rm -f "$tmp"/pgbench_log*
+  out=$(/usr/bin/time -f 'pgbench client CPU %U %S' bash -c "$(declare -f pgbench_run); $(declare -p pgbin CLIENTS SECONDS_ script ACCOUNTS SHARDS body BENCH_DATABASE_URL RATE tmp); pgbench_run" 2>&1)
   printf '%s\n' "$out" >&2
   c1=$(cluster_cpu)
   grep -q 'number of failed transactions: 0 ' <<<"$out" || { echo "pgbench reported failures" >&2; exit 1; }
   theirs+=("$(grep -E '^tps' <<<"$out" | sed -E 's/tps = ([0-9.]+).*/\1/')")
+  if [[ $RATE != 0 ]]; then
+    # Each log line: client, transaction, latency µs, script, epoch s, µs,
+    # schedule lag µs. Latency from the scheduled start is the two summed.
+    theirp99s+=("$(cat "$tmp"/pgbench_log* | awk '{ print $3 + $7 }' | sort -n |
+      awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; printf "%.2f", v[i] / 1000 }')")
+    echo "  pgbench p99 from its scheduled start: ${theirp99s[-1]} ms" >&2
+  fi
   n=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' <<<"$out")
   awk -v n="$n" -v c0="${c0:-0}" -v c1="${c1:-0}" -v known="${c0:+1}" \
     '/^pgbench client CPU/ { printf "  pgbench CPU per transaction: %.3f ms in pgbench, %s ms in PostgreSQL\n", ($5 + $6) * 1000 / n, known ? sprintf("%.3f", (c1 - c0) * 10 / n) : "unknown" }' <<<"$out" >&2
@@ -125,9 +141,12 @@ done
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
-echo "fencelab bench points (HTTP, pool $DB_CONNS): ${ours[*]} debits/s; p99 ${p99s[*]} ms"
+echo "fencelab bench points (HTTP, pool $DB_CONNS$([[ $RATE != 0 ]] && echo ", $RATE/s offered")): ${ours[*]} debits/s; p99 ${p99s[*]} ms"
+[[ $RATE == 0 ]] || echo "pgbench at $RATE/s offered: p99 ${theirp99s[*]} ms"
 echo "pgbench, same SQL ($CLIENTS connections, pipelines $([[ $PGBENCH_PIPELINE == 0 ]] && echo off || echo on)): ${theirs[*]} tps"
 echo "per-round ratios fencelab/pgbench: ${ratios[*]}  ($CLIENTS clients, $ACCOUNTS accounts, $SECONDS_ s, alternating); load now: $(uptime | sed 's/.*load average: //')"
-printf 'RESULT points ratio=%.2f p99_ms=%s fencelab_per_sec=%.0f pgbench_tps=%.0f rounds=%d clients=%d accounts=%d db_conns=%d seconds=%d\n' \
+rate_kv=""
+[[ $RATE == 0 ]] || rate_kv=" rate=$RATE pgbench_p99_ms=$(median "${theirp99s[@]}")"
+printf 'RESULT points ratio=%.2f p99_ms=%s fencelab_per_sec=%.0f pgbench_tps=%.0f rounds=%d clients=%d accounts=%d db_conns=%d seconds=%d%s\n' \
   "$(median "${ratios[@]}")" "$(median "${p99s[@]}")" "$(median "${ours[@]}")" "$(median "${theirs[@]}")" \
-  "$ROUNDS" "$CLIENTS" "$ACCOUNTS" "$DB_CONNS" "$SECONDS_"
+  "$ROUNDS" "$CLIENTS" "$ACCOUNTS" "$DB_CONNS" "$SECONDS_" "$rate_kv"

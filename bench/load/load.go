@@ -8,6 +8,7 @@ package load
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -115,6 +116,54 @@ func ClosedLoop(ctx context.Context, workers int, d time.Duration, fn func(ctx c
 	}
 	wg.Wait()
 	return time.Since(start)
+}
+
+// OpenLoop offers calls at rate per second for d, whatever the pace of
+// the answers. Arrivals are a Poisson process, as pgbench --rate makes
+// them: the gaps between due times are exponential with mean 1/rate,
+// drawn from rng so that a seed repeats the schedule. Each call runs on a
+// goroutine of its own and fn gets its due time, so that latency is
+// measured from it: a slow answer holds back no later call, and a backlog
+// shows in the latencies instead of lowering the offered rate (a closed
+// loop hides it: coordinated omission). At most maxInFlight calls run at
+// once; a call due beyond that is counted in missed, never queued without
+// bound. fn's context ends with the time; the calls in flight then finish
+// before OpenLoop returns.
+func OpenLoop(ctx context.Context, rate float64, d time.Duration, maxInFlight int, rng *rand.Rand,
+	fn func(ctx context.Context, i int, due time.Time)) (elapsed time.Duration, missed int) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	slots := make(chan struct{}, maxInFlight)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	start := time.Now()
+	due := start
+	for i := 0; ; i++ {
+		due = due.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case slots <- struct{}{}:
+			at := due // due moves on; the call keeps its own
+			wg.Go(func() {
+				defer func() { <-slots }()
+				fn(ctx, i, at)
+			})
+		default:
+			missed++
+		}
+	}
+	wg.Wait()
+	return time.Since(start), missed
 }
 
 // Result prints the bench's RESULT line: "RESULT <name> key=value …", the

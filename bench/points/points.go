@@ -8,7 +8,9 @@
 // The server is built in-process (every module, every middleware, access
 // log off) on a loopback listener; the load generator is a closed loop of
 // keep-alive clients in the same process, so both share the machine with
-// PostgreSQL, as pgbench does in bench/points-vs-pgbench.sh.
+// PostgreSQL, as pgbench does in bench/points-vs-pgbench.sh. With --rate
+// the spread phase is an open loop instead: that many debits per second
+// offered, latency measured from each one's due time.
 package pointsbench
 
 import (
@@ -29,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,6 +60,10 @@ type config struct {
 	shards      int
 	seed        uint64
 	cpuProfile  string
+	// rate > 0 offers that many debits per second in the spread phase (an
+	// open loop, latency from each request's due time) instead of the
+	// closed loop of clients.
+	rate float64
 }
 
 // Run is the command's entry point.
@@ -77,6 +84,7 @@ func Run(mods []app.Module, args []string) error {
 	fs.IntVar(&c.dbConns, "db-conns", app.Defaults().MaxConns, "the server's database pool (FENCELAB_DB_MAX_CONNS)")
 	fs.IntVar(&c.shards, "shards", points.DefaultSystemShards, "system-account shards (FENCELAB_POINTS_SYSTEM_SHARDS; 1 = one hot row)")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock; printed)")
+	fs.Float64Var(&c.rate, "rate", 0, "debits offered per second in the spread phase, whatever the answers' pace (open loop, Poisson arrivals as pgbench --rate makes them, latency from each request's due time, at most 4×clients in flight); 0: the closed loop of --clients")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the process (server and load generator) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: fencelab bench points [flags]\n\nFlags:")
@@ -87,6 +95,9 @@ func Run(mods []app.Module, args []string) error {
 	}
 	if c.clients < 1 || c.accounts < 1 || c.duration <= 0 || c.dbConns < 1 || c.shards < 1 || c.shards > points.MaxSystemShards || c.hotBalance < 0 {
 		return errors.New("bench points: clients, accounts, duration and db-conns must be positive; shards in 1..64")
+	}
+	if c.rate < 0 || c.rate > 100_000 {
+		return errors.New("bench points: --rate must be 0 (closed loop) or a rate up to 100000 per second")
 	}
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano())
@@ -196,12 +207,17 @@ func (b *bench) run(ctx context.Context) error {
 		return "debits", ids[i], tokens[i], 1 + rng.Int64N(10)
 	}
 	if b.c.warmup > 0 {
-		b.load(ctx, b.c.warmup, spread)
+		b.load(ctx, b.c.warmup, b.c.rate, spread)
 	}
 	cpu0 := load.SampleCPU(ctx, b.pool)
-	r := b.load(ctx, b.c.duration, spread)
+	r := b.load(ctx, b.c.duration, b.c.rate, spread)
 	cpu := load.SampleCPU(ctx, b.pool).Sub(cpu0)
-	fmt.Printf("spread: debits of 1..10 over %d accounts for %s\n", b.c.accounts, b.c.duration)
+	if b.c.rate > 0 {
+		fmt.Printf("spread: %.0f debits/s offered (open loop, Poisson arrivals, up to %d in flight over %d connections), 1..10 points over %d accounts for %s; %d due while every slot was taken\n",
+			b.c.rate, 4*b.c.clients, b.c.clients, b.c.accounts, b.c.duration, r.missed)
+	} else {
+		fmt.Printf("spread: debits of 1..10 over %d accounts for %s\n", b.c.accounts, b.c.duration)
+	}
 	r.print()
 	spreadRate, spreadP99 := r.rate(http.StatusCreated), r.quantile(0.99)
 	// CPU per debit is steadier than throughput on a shared machine: it is
@@ -234,6 +250,7 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	fmt.Println()
 	load.Result("points", "clients", b.c.clients, "accounts", b.c.accounts, "duration", b.c.duration.String(),
+		"offered_per_sec", fmt.Sprintf("%.0f", b.c.rate), "missed", r.missed,
 		"debits_per_sec", fmt.Sprintf("%.0f", spreadRate), "p50_ms", r.quantile(0.5), "p99_ms", spreadP99,
 		"errors", r.errors(), "cpu_ms_per_debit", perDebit(cpu.Process), "pg_cpu_ms_per_debit", pgCPU, "invariants", verdict)
 	if failed > 0 {
@@ -285,7 +302,7 @@ func (b *bench) hot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := b.load(ctx, b.c.hotDuration, func(w int, rng *rand.Rand) (string, string, string, int64) {
+	r := b.load(ctx, b.c.hotDuration, 0, func(w int, rng *rand.Rand) (string, string, string, int64) {
 		if rng.IntN(10) == 0 {
 			return "grants", ids[0], admin, 10
 		}
@@ -317,41 +334,44 @@ type result struct {
 	counts  map[string]map[int]int
 	lat     *load.Latencies
 	elapsed time.Duration
+	missed  int // open loop: requests due while every slot was taken
 }
 
-// load runs the closed loop for d: every client sends its next request as
-// soon as the previous one is answered, each with a fresh idempotency key.
-func (b *bench) load(ctx context.Context, d time.Duration, next pick) result {
-	type tally map[string]map[int]int
-	per := make([]tally, b.c.clients)
-	rngs := make([]*rand.Rand, b.c.clients)
-	for w := range b.c.clients {
-		per[w], rngs[w] = tally{}, rand.New(rand.NewPCG(b.c.seed, uint64(w)))
-	}
+// load runs one phase for d, each request with a fresh idempotency key:
+// with rate 0 the closed loop (every client sends its next request as
+// soon as the previous one is answered, latency from its send), else the
+// open loop at that rate (latency from each request's due time).
+func (b *bench) load(ctx context.Context, d time.Duration, rate float64, next pick) result {
 	r := result{counts: map[string]map[int]int{}, lat: load.NewLatencies()}
-	r.elapsed = load.ClosedLoop(ctx, b.c.clients, d, func(ctx context.Context, w int) {
-		kind, id, tok, amount := next(w, rngs[w])
-		t0 := time.Now()
+	var mu sync.Mutex
+	send := func(ctx context.Context, w int, rng *rand.Rand, from time.Time) {
+		kind, id, tok, amount := next(w, rng)
 		status := b.post(kind, id, tok, amount)
 		if ctx.Err() != nil && status == 0 {
 			return // cut off by the end of the phase, not an error
 		}
-		r.lat.Record(time.Since(t0))
-		if per[w][kind] == nil {
-			per[w][kind] = map[int]int{}
+		r.lat.Record(time.Since(from))
+		mu.Lock()
+		defer mu.Unlock()
+		if r.counts[kind] == nil {
+			r.counts[kind] = map[int]int{}
 		}
-		per[w][kind][status]++
-	})
-	for _, t := range per {
-		for kind, byStatus := range t {
-			if r.counts[kind] == nil {
-				r.counts[kind] = map[int]int{}
-			}
-			for status, n := range byStatus {
-				r.counts[kind][status] += n
-			}
-		}
+		r.counts[kind][status]++
 	}
+	if rate > 0 {
+		arrivals := rand.New(rand.NewPCG(b.c.seed, ^uint64(0)))
+		r.elapsed, r.missed = load.OpenLoop(ctx, rate, d, 4*b.c.clients, arrivals, func(ctx context.Context, i int, due time.Time) {
+			send(ctx, i%b.c.clients, rand.New(rand.NewPCG(b.c.seed, uint64(i))), due)
+		})
+		return r
+	}
+	rngs := make([]*rand.Rand, b.c.clients)
+	for w := range b.c.clients {
+		rngs[w] = rand.New(rand.NewPCG(b.c.seed, uint64(w)))
+	}
+	r.elapsed = load.ClosedLoop(ctx, b.c.clients, d, func(ctx context.Context, w int) {
+		send(ctx, w, rngs[w], time.Now())
+	})
 	return r
 }
 
