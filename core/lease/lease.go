@@ -31,8 +31,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fencelab/fencelab/core/pg"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // Bounds on inputs. Names and holders end up in keys and logs; a TTL below

@@ -216,7 +216,6 @@ const PurgeKindName = "report.purge"
 // deleting whole report days past the retention (Purge).
 func (s *Service) purgeKind() claim.Kind {
 	return claim.RetentionKind(PurgeKindName, s.cfg.Retention, func(ctx context.Context) (any, error) {
-		p, err := Purge(ctx, s.db, s.cfg.Retention)
-		return p, err
+		return Purge(ctx, s.db, s.cfg.Retention)
 	})
 }
