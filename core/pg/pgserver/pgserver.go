@@ -77,9 +77,28 @@ func DetectEnv(ctx context.Context, givenURL string) Env {
 }
 
 // FindBinDir finds a directory holding initdb and postgres: PATH first, then
-// the newest /usr/lib/postgresql/*/bin.
-func FindBinDir() string {
-	if p, err := exec.LookPath("initdb"); err == nil {
+// the newest <SearchRoot>/*/bin.
+func FindBinDir() string { return findBinDir(exec.LookPath, SearchRoot()) }
+
+// SearchRootEnv names the directory whose */bin subdirectories are searched
+// for the server binaries after PATH (default /usr/lib/postgresql, where
+// Debian and Ubuntu put them). Pointing it, and PATH, at an empty directory
+// makes a machine look as if it had no PostgreSQL, which is how the
+// no-server paths are tested through the real binary.
+const SearchRootEnv = "FENCELAB_PG_SEARCH_ROOT"
+
+// SearchRoot is the directory FindBinDir searches after PATH.
+func SearchRoot() string {
+	if d := os.Getenv(SearchRootEnv); d != "" {
+		return d
+	}
+	return "/usr/lib/postgresql"
+}
+
+// findBinDir is FindBinDir with the PATH lookup and the search root given,
+// so its choices are unit-tested against fake directories.
+func findBinDir(lookPath func(string) (string, error), root string) string {
+	if p, err := lookPath("initdb"); err == nil {
 		dir := filepath.Dir(p)
 		if resolved, err := filepath.EvalSymlinks(p); err == nil {
 			dir = filepath.Dir(resolved)
@@ -88,7 +107,7 @@ func FindBinDir() string {
 			return dir
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", "bin"))
 	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
 	for _, d := range dirs {
 		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
