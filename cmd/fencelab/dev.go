@@ -34,6 +34,7 @@ func runDev(args []string) error {
 	fs := newFlags("dev", "dev [flags]")
 	cfg.Bind(fs)
 	reset := fs.Bool("reset", false, "drop and recreate the dev database and its blobs first (the demo data comes back; your changes go)")
+	noInstall := fs.Bool("no-install", false, "when no PostgreSQL is found (no DATABASE_URL, no server binaries, no Docker engine), print the apt command instead of running it (dev installs the server itself on Debian/Ubuntu as root or with password-less sudo)")
 	noWorkers := fs.Bool("no-workers", false, "run no claim-engine jobs in this process (same as --workers 0): a separate `fencelab worker` then claims every job, e.g. one paused with --pause-at")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -91,6 +92,12 @@ func runDev(args []string) error {
 	portFile := filepath.Join(cfg.DataDir, "pg-port")
 	if cfg.DatabaseURL == "" {
 		if opts.Port, err = savedPort(portFile); err != nil {
+			return err
+		}
+	}
+	if cfg.DatabaseURL == "" {
+		host := func() pgserver.Host { return pgserver.DetectHost(ctx, *noInstall) }
+		if err := ensureServer(ctx, host, pgserver.ExecRunner); err != nil {
 			return err
 		}
 	}
@@ -185,6 +192,31 @@ func runDev(args []string) error {
 	return serveOn(ctx, p, ln, func(addr string) {
 		fmt.Printf(" %s (on %s)\n", since(start), addr)
 		printBanner(p, addr, envFile)
+	})
+}
+
+// ensureServer installs the PostgreSQL server when none is found, so that
+// a newcomer's first `dev` on a fresh Debian or Ubuntu machine serves
+// rather than stops: as root (or with password-less sudo) it runs apt-get
+// as one start-up step; with --no-install, or with no way to run it, it
+// returns the exact command (exit 1). A Docker engine or a given URL
+// counts as found: nothing is installed then.
+func ensureServer(ctx context.Context, host func() pgserver.Host, run pgserver.Runner) error {
+	if _, err := pgserver.Choose(pgserver.DetectEnv(ctx, "")); err == nil {
+		return nil
+	}
+	plan := pgserver.DecideInstall(host())
+	if len(plan.Run) == 0 {
+		return pgserver.Install(ctx, plan, run) // the error with the command
+	}
+	return step("installing PostgreSQL (apt)", func() (string, error) {
+		if err := pgserver.Install(ctx, plan, run); err != nil {
+			return "", err
+		}
+		if pgserver.FindBinDir() == "" {
+			return "", fmt.Errorf("apt-get installed %s, but initdb and postgres are still not on PATH or under %s/*/bin", pgserver.Package, pgserver.SearchRoot())
+		}
+		return "apt-get install " + pgserver.Package, nil
 	})
 }
 
