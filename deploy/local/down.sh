@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop every process deploy/local/up.sh started in DIR: the app first, then
+# Stop every process deploy/local/up.sh started in DIR: the app first (each
+# replica's supervisor, then what is left of its process group), then
 # HAProxy, the Patronis (each stops its PostgreSQL), etcd — SIGTERM to each
 # process group, SIGKILL to what is left after a few seconds — and finally
 # any postmaster a killed Patroni left behind. --purge also removes DIR.
@@ -19,7 +20,7 @@ while [ $# -gt 0 ]; do
     --dir) dir=$2; shift ;;
     --purge) purge=1 ;;
     --kill) grace=0 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "down: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -59,11 +60,35 @@ if [ -f "$dir/pids" ]; then
     for n in "$@"; do [ -n "${group[$n]:-}" ] && gs+=("${group[$n]}"); done
     [ ${#gs[@]} -gt 0 ] && stop_groups "${gs[@]}"
   }
+  # The supervisors first (deploy/local/supervise.sh): each stops its
+  # replica (SIGTERM, the replica's graceful shutdown) and exits without
+  # restarting it. Only then the process groups, for whatever is left: a
+  # replica signalled while its supervisor still ran would be restarted.
+  sups=()
+  for n in serve0 serve1 serve2 worker0 worker1; do
+    f="$dir/run/$n.supervisor.pid"
+    [ -f "$f" ] && sups+=("$(cat "$f")")
+  done
+  if [ ${#sups[@]} -gt 0 ]; then
+    if [ "$grace" = 0 ]; then
+      kill -KILL "${sups[@]}" 2>/dev/null
+    else
+      kill -TERM "${sups[@]}" 2>/dev/null
+      deadline=$((SECONDS + grace))
+      while [ $SECONDS -lt $deadline ]; do
+        left=0
+        for p in "${sups[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+        [ $left = 0 ] && break
+        sleep 0.1
+      done
+    fi
+  fi
   tier serve0 serve1 serve2 worker0 worker1
   tier haproxy
   tier patroni0 patroni1
   tier etcd reaper
   rm -f "$dir/pids"
+  rm -rf "$dir/run"
 fi
 
 # A Patroni killed with SIGKILL cannot stop its PostgreSQL: stop any

@@ -5,11 +5,13 @@
 #   2 × PostgreSQL 15, each managed by a Patroni (one primary, one standby)
 #   HAProxy: :DB → the current primary (Patroni REST GET /primary),
 #            :HTTP → 3 × `fencelab serve` (GET /healthz)
-#   3 × fencelab serve, 2 × fencelab worker, one shared blob directory
+#   3 × fencelab serve, 2 × fencelab worker, one shared blob directory,
+#   each replica under deploy/local/supervise.sh (restarted with backoff)
 #
 # Every process runs under `timeout` (--lifetime) in its own process group
 # and stops by itself; deploy/local/down.sh --dir DIR stops them all sooner.
-# The process groups are listed in DIR/pids, the addresses in DIR/env.
+# The process groups are listed in DIR/pids, the addresses in DIR/env
+# (sh-quoted: set -a; . DIR/env; set +a).
 #
 # Usage: deploy/local/up.sh [--sync|--async] [--dir DIR] [--base-port N]
 #                           [--lifetime DUR] [--bin PATH] [--db-route haproxy|multihost]
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
     --db-route) route=$2; shift ;;
     --no-install) install=0 ;;
     --no-app) app=0 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "up: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -343,27 +345,38 @@ db_multihost="postgres://fencelab:$apppass@127.0.0.1:$p_pg0,127.0.0.1:$p_pg1/fen
 if [ "$route" = haproxy ]; then dburl=$db_haproxy; else dburl=$db_multihost; fi
 token_secret=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
 
-cat >"$dir/env" <<EOF
-MODE=$mode
-DATABASE_URL=$dburl
-DATABASE_URL_HAPROXY=$db_haproxy
-DATABASE_URL_MULTIHOST=$db_multihost
-SUPERUSER_URL=postgres://postgres:$secret@127.0.0.1:$p_db/fencelab?sslmode=disable&connect_timeout=2
-NODE0_URL=postgres://postgres:$secret@127.0.0.1:$p_pg0/fencelab?sslmode=disable&connect_timeout=2
-NODE1_URL=postgres://postgres:$secret@127.0.0.1:$p_pg1/fencelab?sslmode=disable&connect_timeout=2
-NODE0_API=http://127.0.0.1:$p_api0
-NODE1_API=http://127.0.0.1:$p_api1
-NODE0_DATA=$dir/pg/node0/data
-NODE1_DATA=$dir/pg/node1/data
-ETCD_URL=http://127.0.0.1:$p_etcd
-HAPROXY_STATS=http://127.0.0.1:$p_stats/
-APP_URL=http://127.0.0.1:$p_http
-SERVE0_URL=http://127.0.0.1:${p_serve[0]}
-SERVE1_URL=http://127.0.0.1:${p_serve[1]}
-SERVE2_URL=http://127.0.0.1:${p_serve[2]}
-FENCELAB_TOKEN_SECRET=$token_secret
-FENCELAB_DATA_DIR=$dir/app
+# DIR/env: every value single-quoted for sh (the URLs hold `&`), so
+# `set -a; . DIR/env; set +a` gives a shell DATABASE_URL and the token
+# secret, and `fencelab check` and `fencelab token` work from there. The
+# app's data directory is APP_DATA_DIR, not FENCELAB_DATA_DIR: exported,
+# that would move every later fencelab command (a `dev` in the checkout,
+# its env file) into this cluster's directory.
+q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+{
+  echo "# written by deploy/local/up.sh; sh-quoted: set -a; . $dir/env; set +a"
+  while read -r k v; do echo "$k=$(q "$v")"; done <<EOF
+MODE $mode
+DATABASE_URL $dburl
+DATABASE_URL_HAPROXY $db_haproxy
+DATABASE_URL_MULTIHOST $db_multihost
+SUPERUSER_URL postgres://postgres:$secret@127.0.0.1:$p_db/fencelab?sslmode=disable&connect_timeout=2
+NODE0_URL postgres://postgres:$secret@127.0.0.1:$p_pg0/fencelab?sslmode=disable&connect_timeout=2
+NODE1_URL postgres://postgres:$secret@127.0.0.1:$p_pg1/fencelab?sslmode=disable&connect_timeout=2
+NODE0_API http://127.0.0.1:$p_api0
+NODE1_API http://127.0.0.1:$p_api1
+NODE0_DATA $dir/pg/node0/data
+NODE1_DATA $dir/pg/node1/data
+ETCD_URL http://127.0.0.1:$p_etcd
+HAPROXY_STATS http://127.0.0.1:$p_stats/
+APP_URL http://127.0.0.1:$p_http
+SERVE0_URL http://127.0.0.1:${p_serve[0]}
+SERVE1_URL http://127.0.0.1:${p_serve[1]}
+SERVE2_URL http://127.0.0.1:${p_serve[2]}
+FENCELAB_TOKEN_SECRET $token_secret
+APP_DATA_DIR $dir/app
+SUPERVISOR_LOG $dir/log/supervisor.log
 EOF
+} >"$dir/env"
 chmod 0600 "$dir/env"
 
 if [ "$app" = 1 ]; then
@@ -374,11 +387,16 @@ if [ "$app" = 1 ]; then
     FENCELAB_SHUTDOWN_GRACE=3s)
   phase "migrating"
   "${appenv[@]}" "$bin" migrate up >"$dir/log/migrate.log" 2>&1 || { cat "$dir/log/migrate.log" >&2; "$repo/deploy/local/down.sh" --dir "$dir"; exit 1; }
+  # Each replica runs under deploy/local/supervise.sh: one that dies (kill
+  # -9, a crash) is started again with backoff, each restart logged in
+  # log/supervisor.log, so the topology does not shrink for good while
+  # HAProxy routes around the gap.
+  sup=(bash "$repo/deploy/local/supervise.sh")
   for i in 0 1 2; do
-    start "serve$i" "${appenv[@]}" "$bin" serve --addr "127.0.0.1:${p_serve[$i]}"
+    start "serve$i" "${sup[@]}" "serve$i" "$dir" -- "${appenv[@]}" "$bin" serve --addr "127.0.0.1:${p_serve[$i]}"
   done
   for i in 0 1; do
-    start "worker$i" "${appenv[@]}" "$bin" worker
+    start "worker$i" "${sup[@]}" "worker$i" "$dir" -- "${appenv[@]}" "$bin" worker
   done
   phase "starting 3 serve replicas and 2 workers"
   for i in 0 1 2; do

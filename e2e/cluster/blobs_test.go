@@ -65,7 +65,7 @@ func chunksOnEveryReplicaMakeOneBlob(t *testing.T, c *cluster) {
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.True(t, bytes.Equal(data, r.Body), "the bytes read back are the bytes sent")
 
-	blobs, err := os.ReadDir(filepath.Join(c.env["FENCELAB_DATA_DIR"], "upload", "blobs", "sha256"))
+	blobs, err := os.ReadDir(filepath.Join(c.env["APP_DATA_DIR"], "upload", "blobs", "sha256"))
 	require.NoError(t, err)
 	require.Len(t, blobs, 1, "one blob in the shared store")
 	require.Equal(t, digest, blobs[0].Name())

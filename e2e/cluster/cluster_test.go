@@ -30,14 +30,14 @@ import (
 	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
-// TestMain lets the three experiments run at once even where -parallel
+// TestMain lets the four experiments run at once even where -parallel
 // defaults to 2 (GOMAXPROCS on the 2-core machine): each spends most of its
 // time waiting on its own cluster's processes, not on this one's CPU.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if p := flag.Lookup("test.parallel"); p != nil && p.Value.String() != "" {
-		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < 3 {
-			_ = p.Value.Set("3")
+		if n, err := strconv.Atoi(p.Value.String()); err == nil && n < 4 {
+			_ = p.Value.Set("4")
 		}
 	}
 	e2etest.Main(m)
@@ -162,7 +162,11 @@ func readEnv(t *testing.T, path string) map[string]string {
 	env := map[string]string{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+		// up.sh single-quotes every value for sh ('…', a quote inside as '\'').
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && !strings.HasPrefix(k, "#") {
+			if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+				v = strings.ReplaceAll(v[1:len(v)-1], `'\''`, "'")
+			}
 			env[k] = v
 		}
 	}
