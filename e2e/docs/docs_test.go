@@ -235,10 +235,12 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	dataDir, work := filepath.Join(scratch, "data"), filepath.Join(scratch, "work")
 	require.NoError(t, os.MkdirAll(work, 0o755))
 	bin := filepath.Join(scratch, "fencelab")
+	phase := time.Now()
 	build := exec.Command("go", "build", "-o", bin, "./cmd/fencelab")
 	build.Dir = root
 	out, err := build.CombinedOutput()
 	require.NoErrorf(t, err, "go build: %s", out)
+	t.Logf("go build: %v", time.Since(phase).Round(100*time.Millisecond))
 
 	addr := freeAddr(t)
 	// A port of its own for the dev cluster (dev keeps it in pg-port): two
@@ -248,16 +250,24 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	_, pgPort, _ := net.SplitHostPort(freeAddr(t))
 	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "pg-port"), []byte(pgPort+"\n"), 0o644))
 	env := append(cleanEnv(), "FENCELAB_DATA_DIR="+dataDir, "FENCELAB_BIN="+bin)
+	phase = time.Now()
 	dev := startDev(t, bin, work, env, addr)
+	t.Logf("first dev ready: %v", time.Since(phase).Round(100*time.Millisecond))
 
 	// One shell for every block, a marker line between them.
 	var script strings.Builder
 	script.WriteString(prelude)
+	// Each block's start time goes to a file of its own (never to the
+	// block's output, which is compared with the docs): the slowest blocks
+	// are logged, so the suite's time can be read, not guessed.
+	timesFile := filepath.Join(scratch, "block-times")
 	for i, b := range run {
+		fmt.Fprintf(&script, "\necho \"%d $EPOCHREALTIME\" >>%q\n", i, timesFile)
 		fmt.Fprintf(&script, "\nprintf '\\n@@DOCS-BLOCK %d@@\\n'; printf '\\n@@DOCS-BLOCK %d@@\\n' >&2\n", i, i)
 		script.WriteString(prepare(b.text, addr))
 		script.WriteString("\n")
 	}
+	fmt.Fprintf(&script, "\necho \"%d $EPOCHREALTIME\" >>%q\n", len(run), timesFile)
 	fmt.Fprintf(&script, "\nprintf '\\n@@DOCS-BLOCK %d@@\\n'\n", len(run))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -301,6 +311,7 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 		}
 	}
 	t.Logf("ran %d blocks (%d compared with documented output), %d marked no-run", len(run), countExpect(run), len(skipped))
+	logSlowestBlocks(t, run, timesFile, 5)
 
 	// The docs leave a consistent database behind.
 	dbURL := readEnv(t, dataDir)["DATABASE_URL"]
@@ -311,10 +322,12 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 
 	// Ctrl-C, then dev again on the same data: it comes up, seeds nothing
 	// over the reader's changes, and skips nothing.
+	phase = time.Now()
 	dev.stop(t)
 	again := startDev(t, bin, work, env, addr)
 	require.NotContains(t, again.log(), "skipped", "the second dev skipped a seed")
 	again.stop(t)
+	t.Logf("stop, second dev, stop: %v", time.Since(phase).Round(100*time.Millisecond))
 }
 
 // devProc is a running `fencelab dev`.
@@ -535,4 +548,40 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// logSlowestBlocks logs the n blocks that took longest, from the start
+// times the script wrote (block i ends when block i+1 starts).
+func logSlowestBlocks(t *testing.T, run []block, path string, n int) {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	start := map[int]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var i int
+		var at float64
+		if _, err := fmt.Sscanf(line, "%d %f", &i, &at); err == nil {
+			start[i] = at
+		}
+	}
+	type took struct {
+		where string
+		secs  float64
+	}
+	var all []took
+	for i := range run {
+		a, okA := start[i]
+		z, okZ := start[i+1]
+		if okA && okZ {
+			all = append(all, took{run[i].where(), z - a})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].secs > all[j].secs })
+	var total float64
+	for _, x := range all {
+		total += x.secs
+	}
+	t.Logf("blocks took %.1fs in all; the slowest:", total)
+	for i := 0; i < n && i < len(all); i++ {
+		t.Logf("  %6.2fs  %s", all[i].secs, all[i].where)
+	}
 }
