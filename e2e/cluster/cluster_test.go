@@ -70,7 +70,7 @@ func requirePackages(t *testing.T) {
 		missing = append(missing, "postgresql-15")
 	}
 	if len(missing) > 0 {
-		t.Fatalf("e2e/cluster needs the Debian packages %s: install them with `apt-get install -y %s` (.ci/run does)",
+		t.Fatalf("e2e/cluster needs the Debian packages %s: run ./test at the repository root (it installs them), or `apt-get install -y %s`",
 			strings.Join(missing, ", "), strings.Join(missing, " "))
 	}
 }
