@@ -47,6 +47,7 @@ func TestAKilledReplicaComesBack(t *testing.T) {
 	})
 
 	old := c.replicaPID(t, "serve0")
+	killed := time.Now()
 	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
 	t.Logf("serve0: SIGKILL to pid %d", old)
 
@@ -56,7 +57,7 @@ func TestAKilledReplicaComesBack(t *testing.T) {
 		pid = c.replicaPID(t, "serve0")
 		return pid != old && syscall.Kill(pid, 0) == nil && c.status(c.env["SERVE0_URL"]+"/readyz") == http.StatusOK
 	}, 60*time.Second, 100*time.Millisecond, "serve0 must be restarted and ready")
-	t.Logf("serve0: back as pid %d", pid)
+	t.Logf("serve0: back as pid %d, ready %v after the kill", pid, time.Since(killed).Round(10*time.Millisecond))
 	b, err := os.ReadFile(c.env["SUPERVISOR_LOG"])
 	require.NoError(t, err)
 	require.Regexp(t, `serve0: pid `+strconv.Itoa(old)+` exited with status \d+ after \d+s; restart #1 in \d+s`, string(b))
@@ -75,13 +76,16 @@ func TestAKilledReplicaComesBack(t *testing.T) {
 		n, err := strconv.Atoi(c.haproxyServer(t, "serve0")["stot"])
 		return err == nil && n > before
 	}, 30*time.Second, 50*time.Millisecond, "requests through HAProxy must reach serve0 again")
+	t.Logf("serve0: serving through HAProxy %v after the kill", time.Since(killed).Round(10*time.Millisecond))
 
 	// down.sh signals each supervisor first: the replicas stop and none is
 	// restarted on the way down.
 	down := exec.Command("bash", filepath.Join("..", "..", "deploy", "local", "down.sh"), "--dir", c.dir)
 	down.Env = childEnv()
+	begin := time.Now()
 	out, err := down.CombinedOutput()
 	require.NoError(t, err, "down.sh:\n%s", out)
+	t.Logf("down.sh: %v", time.Since(begin).Round(10*time.Millisecond))
 	b, err = os.ReadFile(c.env["SUPERVISOR_LOG"])
 	require.NoError(t, err)
 	log := string(b)
