@@ -33,6 +33,7 @@ func noPostgresHere(t *testing.T) (empty string, env []string) {
 // The acceptance through the real binary: `dev --no-install` on a machine
 // without PostgreSQL exits 1, and its message is the command to run.
 func TestDevNoInstallWithoutPostgresNamesTheAptCommand(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/etc/debian_version"); err != nil {
 		t.Fatalf("this test proves the Debian/Ubuntu path (apt): run it on Debian or Ubuntu (%v)", err)
 	}

@@ -2,7 +2,8 @@
 // the test harness, in the order the spec fixes: a given URL, else the local
 // PostgreSQL binaries (run as the `postgres` user when we are root, because
 // PostgreSQL refuses to run as root), else a testcontainers-go container when
-// a Docker engine answers, else an error that says what to install.
+// a Docker engine answers, else an error that says what to install
+// (`dev` may install it first: DecideInstall).
 package pgserver
 
 import (
