@@ -39,6 +39,11 @@ type Deps struct {
 	// Jobs is the claim engine: modules enqueue with Jobs.Enqueue(ctx, tx, …)
 	// inside their own transactions; the worker pool runs every module's Kinds.
 	Jobs *claim.Client
+	// Presence is the process's own database session, named as the owner
+	// of every idempotency key the process claims: when the process dies
+	// or the database fails over, a retry elsewhere takes its keys over at
+	// once (IDEM-I1). nil outside a built process: keys wait out their lock.
+	Presence *idem.Presence
 }
 
 // Registerer is where a service registers its metrics: the process's
@@ -63,7 +68,7 @@ func (d Deps) Logger() *slog.Logger {
 // process's pool, fault points and metrics (the stores of one process
 // share the idem series).
 func (d Deps) Keys() *idem.Keys {
-	return idem.New(d.Pool, idem.Config{Faults: d.Faults, Metrics: d.Registerer()})
+	return idem.New(d.Pool, idem.Config{Faults: d.Faults, Metrics: d.Registerer(), Presence: d.Presence})
 }
 
 // NewMetrics returns a registry with the Go, process and pool collectors.

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
@@ -91,8 +92,12 @@ func Build(ctx context.Context, cfg Config, mods []Module, o BuildOptions) (*Pro
 	metrics := NewMetrics(pool)
 	p.Deps = Deps{
 		Config: cfg, Pool: pool, Log: log, Metrics: metrics, Auth: auth, Faults: o.Faults,
-		Jobs: claim.NewClient(pool, claim.Options{Log: log, Metrics: metrics, Faults: o.Faults}),
+		Jobs:     claim.NewClient(pool, claim.Options{Log: log, Metrics: metrics, Faults: o.Faults}),
+		Presence: idem.NewPresence(pool),
 	}
+	// Connect the presence session now, so the first keyed request already
+	// names an owner.
+	p.Deps.Presence.Start()
 	for _, m := range mods {
 		r := Running{Module: m}
 		if m.Build != nil {
@@ -112,6 +117,7 @@ func Build(ctx context.Context, cfg Config, mods []Module, o BuildOptions) (*Pro
 
 // Close releases what Build opened.
 func (p *Process) Close() {
+	p.Deps.Presence.Close()
 	if p.ownPool {
 		p.Deps.Pool.Close()
 	}
