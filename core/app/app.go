@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,32 @@ func (p *Process) HTTP() *echo.Echo {
 			m.Routes(e)
 		}
 	}
+	segments := RouteSegments(e)
+	for _, m := range p.Mods {
+		if m.Mounted != nil {
+			m.Mounted(segments)
+		}
+	}
 	return e
+}
+
+// RouteSegments returns the first path segment of every route on e, lower
+// case, sorted and once each: "points" for /points/accounts/:id, "s" for
+// /s/:code. Parameters and wildcards name no segment.
+func RouteSegments(e *echo.Echo) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range e.Routes() {
+		seg, _, _ := strings.Cut(strings.TrimPrefix(r.Path, "/"), "/")
+		seg = strings.ToLower(seg)
+		if seg == "" || strings.ContainsAny(seg, ":*") || seen[seg] {
+			continue
+		}
+		seen[seg] = true
+		out = append(out, seg)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // RunTasks runs every module's tasks until ctx ends and waits for them.
