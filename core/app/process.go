@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,9 +96,15 @@ func Build(ctx context.Context, cfg Config, mods []Module, o BuildOptions) (*Pro
 		Jobs:     claim.NewClient(pool, claim.Options{Log: log, Metrics: metrics, Faults: o.Faults}),
 		Presence: idem.NewPresence(pool),
 	}
-	// Connect the presence session now, so the first keyed request already
-	// names an owner.
-	p.Deps.Presence.Start()
+	// Connect the presence session before serving, so the first keyed
+	// request already names an owner. A database that does not answer in
+	// time only delays that: claims made meanwhile name no owner and are
+	// freed by their lock expiry, as before owners existed.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if _, err := p.Deps.Presence.WaitReady(wctx); err != nil {
+		log.Warn("idempotency presence session not connected yet; keys claimed meanwhile wait out their lock", "err", err)
+	}
+	cancel()
 	for _, m := range mods {
 		r := Running{Module: m}
 		if m.Build != nil {
