@@ -80,6 +80,12 @@ func TestAKeyWhoseOwnerSessionIsGoneIsTakenOverAtOnce(t *testing.T) {
 	require.NoError(t, direct.QueryRow(ctx,
 		`SELECT (EXTRACT(EPOCH FROM locked_until - now()) * 1e9)::bigint FROM idem_request WHERE key = $1`, key).Scan(&lockLeft))
 	require.Greater(t, lockLeft, 5*time.Second, "the lock alone would still hold the key")
+	// A's process lives on: its presence comes back as a new session, and
+	// what A claims from now on names that one.
+	require.Eventually(t, func() bool {
+		o := presenceA.Owner()
+		return o != nil && o.PID != pid
+	}, 10*time.Second, 5*time.Millisecond, "A's presence reconnects")
 
 	taken := b.post(t, "user-0042", key, body30)
 	require.Equal(t, http.StatusCreated, taken.status, string(taken.body))
