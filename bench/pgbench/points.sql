@@ -2,7 +2,8 @@
 -- over HTTP — the same SQL statements, in the same two transactions, in
 -- as many round trips as the server spends on them where pgbench can.
 --   1. core/idem claims the key in a short transaction committed without
---      waiting for its WAL flush (core/idem/store.go sqlBegin). The server
+--      waiting for its WAL flush (core/idem/store.go sqlBegin; pgbench has
+--      no presence session, so its records name no owner). The server
 --      sends it as one pipelined round trip; pgbench 15 cannot (\gset,
 --      needed for the fence, is not allowed in a pipeline), so here it
 --      costs four.
@@ -26,15 +27,19 @@
 \set key random(1, 9223372036854775806)
 BEGIN;
 SET LOCAL synchronous_commit = off;
-INSERT INTO idem_request AS r (scope, subject, key, fingerprint, state, locked_until)
-VALUES (:scope, :aid, :key, :fingerprint, 'in_flight', now() + :lockttl * interval '1 millisecond')
+INSERT INTO idem_request AS r (scope, subject, key, fingerprint, state, locked_until, owner_pid, owner_started)
+VALUES (:scope, :aid, :key, :fingerprint, 'in_flight', now() + :lockttl * interval '1 millisecond', NULL, NULL)
 ON CONFLICT (scope, subject, key) DO UPDATE
-   SET fence        = nextval('idem_fence'),
-       takeovers    = r.takeovers + 1,
-       locked_until = EXCLUDED.locked_until
- WHERE r.state = 'in_flight'
-   AND r.locked_until <= now()
-   AND r.fingerprint = EXCLUDED.fingerprint
+   SET fence         = nextval('idem_fence'),
+       takeovers     = r.takeovers + 1,
+       locked_until  = EXCLUDED.locked_until,
+       owner_pid     = EXCLUDED.owner_pid,
+       owner_started = EXCLUDED.owner_started
+ WHERE CASE WHEN r.state <> 'in_flight' OR r.fingerprint <> EXCLUDED.fingerprint THEN false
+            WHEN r.locked_until <= now() THEN true
+            ELSE (r.owner_pid IS NOT NULL AND NOT EXISTS (
+              SELECT 1 FROM pg_stat_get_activity(r.owner_pid) a
+               WHERE a.backend_start = r.owner_started OR a.backend_start IS NULL)) END
 RETURNING r.fence, r.takeovers \gset
 COMMIT;
 \startpipeline
@@ -66,7 +71,7 @@ INSERT INTO outbox_event (topic, key, payload) VALUES (:topic, :aid, :body) RETU
 WITH finished AS (
     UPDATE idem_request
        SET state = 'done', status = :status, content_type = :ctype, body = :body,
-           locked_until = NULL, finished_at = now()
+           locked_until = NULL, finished_at = now(), owner_pid = NULL, owner_started = NULL
      WHERE scope = :scope AND subject = :aid AND key = :key
        AND fence = :fence AND state = 'in_flight'
  RETURNING 1

@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,11 @@ type Deps struct {
 	// Jobs is the claim engine: modules enqueue with Jobs.Enqueue(ctx, tx, …)
 	// inside their own transactions; the worker pool runs every module's Kinds.
 	Jobs *claim.Client
+	// Presence is the process's own database session, named as the owner
+	// of every idempotency key the process claims: when the process dies
+	// or the database fails over, a retry elsewhere takes its keys over at
+	// once (IDEM-I1). nil outside a built process: keys wait out their lock.
+	Presence *idem.Presence
 }
 
 // Registerer is where a service registers its metrics: the process's
@@ -63,7 +69,7 @@ func (d Deps) Logger() *slog.Logger {
 // process's pool, fault points and metrics (the stores of one process
 // share the idem series).
 func (d Deps) Keys() *idem.Keys {
-	return idem.New(d.Pool, idem.Config{Faults: d.Faults, Metrics: d.Registerer()})
+	return idem.New(d.Pool, idem.Config{Faults: d.Faults, Metrics: d.Registerer(), Presence: d.Presence})
 }
 
 // NewMetrics returns a registry with the Go, process and pool collectors.
@@ -128,7 +134,32 @@ func (p *Process) HTTP() *echo.Echo {
 			m.Routes(e)
 		}
 	}
+	segments := RouteSegments(e)
+	for _, m := range p.Mods {
+		if m.Mounted != nil {
+			m.Mounted(segments)
+		}
+	}
 	return e
+}
+
+// RouteSegments returns the first path segment of every route on e, lower
+// case, sorted and once each: "points" for /points/accounts/:id, "s" for
+// /s/:code. Parameters and wildcards name no segment.
+func RouteSegments(e *echo.Echo) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range e.Routes() {
+		seg, _, _ := strings.Cut(strings.TrimPrefix(r.Path, "/"), "/")
+		seg = strings.ToLower(seg)
+		if seg == "" || strings.ContainsAny(seg, ":*") || seen[seg] {
+			continue
+		}
+		seen[seg] = true
+		out = append(out, seg)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // RunTasks runs every module's tasks until ctx ends and waits for them.

@@ -51,6 +51,11 @@ type Runtime struct {
 	// Kinds are the module's durable job kinds (claim engine), periodic
 	// ones included; `serve`, `dev` and `worker` run them (see RunJobs).
 	Kinds []claim.Kind
+	// Mounted is told the first path segments of every route the process
+	// serves (RouteSegments), once every module's routes are mounted: a
+	// module whose names share the URL space with the routes (short-link
+	// aliases) keeps them apart without a hand-kept list.
+	Mounted func(firstSegments []string)
 }
 
 // Merge combines runtimes into one (a module built from parts): routes,
@@ -66,6 +71,13 @@ func Merge(parts ...Runtime) Runtime {
 		for _, p := range parts {
 			if p.Routes != nil {
 				p.Routes(e)
+			}
+		}
+	}
+	r.Mounted = func(segments []string) {
+		for _, p := range parts {
+			if p.Mounted != nil {
+				p.Mounted(segments)
 			}
 		}
 	}

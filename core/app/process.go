@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
@@ -91,8 +93,18 @@ func Build(ctx context.Context, cfg Config, mods []Module, o BuildOptions) (*Pro
 	metrics := NewMetrics(pool)
 	p.Deps = Deps{
 		Config: cfg, Pool: pool, Log: log, Metrics: metrics, Auth: auth, Faults: o.Faults,
-		Jobs: claim.NewClient(pool, claim.Options{Log: log, Metrics: metrics, Faults: o.Faults}),
+		Jobs:     claim.NewClient(pool, claim.Options{Log: log, Metrics: metrics, Faults: o.Faults}),
+		Presence: idem.NewPresence(pool),
 	}
+	// Connect the presence session before serving, so the first keyed
+	// request already names an owner. A database that does not answer in
+	// time only delays that: claims made meanwhile name no owner and are
+	// freed by their lock expiry, as before owners existed.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if _, err := p.Deps.Presence.WaitReady(wctx); err != nil {
+		log.Warn("idempotency presence session not connected yet; keys claimed meanwhile wait out their lock", "err", err)
+	}
+	cancel()
 	for _, m := range mods {
 		r := Running{Module: m}
 		if m.Build != nil {
@@ -112,6 +124,7 @@ func Build(ctx context.Context, cfg Config, mods []Module, o BuildOptions) (*Pro
 
 // Close releases what Build opened.
 func (p *Process) Close() {
+	p.Deps.Presence.Close()
 	if p.ownPool {
 		p.Deps.Pool.Close()
 	}

@@ -90,6 +90,11 @@ type Config struct {
 	// Metrics receives the store's series (nil: counted, not registered);
 	// the stores of one process share them.
 	Metrics prometheus.Registerer
+	// Presence is the process's presence session (the stores of one
+	// process share it). Records claimed through it name it as their
+	// owner, and a retry takes them over as soon as it is gone. nil: no
+	// owner, a key is freed by its lock expiry alone.
+	Presence *Presence
 }
 
 // Keys is the idempotency-key store a module's routes use.
@@ -98,6 +103,7 @@ type Keys struct {
 	lockTTL time.Duration
 	faults  *faults.Set
 	m       *metrics
+	owner   *Presence
 }
 
 // New returns the store over pool.
@@ -105,7 +111,7 @@ func New(pool *pgxpool.Pool, c Config) *Keys {
 	if c.LockTTL <= 0 {
 		c.LockTTL = DefaultLockTTL
 	}
-	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults, m: newMetrics(c.Metrics)}
+	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults, m: newMetrics(c.Metrics), owner: c.Presence}
 }
 
 // Func is an idempotent effect. It runs inside the transaction that also
@@ -256,8 +262,15 @@ func (k *Keys) claim(ctx context.Context, r *request) (fence int64, claimed bool
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(sqlAsyncCommit)
-	var takeovers int
-	b.Queue(sqlBegin, r.scope, r.subject, r.key, r.fingerprint, k.lockTTL.Milliseconds()).QueryRow(func(row pgx.Row) error {
+	var (
+		takeovers    int
+		ownerPID     *int32
+		ownerStarted *time.Time
+	)
+	if o := k.owner.Owner(); o != nil {
+		ownerPID, ownerStarted = &o.PID, &o.Started
+	}
+	b.Queue(sqlBegin, r.scope, r.subject, r.key, r.fingerprint, k.lockTTL.Milliseconds(), ownerPID, ownerStarted).QueryRow(func(row pgx.Row) error {
 		switch err := row.Scan(&fence, &takeovers); {
 		case errors.Is(pg.MapError(err), pg.ErrNotFound):
 			return nil // someone else's live record: not ours to claim

@@ -63,11 +63,19 @@ func setup(t *testing.T) *bundle {
 	pool := pgtest.New(t)
 	_, err := pool.Exec(context.Background(), demoSchema)
 	require.NoError(t, err)
+	return mount(t, pool, nil)
+}
+
+// mount is one process of the demo over pool: its own fault points,
+// metrics, key store (naming presence as the owner of its claims; nil:
+// none) and HTTP server. Two mounts over one database are two processes.
+func mount(t *testing.T, pool *pgxpool.Pool, presence *idem.Presence) *bundle {
+	t.Helper()
 	auth, err := httpx.NewAuth([]byte("idem-test-secret-0123456789"))
 	require.NoError(t, err)
 	fs := faults.New()
 	reg := prometheus.NewRegistry()
-	keys := idem.New(pool, idem.Config{Faults: fs, Metrics: reg})
+	keys := idem.New(pool, idem.Config{Faults: fs, Metrics: reg, Presence: presence})
 
 	type debit struct {
 		Amount int64  `json:"amount"`

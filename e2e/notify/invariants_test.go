@@ -36,7 +36,7 @@ func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 		// NTF-I1: the constraint gone, a second notification for the event.
 		`ALTER TABLE notify_notification DROP CONSTRAINT notify_notification_one_per_event`,
 		`INSERT INTO notify_notification (user_id, event_key, template, submitted_by)
-		 VALUES ('user-0042', 'order:ord-4001:shipped', 'order_shipped', 'svc-rogue')`,
+		 VALUES ('user-0042', 'order:ord-4001:shipped', 'order_shipped', 'svc-orders')`,
 		// NTF-I2: a delivery job no task owns.
 		`INSERT INTO job (kind, business_key) VALUES ('notify.email', 'rogue-1')`,
 		// NTF-I4: a call without the task's key.

@@ -14,7 +14,9 @@ var (
 	// ErrNotificationNotFound / ErrTaskNotFound: no such id.
 	ErrNotificationNotFound = errors.New("notify: no such notification")
 	ErrTaskNotFound         = errors.New("notify: no such task")
-	// ErrNotYours: a user asked for another user's notification or preferences.
+	// ErrNotYours: a user asked for another user's notification or
+	// preferences, or a service for a notification another service
+	// submitted.
 	ErrNotYours = errors.New("notify: not yours")
 	// ErrNotInReview: the task is not waiting for a person (someone decided
 	// first, or it never needed one).

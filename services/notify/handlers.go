@@ -15,7 +15,8 @@ import (
 type handlers struct{ svc *Service }
 
 // submit answers POST /notify/events: 201 with the new notification and its
-// tasks, 200 with the existing one for a repeated (user_id, event_key).
+// tasks, 200 with the existing one for a repeated (user_id, event_key) from
+// the same service (another service's key is another event: NTF-I1).
 func (h *handlers) submit(c echo.Context) error {
 	var req EventRequest
 	if err := httpx.Bind(c, &req); err != nil {

@@ -12,15 +12,17 @@ var Invariants = []invariant.Invariant{
 
 	{
 		ID: "NTF-I1", Module: "notify", Chapter: chapter,
-		Statement: "one (user_id, event_key) makes one logical notification, however many submissions and however concurrent",
+		Statement: "one (user_id, submitted_by, event_key) makes one logical notification, however many submissions and however concurrent; a service's event_key is its own",
 		SQL: `
-SELECT 'more than one notification for one (user, event)' AS problem, user_id || ' ' || event_key AS detail, count(*)::text AS n
-  FROM notify_notification GROUP BY user_id, event_key HAVING count(*) > 1
+SELECT 'more than one notification for one (user, service, event)' AS problem,
+       user_id || ' ' || submitted_by || ' ' || event_key AS detail, count(*)::text AS n
+  FROM notify_notification GROUP BY user_id, submitted_by, event_key HAVING count(*) > 1
 UNION ALL
-SELECT 'the unique constraint on (user_id, event_key) is missing', NULL, NULL
+SELECT 'the unique constraint on (user_id, submitted_by, event_key) is missing', NULL, NULL
  WHERE NOT EXISTS (SELECT 1 FROM pg_constraint
                     WHERE conrelid = 'notify_notification'::regclass AND conname = 'notify_notification_one_per_event'
-                      AND contype = 'u')`,
+                      AND contype = 'u'
+                      AND pg_get_constraintdef(oid) = 'UNIQUE (user_id, submitted_by, event_key)')`,
 	},
 	{
 		ID: "NTF-I2", Module: "notify", Chapter: chapter,

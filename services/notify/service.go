@@ -127,7 +127,14 @@ func (s *Service) Notification(ctx context.Context, id int64, p httpx.Principal)
 	if err != nil {
 		return Notification{}, err
 	}
-	if !p.Privileged() && p.Subject != n.UserID {
+	// An admin reads any notification; a service only those it submitted
+	// (a service token is not a licence to read every user's messages); a
+	// user only their own.
+	switch {
+	case p.Role == httpx.RoleAdmin:
+	case p.Role == httpx.RoleService && p.Subject == n.SubmittedBy:
+	case p.Role == httpx.RoleUser && p.Subject == n.UserID:
+	default:
 		return Notification{}, fmt.Errorf("%w: notification %d", ErrNotYours, id)
 	}
 	if n.Tasks == nil {

@@ -26,19 +26,21 @@ FROM notify_user u LEFT JOIN notify_preference p ON p.user_id = u.user_id
 WHERE u.user_id = $1
 GROUP BY u.user_id`
 
-	// sqlInsertNotification: NTF-I1. The unique (user_id, event_key) decides
-	// every race: a concurrent duplicate waits for the first insert's
-	// transaction, then inserts nothing and reads the committed row
-	// (sqlNotificationByEvent).
+	// sqlInsertNotification: NTF-I1. The unique (user_id, submitted_by,
+	// event_key) decides every race: a concurrent duplicate waits for the
+	// first insert's transaction, then inserts nothing and reads the
+	// committed row (sqlNotificationByEvent). The key is scoped by the
+	// submitting service ($5, its verified subject): another service's
+	// event under the same key is another event, and never reads this one.
 	sqlInsertNotification = `
 INSERT INTO notify_notification (user_id, event_key, template, data, submitted_by)
 VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (user_id, event_key) DO NOTHING
+ON CONFLICT (user_id, submitted_by, event_key) DO NOTHING
 RETURNING ` + notificationColumns
 
 	notificationColumns = `id, user_id, event_key, template, data, submitted_by, created_at`
 
-	sqlNotificationByEvent = `SELECT ` + notificationColumns + ` FROM notify_notification WHERE user_id = $1 AND event_key = $2`
+	sqlNotificationByEvent = `SELECT ` + notificationColumns + ` FROM notify_notification WHERE user_id = $1 AND submitted_by = $2 AND event_key = $3`
 	sqlNotification        = `SELECT ` + notificationColumns + ` FROM notify_notification WHERE id = $1`
 
 	// sqlInsertTasks: NTF-I2's unique keys refuse a second task per
@@ -293,8 +295,9 @@ func userChannels(ctx context.Context, db pg.Querier, userID string) (map[string
 	return on, nil
 }
 
-// insertNotification returns the notification for (user, event): the new
-// one with created, or the one an earlier submission made.
+// insertNotification returns the notification for (user, submitter,
+// event): the new one with created, or the one an earlier submission by
+// the same service made.
 func insertNotification(ctx context.Context, tx pgx.Tx, req EventRequest, data json.RawMessage, by string) (Notification, bool, error) {
 	n, err := scanNotification(tx.QueryRow(ctx, sqlInsertNotification, req.UserID, req.EventKey, req.Template, data, by))
 	if err == nil {
@@ -303,7 +306,7 @@ func insertNotification(ctx context.Context, tx pgx.Tx, req EventRequest, data j
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Notification{}, false, fmt.Errorf("notify: insert notification: %w", pg.MapError(err))
 	}
-	n, err = scanNotification(tx.QueryRow(ctx, sqlNotificationByEvent, req.UserID, req.EventKey))
+	n, err = scanNotification(tx.QueryRow(ctx, sqlNotificationByEvent, req.UserID, by, req.EventKey))
 	if err != nil {
 		return Notification{}, false, fmt.Errorf("notify: read notification %s/%s: %w", req.UserID, req.EventKey, pg.MapError(err))
 	}

@@ -28,7 +28,7 @@ import (
 )
 
 // IdemExperiments are the idempotency chapter's runnable claims.
-var IdemExperiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest}
+var IdemExperiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest, IdemOwnerGone}
 
 // idemSchema is the demo's own effect: a debit that moves a balance and
 // writes one effect row. demo_effect has no unique key on purpose — if a

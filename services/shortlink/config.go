@@ -55,6 +55,13 @@ type Config struct {
 	// http:// and the listen address.
 	BaseURL string
 
+	// AllowPrivateTargets accepts targets on loopback, private,
+	// link-local and metadata addresses and localhost names; off by
+	// default, so an outsider's link cannot point followers into the
+	// network the service runs in. A deployment that shortens its own
+	// intranet links turns it on.
+	AllowPrivateTargets bool
+
 	// ClickRetention is how long click and drop rows are kept; the
 	// shortlink.purge kind deletes older ones, and the per-link counters
 	// keep the totals (SL-I5).
@@ -76,6 +83,7 @@ const (
 	EnvStatsAttempts  = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
 	EnvBaseURL        = "FENCELAB_SHORTLINK_BASE_URL"
 	EnvClickRetention = "FENCELAB_SHORTLINK_CLICK_RETENTION"
+	EnvAllowPrivate   = "FENCELAB_SHORTLINK_ALLOW_PRIVATE_TARGETS"
 )
 
 // DefaultConfig returns the defaults; StatsURL is filled from the app.
@@ -124,6 +132,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 	})
 	c.BaseURL = strings.TrimSuffix(c.BaseURL, "/")
 	r.Duration(EnvClickRetention, &c.ClickRetention, time.Hour, 10*366*24*time.Hour)
+	r.Bool(EnvAllowPrivate, &c.AllowPrivateTargets)
 	if r.Err() != nil {
 		return Config{}, r.Err()
 	}

@@ -10,6 +10,10 @@ import (
 var (
 	// ErrInvalidTarget: the target is not an absolute http(s) URL we accept.
 	ErrInvalidTarget = errors.New("shortlink: invalid target")
+	// ErrPrivateTarget: the target names a loopback, private, link-local
+	// or metadata address, or a name of the server's own machine
+	// (FENCELAB_SHORTLINK_ALLOW_PRIVATE_TARGETS opts in).
+	ErrPrivateTarget = errors.New("shortlink: target is not a public address")
 	// ErrInvalidAlias: the alias breaks the charset or length rule.
 	ErrInvalidAlias = errors.New("shortlink: invalid alias")
 	// ErrReservedAlias: the alias is a reserved word.
@@ -39,6 +43,7 @@ var (
 // module lists it in app.Module.Errors; httpx.NewErrors builds the table).
 var Errors = []httpx.ErrorMapping{
 	httpx.Map(ErrInvalidTarget, http.StatusUnprocessableEntity, "invalid_target"),
+	httpx.Map(ErrPrivateTarget, http.StatusUnprocessableEntity, "target_not_public"),
 	httpx.Map(ErrInvalidAlias, http.StatusUnprocessableEntity, "invalid_alias"),
 	httpx.Map(ErrReservedAlias, http.StatusUnprocessableEntity, "alias_reserved"),
 	httpx.Map(ErrInvalidExpiry, http.StatusUnprocessableEntity, "invalid_expiry"),

@@ -45,9 +45,10 @@ func build(d app.Deps) (app.Runtime, error) {
 	}
 	h := &handlers{svc: svc}
 	return app.Runtime{
-		Routes: func(e *echo.Echo) { routes(e, h, d.Auth) },
-		Tasks:  tasks,
-		Seed:   svc.seed,
+		Routes:  func(e *echo.Echo) { routes(e, h, d.Auth) },
+		Mounted: svc.reserveRoutes,
+		Tasks:   tasks,
+		Seed:    svc.seed,
 		Kinds: []claim.Kind{claim.RetentionKind(PurgeKind, cfg.ClickRetention, func(ctx context.Context) (any, error) {
 			n, err := PurgeClicks(ctx, d.Pool, cfg.ClickRetention)
 			return claim.Deleted(n), err
@@ -59,7 +60,7 @@ func build(d app.Deps) (app.Runtime, error) {
 // settings (LoadConfig).
 func NewService(d app.Deps, cfg Config) (*Service, error) {
 	reg, log := d.Registerer(), d.Logger()
-	s := &Service{db: d.Pool, log: log, newCode: randomCode, now: time.Now, baseURL: cfg.BaseURL}
+	s := &Service{db: d.Pool, log: log, newCode: randomCode, now: time.Now, baseURL: cfg.BaseURL, allowPrivate: cfg.AllowPrivateTargets}
 	// The gauges read the queue and caches at scrape time.
 	s.m = newMetrics(reg, func() int { return s.clicks.queue.depth() }, func() int { return s.resolver.len() })
 	s.resolver = newResolver(cfg, func(ctx context.Context, code string) (route, bool, error) {

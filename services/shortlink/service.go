@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,6 +36,21 @@ type Service struct {
 	newCode func() string
 	now     func() time.Time
 	baseURL string // Config.BaseURL
+	// allowPrivate is Config.AllowPrivateTargets.
+	allowPrivate bool
+	// routeWords are the first path segments of the process's routes,
+	// refused as aliases (reserveRoutes); nil until the routes are mounted.
+	routeWords atomic.Pointer[map[string]bool]
+}
+
+// reserveRoutes refuses the first path segments of every route the
+// process serves as aliases: /s/console must not read as the console.
+func (s *Service) reserveRoutes(segments []string) {
+	m := make(map[string]bool, len(segments))
+	for _, w := range segments {
+		m[strings.ToLower(w)] = true
+	}
+	s.routeWords.Store(&m)
 }
 
 // Create stores a new link owned by owner: under req.Alias when given
@@ -43,6 +60,13 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := ValidateTarget(req.Target); err != nil {
 		return Link{}, err
 	}
+	if !s.allowPrivate {
+		u, _ := url.Parse(req.Target) // ValidateTarget parsed it
+		if why := privateTarget(u.Hostname()); why != "" {
+			return Link{}, fmt.Errorf("%w: %s is %s (the service accepts such targets only with %s=true)",
+				ErrPrivateTarget, u.Hostname(), why, EnvAllowPrivate)
+		}
+	}
 	now := s.now()
 	if err := ValidateExpiry(req.ExpiresAt, now); err != nil {
 		return Link{}, err
@@ -50,6 +74,9 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	if req.Alias != "" {
 		if err := ValidateAlias(req.Alias); err != nil {
 			return Link{}, err
+		}
+		if w := s.routeWords.Load(); w != nil && (*w)[strings.ToLower(req.Alias)] {
+			return Link{}, fmt.Errorf("%w: %q is the start of the service's own paths", ErrReservedAlias, req.Alias)
 		}
 		// Aliases are case-insensitive: stored in lower case, so "CH9"
 		// and "ch9" are one alias (the second is 409 alias_taken).

@@ -2,7 +2,9 @@ package shortlink
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -24,17 +26,17 @@ const (
 // MaxExpiry is how far in the future an expiry may be set.
 const MaxExpiry = 10 * 365 * 24 * time.Hour
 
-// reserved is the one list of aliases refused because they read as parts
-// of the service: every module's name and top-level path, the operational
-// endpoints and a few words of any web service (compared
-// case-insensitively: aliases are lower case).
+// reserved are the aliases refused because they read as parts of the
+// service although no route answers under them (yet): words of any web
+// service, and the program's name. Compared case-insensitively: aliases
+// are lower case. The words that are parts of the service — the first path
+// segment of every route the process serves (/points, /console, /s) — are
+// not kept here by hand: the process tells the service once its routes
+// are mounted (app.Runtime.Mounted, Service.reserveRoutes), so a module
+// added tomorrow is reserved without anyone remembering to.
 var reserved = func() map[string]bool {
 	m := map[string]bool{}
-	for _, w := range strings.Fields(`
-		admin api app assets healthz help links login logout metrics new readyz static www
-		shortlink s points flashsale orders reservations social feed likes relations rel
-		notify notifications upload uploads workflow workflows report reports jobs outbox
-		idem lease claim failover fencelab system`) {
+	for _, w := range strings.Fields(`admin api app assets help login logout new static www fencelab system`) {
 		m[w] = true
 	}
 	return m
@@ -92,7 +94,8 @@ func uriChar(b byte) bool {
 }
 
 // ValidateAlias applies the alias rule: 3–64 characters of [A-Za-z0-9_-],
-// not a reserved word.
+// not a reserved word. Service.Create also refuses the routes' first
+// segments, which only the process knows.
 func ValidateAlias(alias string) error {
 	if !validCode(alias) {
 		return fmt.Errorf("%w: want %d to %d characters of A-Z a-z 0-9 _ -", ErrInvalidAlias, MinCodeLen, MaxCodeLen)
@@ -151,4 +154,132 @@ func randomCode() string {
 		}
 	}
 	return string(out[:])
+}
+
+// privateTarget reports why a target's host is not a public address, or ""
+// when it may be one: a literal loopback, private, link-local (the cloud
+// metadata service at 169.254.169.254 among them), unspecified, multicast
+// or shared (100.64/10) address, or a name that always means this machine
+// (localhost and *.localhost) or a metadata service. Whoever follows a
+// short link — a browser, or a link checker or preview fetcher inside
+// someone's network — would otherwise be sent into that network by an
+// outsider's link.
+//
+// Names are not resolved: that would need the network at request time,
+// and the answer could change after the check anyway. So a public-looking
+// name that resolves to a private address is not caught here; only
+// literals and the reserved names are.
+//
+// An IPv4 literal is read the way browsers read one (the WHATWG URL
+// standard): 127.1, 0x7f.0.0.1, 017700000001 and 2130706433 are all
+// 127.0.0.1. A host that looks numeric but is no address is refused too.
+func privateTarget(host string) string {
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	switch {
+	case h == "localhost" || strings.HasSuffix(h, ".localhost") || h == "localhost.localdomain" ||
+		h == "ip6-localhost" || h == "ip6-loopback":
+		return "a name of this machine"
+	case h == "metadata" || h == "metadata.google.internal" || h == "instance-data" ||
+		strings.HasSuffix(h, ".internal"):
+		return "a cloud-internal name"
+	}
+	addr, err := netip.ParseAddr(h)
+	if err != nil {
+		var ok bool
+		if addr, ok, err = whatwgIPv4(h); !ok {
+			return "" // a name
+		}
+		if err != nil {
+			return "a malformed numeric address"
+		}
+	}
+	addr = addr.Unmap()
+	if addr.Is6() && nat64.Contains(addr) { // 64:ff9b::a.b.c.d reaches a.b.c.d
+		b := addr.As16()
+		addr = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	}
+	switch {
+	case addr.IsLoopback():
+		return "a loopback address"
+	case addr.IsLinkLocalUnicast():
+		return "a link-local address (the metadata service lives there)"
+	case addr.IsPrivate():
+		return "a private address"
+	case addr.IsUnspecified() || thisNetwork.Contains(addr):
+		return "an unspecified address"
+	case addr.IsMulticast() || addr == broadcast:
+		return "a multicast or broadcast address"
+	case shared.Contains(addr):
+		return "a shared (carrier-grade NAT) address"
+	}
+	return ""
+}
+
+var (
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+	shared      = netip.MustParsePrefix("100.64.0.0/10")
+	broadcast   = netip.MustParseAddr("255.255.255.255")
+)
+
+// whatwgIPv4 parses host as the WHATWG URL standard's IPv4 parser does:
+// it is an IPv4 host (ok) when its last dot-separated part is a number
+// (decimal, 0x hex or 0-prefixed octal); up to four parts, the last one
+// filling the remaining bytes. err says such a host is no valid address.
+func whatwgIPv4(host string) (addr netip.Addr, ok bool, err error) {
+	parts := strings.Split(host, ".")
+	if len(parts) > 1 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
+	if _, numeric, _ := whatwgNumber(parts[len(parts)-1]); !numeric {
+		return netip.Addr{}, false, nil
+	}
+	bad := errors.New("not an IPv4 address")
+	if len(parts) > 4 {
+		return netip.Addr{}, true, bad
+	}
+	var n []uint64
+	for _, p := range parts {
+		v, _, valid := whatwgNumber(p)
+		if !valid {
+			return netip.Addr{}, true, bad
+		}
+		n = append(n, v)
+	}
+	last := n[len(n)-1]
+	if last >= 1<<(8*(5-len(n))) {
+		return netip.Addr{}, true, bad
+	}
+	var v uint64
+	for i, p := range n[:len(n)-1] {
+		if p > 255 {
+			return netip.Addr{}, true, bad
+		}
+		v |= p << (8 * (3 - i))
+	}
+	v += last
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true, nil
+}
+
+// whatwgNumber parses one IPv4 part: decimal, 0x/0X hex (possibly empty
+// after the prefix) or octal with a leading 0. numeric says the part is
+// written as a number at all (all digits, or 0x and hex digits); ok that
+// it is a valid one (not 09, not beyond 64 bits).
+func whatwgNumber(s string) (v uint64, numeric, ok bool) {
+	base, digits := 10, s
+	switch {
+	case len(s) >= 2 && (s[:2] == "0x" || s[:2] == "0X"):
+		base, digits = 16, s[2:]
+	case len(s) >= 2 && s[0] == '0':
+		base, digits = 8, s[1:]
+	}
+	if s == "" || strings.Trim(digits, "0123456789abcdefABCDEF") != "" ||
+		(base != 16 && strings.Trim(digits, "0123456789") != "") {
+		return 0, false, false
+	}
+	if digits == "" {
+		return 0, true, true // "0x" is zero
+	}
+	v, err := strconv.ParseUint(digits, base, 64)
+	return v, true, err == nil
 }
