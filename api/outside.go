@@ -30,7 +30,8 @@ import (
 //     `allOf: [{$ref: Problem}, {properties: {code: ...}}]` it means the
 //     same under 2020-12 and under every merge-on-resolve tool.
 //   - single-schema anyOf/oneOf/allOf wrappers that say nothing are
-//     collapsed;
+//     collapsed, and an enum of strings says `type: string` (generators
+//     type it then: a problem's narrowed codes become constants);
 //   - components nothing refers to any more are left out (edgeRules inlines
 //     the 400 and 503 responses it widens, so a module's shared 400 may be
 //     used only in its file, not in the served document).
@@ -45,6 +46,15 @@ func outsideTools(doc map[string]any) error {
 	doc["components"] = rewrite(doc["components"])
 	pruneComponents(doc)
 	return nil
+}
+
+func allStrings(vs []any) bool {
+	for _, v := range vs {
+		if _, ok := v.(string); !ok {
+			return false
+		}
+	}
+	return len(vs) > 0
 }
 
 // pruneComponents removes the schemas, responses, parameters and headers
@@ -239,6 +249,13 @@ func rewrite(v any) any {
 				}
 				return out
 			}
+		}
+		if vs, ok := x["enum"].([]any); ok && x["type"] == nil && allStrings(vs) {
+			// The same set of values; typed, a generator makes the enum a
+			// named string type with constants (a narrowed problem code
+			// keeps its values in a generated client) where an untyped one
+			// comes out as interface{}.
+			x["type"] = "string"
 		}
 		for _, k := range []string{"anyOf", "oneOf"} {
 			list, ok := x[k].([]any)
