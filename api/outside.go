@@ -189,6 +189,11 @@ func access(doc map[string]any, op map[string]any) string {
 	if len(sec) == 0 {
 		return "Public: no token needed."
 	}
+	for _, r := range sec {
+		if m, _ := r.(map[string]any); len(m) == 0 {
+			return "Public; signed in, it may show more."
+		}
+	}
 	req, _ := sec[0].(map[string]any)
 	if _, ok := req["bearer"]; !ok {
 		if _, ok := req["consoleSession"]; ok {
