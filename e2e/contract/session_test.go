@@ -73,6 +73,7 @@ func id(t *testing.T, r e2etest.Response, field string) string {
 // the two must agree.)
 func TestRecordedSessionMatchesTheContractThroughPrism(t *testing.T) {
 	t.Parallel()
+	npmTool(t, "prism") // before the app: a missing tool fails at once
 	a := e2etest.Start(t, e2etest.Options{Tasks: true})
 	ctx := context.Background()
 	for _, m := range a.Mods {
