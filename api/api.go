@@ -27,7 +27,10 @@ var merged = sync.OnceValues(func() (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return doc, edgeRules(doc)
+	if err := edgeRules(doc); err != nil {
+		return nil, err
+	}
+	return doc, outsideTools(doc) // last: it rewrites what edgeRules added too
 })
 
 // JSON returns the merged document as JSON (what GET /openapi.json serves).
@@ -145,6 +148,14 @@ func edgeRules(doc map[string]any) error {
 	if responses == nil {
 		return fmt.Errorf("api: 00-base.yaml defines no components.responses")
 	}
+	schemas, _ := comps["schemas"].(map[string]any)
+	enums := map[string][]any{} // component schemas that are a string enum and nothing else
+	for name, s := range schemas {
+		m, _ := s.(map[string]any)
+		if vs, ok := m["enum"].([]any); ok && m["type"] == "string" {
+			enums[name] = vs
+		}
+	}
 	for _, pi := range paths {
 		item, _ := pi.(map[string]any)
 		for method, op := range item {
@@ -161,9 +172,9 @@ func edgeRules(doc map[string]any) error {
 			if write {
 				codes = append(codes, map[string]any{"$ref": "#/components/schemas/BodyCode"})
 			}
-			rs["400"] = withCodes(rs["400"], responses, codes)
+			rs["400"] = withCodes(rs["400"], responses, enums, codes)
 			if _, ok := rs["503"]; ok {
-				rs["503"] = withCodes(rs["503"], responses, []any{map[string]any{"enum": []any{"retry", "database_unavailable", "overloaded"}}})
+				rs["503"] = withCodes(rs["503"], responses, enums, []any{map[string]any{"enum": []any{"retry", "database_unavailable", "overloaded"}}})
 			} else {
 				rs["503"] = map[string]any{"$ref": "#/components/responses/Unavailable"}
 			}
@@ -178,8 +189,12 @@ func edgeRules(doc map[string]any) error {
 }
 
 // withCodes returns a problem response r (inline, a $ref to a component
-// response, or nil) whose code also accepts every schema in extra.
-func withCodes(r any, components map[string]any, extra []any) any {
+// response, or nil) whose code also accepts every schema in extra. The
+// codes are served as one enum, deduplicated (a route's own 503 already
+// lists retry, say): one enum is what a generated client turns into one
+// typed set of constants, where an anyOf of enums and $refs comes out as
+// a bare string.
+func withCodes(r any, components map[string]any, enums map[string][]any, extra []any) any {
 	resp, _ := r.(map[string]any)
 	if ref, ok := resp["$ref"].(string); ok {
 		base, _ := components[path.Base(ref)].(map[string]any)
@@ -189,7 +204,7 @@ func withCodes(r any, components map[string]any, extra []any) any {
 		return map[string]any{
 			"description": "Refused at the HTTP edge, before the route ran.",
 			"content": map[string]any{"application/problem+json": map[string]any{"schema": map[string]any{
-				"$ref": "#/components/schemas/Problem", "properties": map[string]any{"code": map[string]any{"anyOf": extra}}}}},
+				"$ref": "#/components/schemas/Problem", "properties": map[string]any{"code": codeUnion(nil, extra, enums)}}}},
 		}
 	}
 	content, _ := resp["content"].(map[string]any)
@@ -200,9 +215,49 @@ func withCodes(r any, components map[string]any, extra []any) any {
 		return resp
 	}
 	if code, ok := props["code"]; ok {
-		props["code"] = map[string]any{"anyOf": append([]any{code}, extra...)}
+		props["code"] = codeUnion(code, extra, enums)
 	}
 	return resp
+}
+
+// codeUnion is one schema accepting code and every schema in extra: one
+// enum when each is an enum or a $ref to a component schema that is one
+// (BodyCode, EdgeCode), else their anyOf.
+func codeUnion(code any, extra []any, enums map[string][]any) any {
+	parts := extra
+	if code != nil {
+		parts = append([]any{code}, extra...)
+	}
+	var values []any
+	for _, p := range parts {
+		vs, ok := enumOf(p, enums)
+		if !ok {
+			return map[string]any{"anyOf": parts}
+		}
+		for _, v := range vs {
+			if !slices.Contains(values, v) {
+				values = append(values, v)
+			}
+		}
+	}
+	return map[string]any{"type": "string", "enum": values}
+}
+
+// enumOf returns the values of s when s is {enum: [...]} or a $ref to a
+// component schema of type string that is only an enum.
+func enumOf(s any, enums map[string][]any) ([]any, bool) {
+	m, _ := s.(map[string]any)
+	if ref, ok := m["$ref"].(string); ok && len(m) == 1 {
+		vs, ok := enums[path.Base(ref)]
+		return vs, ok
+	}
+	vs, ok := m["enum"].([]any)
+	for k := range m {
+		if k != "enum" && k != "type" && k != "description" {
+			return nil, false
+		}
+	}
+	return vs, ok
 }
 
 func deepCopy(m map[string]any) map[string]any {

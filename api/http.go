@@ -128,11 +128,11 @@ func referenceView(doc *openapi3.T) pageView {
 				sec = *op.Security
 			}
 			for _, req := range sec {
-				for _, roles := range req {
+				if _, ok := req["bearer"]; ok {
 					v.Secured = true
-					v.Roles = append(v.Roles, roles...)
 				}
 			}
+			v.Roles = Roles(op.Extensions)
 			statuses := make([]string, 0, op.Responses.Len())
 			for s := range op.Responses.Map() {
 				statuses = append(statuses, s)

@@ -50,7 +50,9 @@ type Relation struct {
 	Followee  string    `json:"followee"`
 	State     State     `json:"state"`
 	Version   int64     `json:"version"`
-	UpdatedAt time.Time `json:"updated_at"`
+	// UpdatedAt is absent while the pair has no row (state none, version
+	// 0): there is no change to date, and a zero time would read as one.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
 // Result is what an operation did: the acting pair's row after it, and

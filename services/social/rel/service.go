@@ -252,9 +252,14 @@ func write(ctx context.Context, tx pgx.Tx, op Op, t transition) (Relation, error
 	return after, nil
 }
 
-// Relations returns the pair's two rows: (a, b) and (b, a).
+// Relations returns the pair's two rows: (a, b) and (b, a). A user who has
+// never used the service is ErrUserNotFound, as follow answers it: "no
+// relation" is an answer about two users who both exist.
 func (s *Service) Relations(ctx context.Context, a, b string) (ab, ba Relation, err error) {
 	if err := validUser(b); err != nil {
+		return ab, ba, err
+	}
+	if _, err := getUser(ctx, s.pool, b); err != nil {
 		return ab, ba, err
 	}
 	if ab, err = getRelation(ctx, s.pool, a, b); err != nil {
