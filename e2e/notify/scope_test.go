@@ -36,11 +36,11 @@ func TestAServiceCannotReadAnotherServicesNotification(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	require.Equal(t, "svc-0001", first.SubmittedBy)
 
-	status, other := submit(svc2, "parcel_waiting", `{"locker":"L-17"}`)
+	status, other := submit(svc2, "order_shipped", `{"locker":"L-17"}`)
 	require.Equal(t, http.StatusCreated, status, "another service's key is another event")
 	require.NotEqual(t, first.ID, other.ID)
 	require.Equal(t, "svc-0002", other.SubmittedBy)
-	require.Equal(t, "parcel_waiting", other.Template)
+	require.Equal(t, "order_shipped", other.Template)
 	require.JSONEq(t, `{"locker":"L-17"}`, string(other.Data), "svc-0002 sees its own data, never svc-0001's")
 	require.Len(t, other.Tasks, len(notify.Channels), "svc-0002's event gets its own deliveries")
 
