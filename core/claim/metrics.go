@@ -64,7 +64,7 @@ var (
 	depthDesc = prometheus.NewDesc("fencelab_claim_queue_depth",
 		"Live jobs by kind and state (ready, running, unknown, needs_review; finished jobs are counted by fencelab_claim_outcomes_total).", []string{"kind", "state"}, nil)
 	oldestDesc = prometheus.NewDesc("fencelab_claim_oldest_ready_age_seconds",
-		"Age of the oldest due ready job by kind: SKIP LOCKED is not fair, so starvation shows here (14.4).", []string{"kind"}, nil)
+		"Age of the oldest due ready job by kind: SKIP LOCKED is not fair, so starvation shows here.", []string{"kind"}, nil)
 )
 
 // queueCollector reads queue depth and age at scrape time. A failed

@@ -71,7 +71,7 @@ type Resolved struct {
 // ResolveUnknown settles up to batch due unknown jobs with their kinds'
 // authoritative queries, running at most concurrency queries at once: the
 // resolver's own budget, separate from the worker pool's, so a wave of
-// unknowns after a crash cannot crowd out normal work downstream (14.5).
+// unknowns after a crash cannot crowd out normal work downstream.
 // found → succeeded, absent → ready, no Resolve or a failed query →
 // needs_review. Every write is fenced by the fence the resolver took.
 func (c *Client) ResolveUnknown(ctx context.Context, batch, concurrency int) ([]Resolved, error) {

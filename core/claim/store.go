@@ -47,7 +47,7 @@ WITH ins AS (
 SELECT count(*), (SELECT count(*) FROM (SELECT pg_notify('` + NotifyChannel + `', kind) FROM (SELECT DISTINCT kind FROM ins) k) n)
 FROM ins`
 
-// sqlClaim is chapter 14.1 in one statement: candidates in (due_at,
+// sqlClaim is chapter 2's claim in one statement: candidates in (due_at,
 // created_at) order, locked with SKIP LOCKED so racing claimers pass over each
 // other's rows instead of waiting or double-claiming, then made running with
 // a new owner, fence+1, attempts+1 and a lease, and a claimed event per job
@@ -70,7 +70,7 @@ FROM ins`
 // so a ready row behind it — one whose claimer rolled back, or whose
 // enqueue committed after a later row was claimed — still waits at most
 // that long. Fairness is unchanged in kind: SKIP LOCKED is not fair
-// either (14.4).
+// either.
 const sqlClaim = `
 WITH picked AS (
     SELECT id
@@ -140,7 +140,8 @@ SELECT id, kind FROM done`
 
 // sqlFail ends a held attempt with an error: back to ready with due_at
 // pushed out by the backoff (@delay_us), or failed when the error is permanent (@permanent)
-// or the durable attempt budget is spent. attempts is never reset (14.5).
+// or the durable attempt budget is spent. attempts is never reset, so a
+// job that keeps failing cannot retry forever.
 const sqlFail = `
 WITH upd AS (
     UPDATE job
@@ -228,7 +229,7 @@ SELECT id FROM lost`
 // refused; kinds known to be safe to re-run ($2) go back to ready, every
 // other kind to unknown (its effect may have happened). The re-dispatch is
 // spread over up to $3 µs so a crash of many workers does not come back as
-// one burst (chapter 14.5).
+// one burst.
 const sqlRecoverExpired = `
 WITH expired AS (
     SELECT id, owner AS old_owner
@@ -340,7 +341,7 @@ FROM job_event WHERE job_id = $1 ORDER BY id LIMIT $2`
 // are not gauged (they only grow until claim.purge):
 // fencelab_claim_outcomes_total counts them. The age of the oldest due
 // ready job per kind reads job_ready_idx, live too. SKIP LOCKED is not
-// fair (14.4): this age is how starvation shows.
+// fair: this age is how starvation shows.
 const sqlDepth = `
 SELECT kind, state, count(*) FROM job WHERE state = 'ready' GROUP BY kind, state
 UNION ALL

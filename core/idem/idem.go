@@ -1,5 +1,5 @@
 // Package idem implements the IETF "Idempotency-Key" semantics the way
-// Stripe practises them, on PostgreSQL (spec 10-core §3).
+// Stripe practises them, on PostgreSQL (chapter 3).
 //
 // A route opts in in its route table, and its handler wraps the effect:
 //

@@ -1,5 +1,5 @@
-// Package order is part B of the flash sale (spec 30; the book's
-// order/payment chapter): orders on top of part A's reservations, paid
+// Package order is part B of the flash sale (chapter 7,
+// docs/chapters/07-orders.md): orders on top of part A's reservations, paid
 // through an uncertain payment channel. It answers three questions: when
 // the charge call times out, was money taken (ORD-O2: the order stays
 // PAYING and converges by query or close); when callbacks come

@@ -1,4 +1,4 @@
-// Package rel is the book's social.rel (spec 40 Part A): follow relations
+// Package rel is the social case study's first part (chapter 8): follow relations
 // as authorization, without resurrection.
 //
 // The truth table social_relation holds one row per (follower, followee)
