@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -444,7 +445,7 @@ type completion struct {
 // arguments: the ids, the jsonb object {"<id>": [fence, result position]}
 // and the results.
 func completeArgs(batch []completion) (ids []int64, fences string, results []*string) {
-	slices.SortFunc(batch, func(a, b completion) int { return cmpInt64(a.job.ID, b.job.ID) })
+	slices.SortFunc(batch, func(a, b completion) int { return cmp.Compare(a.job.ID, b.job.ID) })
 	ids = make([]int64, len(batch))
 	results = make([]*string, len(batch))
 	buf := make([]byte, 0, 32*len(batch)+2)

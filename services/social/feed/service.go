@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -200,7 +201,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 	if err := rows.Err(); err != nil {
 		return pageResult{}, fmt.Errorf("feed: read %s: %w", reader, pg.MapError(err))
 	}
-	slices.SortFunc(res.late, func(a, b pageRow) int { return cmpInt(a.seq, b.seq) })
+	slices.SortFunc(res.late, func(a, b pageRow) int { return cmp.Compare(a.seq, b.seq) })
 	slices.SortFunc(res.normal, func(a, b pageRow) int { return newestFirst(a.post, b.post) })
 	return res, nil
 }
@@ -256,17 +257,7 @@ func newestFirst(a, b rel.Post) int {
 	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 		return c
 	}
-	return cmpInt(b.PostID, a.PostID)
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(b.PostID, a.PostID)
 }
 
 // Consumer is the fan-out consumer (social.post and social.rel).
