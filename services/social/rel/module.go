@@ -32,7 +32,7 @@ func Build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	if err := d.Registerer().Register(newLagCollector(d.Pool, d.Log)); err != nil {
+	if err := d.Registerer().Register(lagCollector(d.Pool, d.Log)); err != nil {
 		return app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
 	}
 	m := app.Runtime{Seed: s.seed}
