@@ -343,9 +343,21 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) {
 	return jobs, nil
 }
 
-func claimIn(ctx context.Context, db pg.Querier, p ClaimParams) ([]*Job, error) {
+// claimStmt is sqlClaim rewritten to $n once (pg.MustNamed): it runs on
+// every claim.
+var claimStmt = pg.MustNamed(sqlClaim)
+
+// claimArgs are sqlClaim's parameters in claimStmt's order.
+func claimArgs(p ClaimParams) []any {
 	due, created, id := p.after.args()
-	rows, err := db.Query(ctx, sqlClaim, p.Kinds, p.Limit, p.Owner, p.Lease.Microseconds(), due, created, id)
+	return claimStmt.Args(pgx.NamedArgs{
+		"kinds": p.Kinds, "limit": p.Limit, "owner": p.Owner, "lease_us": p.Lease.Microseconds(),
+		"after_due": due, "after_created": created, "after_id": id,
+	})
+}
+
+func claimIn(ctx context.Context, db pg.Querier, p ClaimParams) ([]*Job, error) {
+	rows, err := db.Query(ctx, claimStmt.SQL, claimArgs(p)...)
 	if err != nil {
 		return nil, err
 	}
@@ -561,8 +573,7 @@ func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []com
 		b.Queue(sqlComplete, ids, fences, results, owner, true)
 	}
 	if cp.Limit > 0 {
-		due, created, id := cp.after.args()
-		b.Queue(sqlClaim, cp.Kinds, cp.Limit, cp.Owner, cp.Lease.Microseconds(), due, created, id)
+		b.Queue(claimStmt.SQL, claimArgs(cp)...)
 	}
 	if b.Len() == 0 {
 		return nil, nil, nil
@@ -620,6 +631,9 @@ func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, j *Job, cause error) err
 	return c.fail(ctx, tx, j, cause, false)
 }
 
+// failStmt is sqlFail rewritten to $n once (pg.MustNamed).
+var failStmt = pg.MustNamed(sqlFail)
+
 func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, recordStale bool) error {
 	k, _ := c.Kind(j.Kind)
 	var perm permanentErr
@@ -627,7 +641,7 @@ func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, r
 	delay := k.backoff(j.Attempts)
 	msg := truncate(errString(cause), 2000)
 	var state string
-	err := db.QueryRow(ctx, sqlFail, pgx.NamedArgs{
+	err := db.QueryRow(ctx, failStmt.SQL, failStmt.Args(pgx.NamedArgs{
 		"id":           j.ID,
 		"fence":        j.Fence,
 		"owner":        j.Owner,
@@ -635,7 +649,7 @@ func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, r
 		"delay_us":     delay.Microseconds(),
 		"permanent":    permanent,
 		"record_stale": recordStale,
-	}).Scan(&state)
+	})...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if !recordStale {
 			c.rejectStale(ctx, j, "fail: "+msg)
@@ -668,18 +682,21 @@ func (c *Client) MarkUnknownTx(ctx context.Context, tx pgx.Tx, j *Job, cause err
 	return c.markUnknown(ctx, tx, j, cause, false)
 }
 
+// markUnknownStmt is sqlMarkUnknown rewritten to $n once (pg.MustNamed).
+var markUnknownStmt = pg.MustNamed(sqlMarkUnknown)
+
 func (c *Client) markUnknown(ctx context.Context, db pg.Querier, j *Job, cause error, recordStale bool) error {
 	msg := truncate(errString(cause), 2000)
 	delay := time.Duration(rand.Int64N(int64(c.unknownDelay)))
 	var id int64
-	err := db.QueryRow(ctx, sqlMarkUnknown, pgx.NamedArgs{
+	err := db.QueryRow(ctx, markUnknownStmt.SQL, markUnknownStmt.Args(pgx.NamedArgs{
 		"id":           j.ID,
 		"fence":        j.Fence,
 		"owner":        j.Owner,
 		"error":        msg,
 		"delay_us":     delay.Microseconds(),
 		"record_stale": recordStale,
-	}).Scan(&id)
+	})...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if !recordStale {
 			c.rejectStale(ctx, j, "unknown: "+msg)

@@ -104,6 +104,9 @@ func (c *Client) ResolveUnknown(ctx context.Context, batch, concurrency int) ([]
 	return out, nil
 }
 
+// settleUnknownStmt is sqlSettleUnknown rewritten to $n once (pg.MustNamed).
+var settleUnknownStmt = pg.MustNamed(sqlSettleUnknown)
+
 func (c *Client) resolveOne(ctx context.Context, j *Job) Resolved {
 	k, ok := c.Kind(j.Kind)
 	verdict, result, detail := "review", (*string)(nil), ""
@@ -128,14 +131,14 @@ func (c *Client) resolveOne(ctx context.Context, j *Job) Resolved {
 		}
 	}
 	var state string
-	err := c.pool.QueryRow(context.WithoutCancel(ctx), sqlSettleUnknown, pgx.NamedArgs{
+	err := c.pool.QueryRow(context.WithoutCancel(ctx), settleUnknownStmt.SQL, settleUnknownStmt.Args(pgx.NamedArgs{
 		"id":      j.ID,
 		"fence":   j.Fence,
 		"owner":   j.Owner,
 		"verdict": verdict,
 		"result":  result,
 		"detail":  detail,
-	}).Scan(&state)
+	})...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.m.stale.WithLabelValues(j.Kind).Inc()
 		return Resolved{ID: j.ID, Kind: j.Kind, Err: fmt.Errorf("%w (job %d, fence %d)", ErrStaleFence, j.ID, j.Fence)}

@@ -55,10 +55,10 @@ FROM ins`
 // The statement commits before any handler runs: no lock spans a tool call.
 // The picked rows are updated through their keys as an array (= ANY
 // (ARRAY(…))): a primary-key probe per row. Joined to picked instead, the
-// prepared statement's generic plan (LIMIT $2 unknown) hashed a sequential
+// prepared statement's generic plan (LIMIT @limit unknown) hashed a sequential
 // scan of the whole job table, finished history included, on every claim.
 //
-// ($5, $6, $7) is where the scan starts: job_ready_idx's order after that
+// (@after_due, @after_created, @after_id) is where the scan starts: job_ready_idx's order after that
 // (due_at, created_at, id). A claim leaves its rows' entries dead in
 // job_ready_idx — dead until VACUUM, which the table's size spaces out:
 // autovacuum waits for a share of the table, finished history included,
@@ -75,22 +75,22 @@ const sqlClaim = `
 WITH picked AS (
     SELECT id
     FROM job
-    WHERE state = 'ready' AND due_at <= now() AND kind = ANY($1::text[])
-      AND (due_at, created_at, id) > ($5::timestamptz, $6::timestamptz, $7::bigint)
+    WHERE state = 'ready' AND due_at <= now() AND kind = ANY(@kinds::text[])
+      AND (due_at, created_at, id) > (@after_due::timestamptz, @after_created::timestamptz, @after_id::bigint)
     ORDER BY due_at, created_at, id
-    LIMIT $2
+    LIMIT @limit
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE job
-    SET state = 'running', owner = $3, fence = job.fence + 1, attempts = job.attempts + 1,
-        lease_until = now() + $4::bigint * interval '1 microsecond', updated_at = now()
+    SET state = 'running', owner = @owner, fence = job.fence + 1, attempts = job.attempts + 1,
+        lease_until = now() + @lease_us::bigint * interval '1 microsecond', updated_at = now()
     WHERE job.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING ` + jobColumns + `
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
-    SELECT id, 'claimed', fence, $3, 'running' FROM claimed
+    SELECT id, 'claimed', fence, @owner, 'running' FROM claimed
 )
 SELECT * FROM claimed`
 

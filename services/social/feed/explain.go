@@ -26,7 +26,8 @@ type ScanStats struct {
 // returns its cost counted by pg.Explain's rule.
 func (s *Service) Explain(ctx context.Context, st Strategy, reader string, limit int) (ScanStats, error) {
 	pos := first(strategyCode(st.Name()))
-	p, err := pg.Explain(ctx, s.pool, st.sql(false), pageArgs(st, reader, pos, limit))
+	stmt := st.sql(false)
+	p, err := pg.Explain(ctx, s.pool, stmt.SQL, stmt.Args(pageArgs(st, reader, pos, limit))...)
 	if err != nil {
 		return ScanStats{}, fmt.Errorf("feed: explain %s for %s: %w", st.Name(), reader, pg.MapError(err))
 	}

@@ -139,6 +139,7 @@ func pageArgs(st Strategy, reader string, pos position, limit int) pgx.NamedArgs
 
 func (s *Service) page(ctx context.Context, st Strategy, reader string, pos position, limit int) (pageResult, error) {
 	args := pageArgs(st, reader, pos, limit)
+	logged, plain := st.sql(true), st.sql(false)
 	var (
 		rows pgx.Rows
 		err  error
@@ -148,7 +149,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		// the same implicit transaction as the page (one batch).
 		b := &pgx.Batch{}
 		b.Queue(sqlAsyncCommit)
-		b.Queue(st.sql(true), args)
+		b.Queue(logged.SQL, logged.Args(args)...)
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
@@ -156,7 +157,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		}
 		rows, err = br.Query()
 	} else {
-		rows, err = s.pool.Query(ctx, st.sql(false), args)
+		rows, err = s.pool.Query(ctx, plain.SQL, plain.Args(args)...)
 	}
 	if err != nil {
 		return pageResult{}, fmt.Errorf("feed: read %s: %w", reader, pg.MapError(err))
