@@ -26,6 +26,7 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // Deps are the process-wide things a module is built from.
@@ -69,9 +70,10 @@ func (d Deps) Keys() *idem.Keys {
 // NewMetrics returns a registry with the Go, process and pool collectors.
 func NewMetrics(pool *pgxpool.Pool) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promx.Register(reg, collectors.NewGoCollector())
+	promx.Register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
-		reg.MustRegister(pg.NewPoolCollector(pool, "main"))
+		promx.Register(reg, pg.NewPoolCollector(pool, "main"))
 	}
 	return reg
 }
