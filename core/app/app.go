@@ -64,7 +64,7 @@ func (d Deps) Logger() *slog.Logger {
 // process's pool, fault points and metrics (the stores of one process
 // share the idem series).
 func (d Deps) Keys() *idem.Keys {
-	return idem.New(d.Pool, idem.Config{Faults: d.Faults, Metrics: d.Registerer()})
+	return idem.NewKeys(d.Pool, idem.Options{Faults: d.Faults, Metrics: d.Registerer()})
 }
 
 // NewMetrics returns a registry with the Go, process and pool collectors.

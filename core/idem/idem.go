@@ -83,8 +83,10 @@ const (
 	PointAfterCommit = faults.AfterCommit
 )
 
-// Config configures Keys.
-type Config struct {
+// Options configure Keys: core's one constructor shape is a type, its
+// Options struct and New<Type>(dependencies, Options) (claim.NewClient,
+// outbox.NewRunner, httpx.NewLimiter).
+type Options struct {
 	LockTTL time.Duration // default DefaultLockTTL
 	Faults  *faults.Set   // nil in production
 	// Metrics receives the store's series (nil: counted, not registered);
@@ -100,13 +102,23 @@ type Keys struct {
 	m       *metrics
 }
 
-// New returns the store over pool.
-func New(pool *pgxpool.Pool, c Config) *Keys {
+// Config is the former name of Options.
+//
+// Deprecated: use Options; kept only until the lab's callers move.
+type Config = Options
+
+// NewKeys returns the store over pool.
+func NewKeys(pool *pgxpool.Pool, c Options) *Keys {
 	if c.LockTTL <= 0 {
 		c.LockTTL = DefaultLockTTL
 	}
 	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults, m: newMetrics(c.Metrics)}
 }
+
+// New is the former name of NewKeys.
+//
+// Deprecated: use NewKeys; kept only until the lab's callers move.
+func New(pool *pgxpool.Pool, c Options) *Keys { return NewKeys(pool, c) }
 
 // Func is an idempotent effect. It runs inside the transaction that also
 // stores its response, and returns the status and body to send (a

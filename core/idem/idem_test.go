@@ -67,7 +67,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	fs := faults.New()
 	reg := prometheus.NewRegistry()
-	keys := idem.New(pool, idem.Config{Faults: fs, Metrics: reg})
+	keys := idem.NewKeys(pool, idem.Options{Faults: fs, Metrics: reg})
 
 	type debit struct {
 		Amount int64  `json:"amount"`
