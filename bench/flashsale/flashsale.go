@@ -71,19 +71,14 @@ func Run(mods []app.Module, args []string) error {
 	if err != nil {
 		return err
 	}
-	stopProfile, err := shared.Profile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	srv, url, err := shared.Database(ctx)
+	run, err := shared.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
+	defer run.Close()
+	srv, url := run.Server, run.URL
 	b, err := newBench(ctx, url, mods, map[string]string{
 		reserve.EnvLimit: strconv.Itoa(*limit), reserve.EnvWaitLine: strconv.Itoa(*waitLine),
 	})

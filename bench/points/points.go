@@ -98,18 +98,13 @@ func Run(mods []app.Module, args []string) error {
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano())
 	}
-	stopProfile, err := shared.Profile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
 	ctx := context.Background()
-	srv, url, err := shared.Database(ctx)
+	run, err := shared.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	c.url = url
+	defer run.Close()
+	c.url = run.URL
 	b, err := newBench(ctx, c, mods)
 	if err != nil {
 		return err

@@ -71,3 +71,32 @@ func (f *Flags) Database(ctx context.Context) (srv *pgserver.Server, url string,
 	}
 	return srv, url, nil
 }
+
+// Run is a started bench's database and profile.
+type Run struct {
+	Server      *pgserver.Server
+	URL         string
+	stopProfile func()
+}
+
+// Start is Profile then Database, for a bench that profiles the whole
+// run; Close ends both.
+func (f *Flags) Start(ctx context.Context) (*Run, error) {
+	stop, err := f.Profile()
+	if err != nil {
+		return nil, err
+	}
+	srv, url, err := f.Database(ctx)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return &Run{Server: srv, URL: url, stopProfile: stop}, nil
+}
+
+// Close stops the profile and closes the server (removing a cluster
+// Start made).
+func (r *Run) Close() {
+	_ = r.Server.Close()
+	r.stopProfile()
+}

@@ -65,19 +65,14 @@ func Run(mods []app.Module, args []string) error {
 	if *rounds < 3 || *conns < 1 || *duration <= 0 {
 		return errors.New("bench shortlink: --rounds must be at least 3, --connections and --duration positive")
 	}
-	stopProfile, err := shared.Profile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	srv, url, err := shared.Database(ctx)
+	run, err := shared.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
+	defer run.Close()
+	srv, url := run.Server, run.URL
 	b, err := newBench(ctx, url, mods, *accessLog)
 	if err != nil {
 		return err
