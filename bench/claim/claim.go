@@ -20,18 +20,16 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 )
 
 const kind = "bench.noop"
@@ -49,8 +47,7 @@ func Run(_ []app.Module, args []string) error {
 	fetch := fs.Int("fetch-limit", 0, "jobs per claim statement (0: min(workers, 500))")
 	batch := fs.Int("complete-batch", 0, "completions per statement (0: 1000)")
 	pipelines := fs.Int("pipelines", 0, "claim-and-complete loops, each one round trip per batch (0: 2)")
-	url := fs.String("database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster (fsync on), removed afterwards")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
+	shared := setup.Add(fs, "the drain")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,19 +56,14 @@ func Run(_ []app.Module, args []string) error {
 	}
 	ctx := context.Background()
 
-	dbURL := *url
-	if dbURL == "" {
+	if shared.DatabaseURL == "" {
 		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
-		srv, err := pgserver.Provision(ctx, "", pgserver.Options{})
-		if err != nil {
-			return err
-		}
-		defer func() { _ = srv.Close() }()
-		dbURL = srv.URL("postgres")
 	}
-	if err := (pg.Migrator{FS: migrations.FS, URL: dbURL}).Up(); err != nil {
+	srv, dbURL, err := shared.Database(ctx)
+	if err != nil {
 		return err
 	}
+	defer func() { _ = srv.Close() }()
 	trips := &tripCounter{}
 	pool, err := pg.Connect(ctx, dbURL, pg.PoolOptions{MaxConns: int32(*maxConns), ApplicationName: "fencelab-bench-claim", Tracer: trips})
 	if err != nil {
@@ -125,17 +117,11 @@ func Run(_ []app.Module, args []string) error {
 	}
 	trips.reset()
 
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := shared.Profile()
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	start := time.Now()
 	err = c.Work(ctx, claim.PoolOptions{Workers: *workers, FetchLimit: *fetch, CompleteBatch: *batch,
 		Pipelines: *pipelines, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond})
@@ -190,7 +176,7 @@ func Run(_ []app.Module, args []string) error {
 	fmt.Printf("RESULT system=fencelab jobs=%d workers=%d jobs_per_sec=%.0f p99_ms=%.1f wal_bytes_per_job=%.0f round_trips_per_job=%.4f\n",
 		*jobs, *workers, rate, p99*1000, perJob(float64(walEnd-walStart)), perJob(float64(drainTrips)))
 
-	if *url != "" { // leave someone else's database as we found it
+	if shared.DatabaseURL != "" { // leave someone else's database as we found it
 		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job WHERE kind = $1 AND business_key LIKE $2 RETURNING id)
 			DELETE FROM job_event WHERE job_id IN (SELECT id FROM gone)`, kind, runID+"-%")
 		return err

@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,12 +40,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
-	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
@@ -63,8 +60,7 @@ func Run(mods []app.Module, args []string) error {
 	limit := fs.Int("limit", reserve.DefaultConfig().Limit, "reservation operations in the database at once (FENCELAB_FLASHSALE_LIMIT)")
 	waitLine := fs.Int("wait-line", reserve.DefaultConfig().WaitLine, "bounded wait line (FENCELAB_FLASHSALE_WAIT_LINE)")
 	backoff := fs.Duration("backoff", 0, "a 503'd buyer waits this (±50%) before retrying; 0: as Retry-After says, plus up to 50%")
-	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	shared := setup.Add(fs, "the whole run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,29 +71,14 @@ func Run(mods []app.Module, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	srv, err := pgserver.Provision(ctx, *dbURL, pgserver.Options{}) // durable defaults: never Ephemeral
+	run, err := shared.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	url := srv.URL("")
-	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
-		return err
-	}
+	defer run.Close()
+	srv, url := run.Server, run.URL
 	b, err := newBench(ctx, url, mods, map[string]string{
 		reserve.EnvLimit: strconv.Itoa(*limit), reserve.EnvWaitLine: strconv.Itoa(*waitLine),
 	})

@@ -17,11 +17,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 )
 
 // Topic is the bench's own topic, so a run against a shared database
@@ -46,7 +45,7 @@ var Bench = app.Bench{Name: "outbox", Summary: "append throughput with the outbo
 func Run(_ []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench outbox", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster with durable defaults, removed afterwards")
+	shared := setup.Add(fs, "")
 	fs.IntVar(&c.clients, "clients", 8, "concurrent business transactions in the append phase")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "length of each append phase")
 	fs.IntVar(&c.backlog, "backlog", 50000, "events in the backlog the consumers drain")
@@ -64,18 +63,15 @@ func Run(_ []app.Module, args []string) error {
 		return errors.New("bench outbox: clients, backlog, batch, rate and durations must be positive")
 	}
 	ctx := context.Background()
-	if c.url == "" {
+	if shared.DatabaseURL == "" {
 		fmt.Println("starting a throwaway PostgreSQL cluster with durable defaults …")
-		srv, err := pgserver.StartLocal(ctx, "", pgserver.Options{})
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		c.url = srv.URL("postgres")
 	}
-	if err := (pg.Migrator{FS: migrations.FS, URL: c.url}).Up(); err != nil {
+	srv, url, err := shared.Database(ctx)
+	if err != nil {
 		return err
 	}
+	defer srv.Close()
+	c.url = url
 	pool, err := pg.Connect(ctx, c.url, pg.PoolOptions{MaxConns: int32(c.clients + 4), ApplicationName: "fencelab-bench-outbox"})
 	if err != nil {
 		return err

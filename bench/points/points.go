@@ -27,7 +27,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,13 +37,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services/points"
 )
 
@@ -59,7 +57,6 @@ type config struct {
 	dbConns     int
 	shards      int
 	seed        uint64
-	cpuProfile  string
 	// rate > 0 offers that many debits per second in the spread phase (an
 	// open loop, latency from each request's due time) instead of the
 	// closed loop of clients.
@@ -74,7 +71,7 @@ var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrenc
 func Run(mods []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench points", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster with durable defaults, removed afterwards")
+	shared := setup.Add(fs, "the process (server and load generator)")
 	fs.IntVar(&c.clients, "clients", 32, "concurrent HTTP clients (closed loop, keep-alive)")
 	fs.IntVar(&c.accounts, "accounts", 1000, "user accounts the debits spread over (one owner each)")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "length of the measured spread phase")
@@ -85,7 +82,6 @@ func Run(mods []app.Module, args []string) error {
 	fs.IntVar(&c.shards, "shards", points.DefaultSystemShards, "system-account shards (FENCELAB_POINTS_SYSTEM_SHARDS; 1 = one hot row)")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock; printed)")
 	fs.Float64Var(&c.rate, "rate", 0, "debits offered per second in the spread phase, whatever the answers' pace (open loop, Poisson arrivals as pgbench --rate makes them, latency from each request's due time, at most 4×clients in flight); 0: the closed loop of --clients")
-	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the process (server and load generator) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: fencelab bench points [flags]\n\nFlags:")
 		fs.PrintDefaults()
@@ -102,27 +98,13 @@ func Run(mods []app.Module, args []string) error {
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano())
 	}
-	if c.cpuProfile != "" {
-		f, err := os.Create(c.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	ctx := context.Background()
-	srv, err := pgserver.Provision(ctx, c.url, pgserver.Options{}) // durable defaults: never Ephemeral
+	run, err := shared.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	c.url = srv.URL("")
-	if err := (pg.Migrator{FS: migrations.FS, URL: c.url}).Up(); err != nil {
-		return err
-	}
+	defer run.Close()
+	c.url = run.URL
 	b, err := newBench(ctx, c, mods)
 	if err != nil {
 		return err

@@ -28,7 +28,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -39,12 +38,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
-	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 )
 
 // target is where the benchmark's link sends the client (never followed).
@@ -61,37 +58,21 @@ func Run(mods []app.Module, args []string) error {
 	conns := fs.Int("connections", 64, "keep-alive connections (and closed-loop workers) of the load generator")
 	sick := fs.Bool("locked", true, "measure a second phase with the clicks table locked by another session (a sick stats store)")
 	accessLog := fs.Bool("access-log", false, "write the access log (to stderr), as serve does by default; off, the figures are the handlers' and middleware's alone")
-	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
+	shared := setup.Add(fs, "the whole run (server and load generator)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *rounds < 3 || *conns < 1 || *duration <= 0 {
 		return errors.New("bench shortlink: --rounds must be at least 3, --connections and --duration positive")
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	srv, err := pgserver.Provision(ctx, *dbURL, pgserver.Options{}) // durable defaults: never Ephemeral
+	run, err := shared.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	url := srv.URL("")
-	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
-		return err
-	}
+	defer run.Close()
+	srv, url := run.Server, run.URL
 	b, err := newBench(ctx, url, mods, *accessLog)
 	if err != nil {
 		return err

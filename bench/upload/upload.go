@@ -63,12 +63,11 @@ import (
 	"time"
 
 	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services/upload"
 )
 
@@ -84,7 +83,7 @@ func Run(mods []app.Module, args []string) error {
 	rounds := fs.Int("rounds", 3, "rounds, at least 3 (each: dd, then the upload); medians are reported")
 	dir := fs.String("dir", filepath.Join(app.Env("FENCELAB_DATA_DIR", ".fencelab"), "bench-upload"),
 		"working directory: source file, dd's output and the server's blob store (one disk); removed afterwards")
-	dbURL := fs.String("database-url", "", "PostgreSQL to use, only when given (never DATABASE_URL: the dev database stays untouched); default: a fresh local cluster, fsync on, removed afterwards")
+	shared := setup.Add(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,15 +118,11 @@ func Run(mods []app.Module, args []string) error {
 	}
 	defer os.RemoveAll(work)
 
-	srv, err := pgserver.Provision(ctx, *dbURL, pgserver.Options{}) // durable defaults: never Ephemeral
+	srv, url, err := shared.Database(ctx)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	url := srv.URL("")
-	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
-		return err
-	}
 	fsync, err := showFsync(ctx, url)
 	if err != nil {
 		return err

@@ -129,7 +129,7 @@ func runCheck(args []string) error {
 	}
 	fmt.Printf("%d invariants checked, %d violated\n", len(results), failed)
 	if len(fs.Args()) == 0 || slices.Contains(fs.Args(), "outbox") {
-		// Consumer positions and lag (spec 10-core §4): not a pass/fail
+		// Consumer positions and lag (chapter 4, the outbox): not a pass/fail
 		// check, but where an operator looks next.
 		fmt.Println("\noutbox consumers:")
 		if err := outbox.WriteStatus(ctx, pool, os.Stdout); err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // Deps are the process-wide things a module is built from.
@@ -69,15 +70,16 @@ func (d Deps) Logger() *slog.Logger {
 // process's pool, fault points and metrics (the stores of one process
 // share the idem series).
 func (d Deps) Keys() *idem.Keys {
-	return idem.New(d.Pool, idem.Config{Faults: d.Faults, Metrics: d.Registerer(), Presence: d.Presence})
+	return idem.NewKeys(d.Pool, idem.Options{Faults: d.Faults, Metrics: d.Registerer(), Presence: d.Presence})
 }
 
 // NewMetrics returns a registry with the Go, process and pool collectors.
 func NewMetrics(pool *pgxpool.Pool) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promx.Register(reg, collectors.NewGoCollector())
+	promx.Register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
-		reg.MustRegister(pg.NewPoolCollector(pool, "main"))
+		promx.Register(reg, pg.NewPoolCollector(pool, "main"))
 	}
 	return reg
 }

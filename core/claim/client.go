@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -342,9 +343,21 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) {
 	return jobs, nil
 }
 
-func claimIn(ctx context.Context, db pg.Querier, p ClaimParams) ([]*Job, error) {
+// claimStmt is sqlClaim rewritten to $n once (pg.MustNamed): it runs on
+// every claim.
+var claimStmt = pg.MustNamed(sqlClaim)
+
+// claimArgs are sqlClaim's parameters in claimStmt's order.
+func claimArgs(p ClaimParams) []any {
 	due, created, id := p.after.args()
-	rows, err := db.Query(ctx, sqlClaim, p.Kinds, p.Limit, p.Owner, p.Lease.Microseconds(), due, created, id)
+	return claimStmt.Args(pgx.NamedArgs{
+		"kinds": p.Kinds, "limit": p.Limit, "owner": p.Owner, "lease_us": p.Lease.Microseconds(),
+		"after_due": due, "after_created": created, "after_id": id,
+	})
+}
+
+func claimIn(ctx context.Context, db pg.Querier, p ClaimParams) ([]*Job, error) {
+	rows, err := db.Query(ctx, claimStmt.SQL, claimArgs(p)...)
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +457,7 @@ type completion struct {
 // arguments: the ids, the jsonb object {"<id>": [fence, result position]}
 // and the results.
 func completeArgs(batch []completion) (ids []int64, fences string, results []*string) {
-	slices.SortFunc(batch, func(a, b completion) int { return cmpInt64(a.job.ID, b.job.ID) })
+	slices.SortFunc(batch, func(a, b completion) int { return cmp.Compare(a.job.ID, b.job.ID) })
 	ids = make([]int64, len(batch))
 	results = make([]*string, len(batch))
 	buf := make([]byte, 0, 32*len(batch)+2)
@@ -560,8 +573,7 @@ func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []com
 		b.Queue(sqlComplete, ids, fences, results, owner, true)
 	}
 	if cp.Limit > 0 {
-		due, created, id := cp.after.args()
-		b.Queue(sqlClaim, cp.Kinds, cp.Limit, cp.Owner, cp.Lease.Microseconds(), due, created, id)
+		b.Queue(claimStmt.SQL, claimArgs(cp)...)
 	}
 	if b.Len() == 0 {
 		return nil, nil, nil
@@ -619,6 +631,9 @@ func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, j *Job, cause error) err
 	return c.fail(ctx, tx, j, cause, false)
 }
 
+// failStmt is sqlFail rewritten to $n once (pg.MustNamed).
+var failStmt = pg.MustNamed(sqlFail)
+
 func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, recordStale bool) error {
 	k, _ := c.Kind(j.Kind)
 	var perm permanentErr
@@ -626,7 +641,7 @@ func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, r
 	delay := k.backoff(j.Attempts)
 	msg := truncate(errString(cause), 2000)
 	var state string
-	err := db.QueryRow(ctx, sqlFail, pgx.NamedArgs{
+	err := db.QueryRow(ctx, failStmt.SQL, failStmt.Args(pgx.NamedArgs{
 		"id":           j.ID,
 		"fence":        j.Fence,
 		"owner":        j.Owner,
@@ -634,7 +649,7 @@ func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, r
 		"delay_us":     delay.Microseconds(),
 		"permanent":    permanent,
 		"record_stale": recordStale,
-	}).Scan(&state)
+	})...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if !recordStale {
 			c.rejectStale(ctx, j, "fail: "+msg)
@@ -667,18 +682,21 @@ func (c *Client) MarkUnknownTx(ctx context.Context, tx pgx.Tx, j *Job, cause err
 	return c.markUnknown(ctx, tx, j, cause, false)
 }
 
+// markUnknownStmt is sqlMarkUnknown rewritten to $n once (pg.MustNamed).
+var markUnknownStmt = pg.MustNamed(sqlMarkUnknown)
+
 func (c *Client) markUnknown(ctx context.Context, db pg.Querier, j *Job, cause error, recordStale bool) error {
 	msg := truncate(errString(cause), 2000)
 	delay := time.Duration(rand.Int64N(int64(c.unknownDelay)))
 	var id int64
-	err := db.QueryRow(ctx, sqlMarkUnknown, pgx.NamedArgs{
+	err := db.QueryRow(ctx, markUnknownStmt.SQL, markUnknownStmt.Args(pgx.NamedArgs{
 		"id":           j.ID,
 		"fence":        j.Fence,
 		"owner":        j.Owner,
 		"error":        msg,
 		"delay_us":     delay.Microseconds(),
 		"record_stale": recordStale,
-	}).Scan(&id)
+	})...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if !recordStale {
 			c.rejectStale(ctx, j, "unknown: "+msg)

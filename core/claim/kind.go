@@ -102,7 +102,7 @@ const (
 // DefaultBackoff is exponential backoff with "equal jitter": attempt n waits
 // a random duration in [d/2, d] where d = min(BackoffMax, BackoffBase·2^(n-1)).
 // The jitter spreads a burst of failures so the retries do not arrive as a
-// new burst (chapter 14.5).
+// new burst (chapter 2, docs/chapters/02-claim.md).
 func DefaultBackoff(attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // metrics are the claim engine's Prometheus series. Counters are per
@@ -28,33 +29,30 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, c *Client) *metrics {
 	m := &metrics{
-		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_claims_total", Help: "Jobs claimed, by kind."}, []string{"kind"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		claims: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelab_claim_claims_total", Help: "Jobs claimed, by kind."}, []string{"kind"})),
+		outcomes: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_claim_outcomes_total", Help: "Attempts finished, by kind and outcome (succeeded, retry, failed, unknown, cancelled)."},
-			[]string{"kind", "outcome"}),
-		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			[]string{"kind", "outcome"})),
+		stale: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_claim_stale_rejections_total", Help: "Fenced writes refused because the writer's fence was stale, by kind."},
-			[]string{"kind"}),
-		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			[]string{"kind"})),
+		recoveries: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_claim_recoveries_total", Help: "Expired leases recovered, by kind and the state the job went to."},
-			[]string{"kind", "to"}),
-		unknowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			[]string{"kind", "to"})),
+		unknowns: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_claim_unknowns_total", Help: "Jobs whose outcome became unknown (marked by a handler or recovered), by kind."},
-			[]string{"kind"}),
-		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			[]string{"kind"})),
+		resolutions: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_claim_resolutions_total", Help: "Unknown jobs settled, by kind and verdict (found, absent, review)."},
-			[]string{"kind", "verdict"}),
-		heartbeatLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			[]string{"kind", "verdict"})),
+		heartbeatLost: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_claim_heartbeat_losses_total", Help: "Leases found lost by a heartbeat, by kind."},
-			[]string{"kind"}),
-		busy: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fencelab_claim_jobs_held", Help: "Jobs this process holds (running or awaiting their completion write)."}),
+			[]string{"kind"})),
+		busy: promx.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencelab_claim_jobs_held", Help: "Jobs this process holds (running or awaiting their completion write)."})),
 	}
-	if reg != nil {
-		reg.MustRegister(m.claims, m.outcomes, m.stale, m.recoveries, m.unknowns, m.resolutions, m.heartbeatLost, m.busy,
-			&queueCollector{c: c, up: pg.NewCollectorUp("claim_queue", c.log)})
-	}
+	promx.Register(reg, &queueCollector{c: c, up: pg.NewCollectorUp("claim_queue", c.log)})
 	return m
 }
 
@@ -64,7 +62,7 @@ var (
 	depthDesc = prometheus.NewDesc("fencelab_claim_queue_depth",
 		"Live jobs by kind and state (ready, running, unknown, needs_review; finished jobs are counted by fencelab_claim_outcomes_total).", []string{"kind", "state"}, nil)
 	oldestDesc = prometheus.NewDesc("fencelab_claim_oldest_ready_age_seconds",
-		"Age of the oldest due ready job by kind: SKIP LOCKED is not fair, so starvation shows here (14.4).", []string{"kind"}, nil)
+		"Age of the oldest due ready job by kind: SKIP LOCKED is not fair, so starvation shows here.", []string{"kind"}, nil)
 )
 
 // queueCollector reads queue depth and age at scrape time. A failed

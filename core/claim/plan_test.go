@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,8 +71,19 @@ func TestHotStatementsExamineTheirBatchInGenericPlans(t *testing.T) {
 	}
 
 	// Claim a batch: the ready rows it takes and their primary-key probes.
-	n := explain("claim_probe", sqlClaim, "text[], int, text, bigint, timestamptz, timestamptz, bigint",
-		fmt.Sprintf("'{t.plan}', %d, 'me', 30000000, '0001-01-01 00:00:00+00', '0001-01-01 00:00:00+00', 0", batch))
+	// claimStmt's $n order is its names' first appearance: list both by name.
+	inOrder := func(by pgx.NamedArgs) string {
+		var out []string
+		for _, v := range claimStmt.Args(by) {
+			out = append(out, v.(string))
+		}
+		return strings.Join(out, ", ")
+	}
+	n := explain("claim_probe", claimStmt.SQL,
+		inOrder(pgx.NamedArgs{"kinds": "text[]", "limit": "int", "owner": "text", "lease_us": "bigint",
+			"after_due": "timestamptz", "after_created": "timestamptz", "after_id": "bigint"}),
+		inOrder(pgx.NamedArgs{"kinds": "'{t.plan}'", "limit": strconv.Itoa(batch), "owner": "'me'", "lease_us": "30000000",
+			"after_due": "'0001-01-01 00:00:00+00'", "after_created": "'0001-01-01 00:00:00+00'", "after_id": "0"}))
 	require.LessOrEqual(t, n, int64(4*batch))
 
 	// Complete a batch of the claimed jobs (claimed for real: the EXPLAIN

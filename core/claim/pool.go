@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencelab/fencelab/core/clock"
 	"github.com/fencelab/fencelab/core/faults"
 )
 
@@ -391,7 +393,7 @@ func (p *pool) cycle(loopCtx, runCtx, bgCtx context.Context, stopClaiming func()
 			} else {
 				p.c.log.Warn("claim: complete and claim failed; retrying", "jobs", len(batch), "claim", n, "err", err, "in", errDelay)
 			}
-			if !sleep(bgCtx, errDelay) {
+			if !clock.Sleep(bgCtx, errDelay) {
 				p.finishBatch(batch)
 				return
 			}
@@ -462,17 +464,6 @@ func (p *pool) finishBatch(batch []completion) {
 		ids[i] = b.job.ID
 	}
 	p.untrack(ids...)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // signal wakes every idle loop (NOTIFY, or the last held job finished).
@@ -586,7 +577,7 @@ func (p *pool) heartbeat(ctx context.Context) {
 			lastOK = time.Now()
 			continue
 		}
-		slices.SortFunc(jobs, func(a, b *Job) int { return cmpInt64(a.ID, b.ID) })
+		slices.SortFunc(jobs, func(a, b *Job) int { return cmp.Compare(a.ID, b.ID) })
 		lost, err := p.c.heartbeatMany(ctx, p.o.Owner, jobs, p.o.Lease)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -614,16 +605,6 @@ func (p *pool) heartbeat(ctx context.Context) {
 	}
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // listen wakes the fetcher when a job of one of the pool's kinds is
 // enqueued. It holds one pooled connection; on error it reconnects.
 func (p *pool) listen(ctx context.Context) {
@@ -637,7 +618,7 @@ func (p *pool) listen(ctx context.Context) {
 			return
 		}
 		p.c.log.Debug("claim: listener stopped; reconnecting", "err", err)
-		sleep(ctx, time.Second)
+		clock.Sleep(ctx, time.Second)
 	}
 }
 
@@ -687,7 +668,7 @@ func (p *pool) schedule(ctx context.Context) {
 				}
 				// A little jitter so every process does not hit the unique
 				// key at the same instant.
-				sleep(ctx, next+time.Duration(rand.Int64N(int64(min(k.Every/100, time.Second))+1)))
+				clock.Sleep(ctx, next+time.Duration(rand.Int64N(int64(min(k.Every/100, time.Second))+1)))
 			}
 		})
 	}

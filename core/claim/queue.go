@@ -20,7 +20,7 @@ type Depth struct {
 type QueueStats struct {
 	Depth []Depth `json:"depth"`
 	// OldestReady is the age of the oldest due ready job per kind: SKIP
-	// LOCKED is not fair (14.4), so starvation shows here.
+	// LOCKED is not fair, so starvation shows here.
 	OldestReady map[string]time.Duration `json:"oldest_ready"`
 }
 

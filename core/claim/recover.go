@@ -71,7 +71,7 @@ type Resolved struct {
 // ResolveUnknown settles up to batch due unknown jobs with their kinds'
 // authoritative queries, running at most concurrency queries at once: the
 // resolver's own budget, separate from the worker pool's, so a wave of
-// unknowns after a crash cannot crowd out normal work downstream (14.5).
+// unknowns after a crash cannot crowd out normal work downstream.
 // found → succeeded, absent → ready, no Resolve or a failed query →
 // needs_review. Every write is fenced by the fence the resolver took.
 func (c *Client) ResolveUnknown(ctx context.Context, batch, concurrency int) ([]Resolved, error) {
@@ -104,6 +104,9 @@ func (c *Client) ResolveUnknown(ctx context.Context, batch, concurrency int) ([]
 	return out, nil
 }
 
+// settleUnknownStmt is sqlSettleUnknown rewritten to $n once (pg.MustNamed).
+var settleUnknownStmt = pg.MustNamed(sqlSettleUnknown)
+
 func (c *Client) resolveOne(ctx context.Context, j *Job) Resolved {
 	k, ok := c.Kind(j.Kind)
 	verdict, result, detail := "review", (*string)(nil), ""
@@ -128,14 +131,14 @@ func (c *Client) resolveOne(ctx context.Context, j *Job) Resolved {
 		}
 	}
 	var state string
-	err := c.pool.QueryRow(context.WithoutCancel(ctx), sqlSettleUnknown, pgx.NamedArgs{
+	err := c.pool.QueryRow(context.WithoutCancel(ctx), settleUnknownStmt.SQL, settleUnknownStmt.Args(pgx.NamedArgs{
 		"id":      j.ID,
 		"fence":   j.Fence,
 		"owner":   j.Owner,
 		"verdict": verdict,
 		"result":  result,
 		"detail":  detail,
-	}).Scan(&state)
+	})...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.m.stale.WithLabelValues(j.Kind).Inc()
 		return Resolved{ID: j.ID, Kind: j.Kind, Err: fmt.Errorf("%w (job %d, fence %d)", ErrStaleFence, j.ID, j.Fence)}

@@ -47,7 +47,7 @@ WITH ins AS (
 SELECT count(*), (SELECT count(*) FROM (SELECT pg_notify('` + NotifyChannel + `', kind) FROM (SELECT DISTINCT kind FROM ins) k) n)
 FROM ins`
 
-// sqlClaim is chapter 14.1 in one statement: candidates in (due_at,
+// sqlClaim is chapter 2's claim in one statement: candidates in (due_at,
 // created_at) order, locked with SKIP LOCKED so racing claimers pass over each
 // other's rows instead of waiting or double-claiming, then made running with
 // a new owner, fence+1, attempts+1 and a lease, and a claimed event per job
@@ -55,10 +55,10 @@ FROM ins`
 // The statement commits before any handler runs: no lock spans a tool call.
 // The picked rows are updated through their keys as an array (= ANY
 // (ARRAY(…))): a primary-key probe per row. Joined to picked instead, the
-// prepared statement's generic plan (LIMIT $2 unknown) hashed a sequential
+// prepared statement's generic plan (LIMIT @limit unknown) hashed a sequential
 // scan of the whole job table, finished history included, on every claim.
 //
-// ($5, $6, $7) is where the scan starts: job_ready_idx's order after that
+// (@after_due, @after_created, @after_id) is where the scan starts: job_ready_idx's order after that
 // (due_at, created_at, id). A claim leaves its rows' entries dead in
 // job_ready_idx — dead until VACUUM, which the table's size spaces out:
 // autovacuum waits for a share of the table, finished history included,
@@ -70,27 +70,27 @@ FROM ins`
 // so a ready row behind it — one whose claimer rolled back, or whose
 // enqueue committed after a later row was claimed — still waits at most
 // that long. Fairness is unchanged in kind: SKIP LOCKED is not fair
-// either (14.4).
+// either.
 const sqlClaim = `
 WITH picked AS (
     SELECT id
     FROM job
-    WHERE state = 'ready' AND due_at <= now() AND kind = ANY($1::text[])
-      AND (due_at, created_at, id) > ($5::timestamptz, $6::timestamptz, $7::bigint)
+    WHERE state = 'ready' AND due_at <= now() AND kind = ANY(@kinds::text[])
+      AND (due_at, created_at, id) > (@after_due::timestamptz, @after_created::timestamptz, @after_id::bigint)
     ORDER BY due_at, created_at, id
-    LIMIT $2
+    LIMIT @limit
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE job
-    SET state = 'running', owner = $3, fence = job.fence + 1, attempts = job.attempts + 1,
-        lease_until = now() + $4::bigint * interval '1 microsecond', updated_at = now()
+    SET state = 'running', owner = @owner, fence = job.fence + 1, attempts = job.attempts + 1,
+        lease_until = now() + @lease_us::bigint * interval '1 microsecond', updated_at = now()
     WHERE job.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING ` + jobColumns + `
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
-    SELECT id, 'claimed', fence, $3, 'running' FROM claimed
+    SELECT id, 'claimed', fence, @owner, 'running' FROM claimed
 )
 SELECT * FROM claimed`
 
@@ -140,7 +140,8 @@ SELECT id, kind FROM done`
 
 // sqlFail ends a held attempt with an error: back to ready with due_at
 // pushed out by the backoff (@delay_us), or failed when the error is permanent (@permanent)
-// or the durable attempt budget is spent. attempts is never reset (14.5).
+// or the durable attempt budget is spent. attempts is never reset, so a
+// job that keeps failing cannot retry forever.
 const sqlFail = `
 WITH upd AS (
     UPDATE job
@@ -228,7 +229,7 @@ SELECT id FROM lost`
 // refused; kinds known to be safe to re-run ($2) go back to ready, every
 // other kind to unknown (its effect may have happened). The re-dispatch is
 // spread over up to $3 µs so a crash of many workers does not come back as
-// one burst (chapter 14.5).
+// one burst.
 const sqlRecoverExpired = `
 WITH expired AS (
     SELECT id, owner AS old_owner
@@ -340,7 +341,7 @@ FROM job_event WHERE job_id = $1 ORDER BY id LIMIT $2`
 // are not gauged (they only grow until claim.purge):
 // fencelab_claim_outcomes_total counts them. The age of the oldest due
 // ready job per kind reads job_ready_idx, live too. SKIP LOCKED is not
-// fair (14.4): this age is how starvation shows.
+// fair: this age is how starvation shows.
 const sqlDepth = `
 SELECT kind, state, count(*) FROM job WHERE state = 'ready' GROUP BY kind, state
 UNION ALL

@@ -20,6 +20,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // DefaultBodyLimit bounds every JSON request body unless a route opts out.
@@ -175,12 +177,11 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 // method is folded by MethodLabel, the route is the template (or
 // "unmatched"), the status is a three-digit code the server chose.
 func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc {
-	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	hist := promx.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fencelab_http_request_duration_seconds",
 		Help:    "HTTP request latency by method, route template and status.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-	}, []string{"method", "route", "status"})
-	reg.MustRegister(hist)
+	}, []string{"method", "route", "status"}))
 	obs := &observers{vec: hist, m: map[observerKey]prometheus.Observer{}}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // Limiter is per-process admission control (flash-sale FS-R4): at most
@@ -49,15 +51,12 @@ func NewLimiter(o LimiterOptions) *Limiter {
 	}
 	l := &Limiter{
 		name: o.Name, permits: make(chan struct{}, o.Limit), maxWait: o.MaxWait, waitLine: o.WaitLine,
-		inUse: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencelab_admission_in_use",
-			Help: "Operations currently admitted past the limiter.", ConstLabels: prometheus.Labels{"limiter": o.Name}}),
-		queued: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencelab_admission_waiting",
-			Help: "Requests waiting in the bounded line.", ConstLabels: prometheus.Labels{"limiter": o.Name}}),
-		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencelab_admission_rejected_total",
-			Help: "Requests refused with 503 because the line was full.", ConstLabels: prometheus.Labels{"limiter": o.Name}}),
-	}
-	if o.Metrics != nil {
-		o.Metrics.MustRegister(l.inUse, l.queued, l.rejected)
+		inUse: promx.Register(o.Metrics, prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencelab_admission_in_use",
+			Help: "Operations currently admitted past the limiter.", ConstLabels: prometheus.Labels{"limiter": o.Name}})),
+		queued: promx.Register(o.Metrics, prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencelab_admission_waiting",
+			Help: "Requests waiting in the bounded line.", ConstLabels: prometheus.Labels{"limiter": o.Name}})),
+		rejected: promx.Register(o.Metrics, prometheus.NewCounter(prometheus.CounterOpts{Name: "fencelab_admission_rejected_total",
+			Help: "Requests refused with 503 because the line was full.", ConstLabels: prometheus.Labels{"limiter": o.Name}})),
 	}
 	return l
 }

@@ -1,5 +1,5 @@
 // Package idem implements the IETF "Idempotency-Key" semantics the way
-// Stripe practises them, on PostgreSQL (spec 10-core §3).
+// Stripe practises them, on PostgreSQL (chapter 3).
 //
 // A route opts in in its route table, and its handler wraps the effect:
 //
@@ -83,8 +83,10 @@ const (
 	PointAfterCommit = faults.AfterCommit
 )
 
-// Config configures Keys.
-type Config struct {
+// Options configure Keys: core's one constructor shape is a type, its
+// Options struct and New<Type>(dependencies, Options) (claim.NewClient,
+// outbox.NewRunner, httpx.NewLimiter).
+type Options struct {
 	LockTTL time.Duration // default DefaultLockTTL
 	Faults  *faults.Set   // nil in production
 	// Metrics receives the store's series (nil: counted, not registered);
@@ -106,13 +108,23 @@ type Keys struct {
 	owner   *Presence
 }
 
-// New returns the store over pool.
-func New(pool *pgxpool.Pool, c Config) *Keys {
+// Config is the former name of Options.
+//
+// Deprecated: use Options; kept only until the lab's callers move.
+type Config = Options
+
+// NewKeys returns the store over pool.
+func NewKeys(pool *pgxpool.Pool, c Options) *Keys {
 	if c.LockTTL <= 0 {
 		c.LockTTL = DefaultLockTTL
 	}
 	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults, m: newMetrics(c.Metrics), owner: c.Presence}
 }
+
+// New is the former name of NewKeys.
+//
+// Deprecated: use NewKeys; kept only until the lab's callers move.
+func New(pool *pgxpool.Pool, c Options) *Keys { return NewKeys(pool, c) }
 
 // Func is an idempotent effect. It runs inside the transaction that also
 // stores its response, and returns the status and body to send (a

@@ -75,7 +75,7 @@ func mount(t *testing.T, pool *pgxpool.Pool, presence *idem.Presence) *bundle {
 	require.NoError(t, err)
 	fs := faults.New()
 	reg := prometheus.NewRegistry()
-	keys := idem.New(pool, idem.Config{Faults: fs, Metrics: reg, Presence: presence})
+	keys := idem.NewKeys(pool, idem.Options{Faults: fs, Metrics: reg, Presence: presence})
 
 	type debit struct {
 		Amount int64  `json:"amount"`

@@ -14,7 +14,7 @@ import (
 // DefaultRetention is how long a key is remembered (the spec's 24 h).
 const DefaultRetention = 24 * time.Hour
 
-// metrics are a store's series, registered on Config.Metrics: every
+// metrics are a store's series, registered on Options.Metrics: every
 // module builds its own Keys, and the stores of one process share one
 // series per name (promx.Register).
 type metrics struct {

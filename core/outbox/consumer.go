@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelab/fencelab/core/clock"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -195,7 +196,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			// Someone else is the active runner. Standing by costs one
 			// UPDATE that matches nothing per check; a tenth of the lease
 			// bounds the failover delay after an expiry.
-			if !sleep(ctx, max(r.c.PollInterval, r.c.LeaseTTL/10)) {
+			if !clock.Sleep(ctx, max(r.c.PollInterval, r.c.LeaseTTL/10)) {
 				return nil
 			}
 			continue
@@ -203,7 +204,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.log.Warn("outbox lease lost; will try to reacquire")
 		case err != nil:
 			r.log.Error("outbox batch failed; retrying", "err", err, "in", backoff)
-			if !sleep(ctx, backoff) {
+			if !clock.Sleep(ctx, backoff) {
 				return nil
 			}
 			backoff = min(backoff*2, 10*time.Second)
@@ -214,22 +215,11 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue // a full batch: more may be waiting
 		}
 		// Jitter keeps runners of many consumers from polling in step.
-		if !sleep(ctx, r.c.PollInterval/2+rand.N(r.c.PollInterval)) {
+		if !clock.Sleep(ctx, r.c.PollInterval/2+rand.N(r.c.PollInterval)) {
 			return nil
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // RunOnce acquires the lease if the runner does not hold it, then applies
@@ -317,7 +307,7 @@ func (r *Runner) CatchUp(ctx context.Context) (int, error) {
 		if target.less(r.pos) || target == r.pos {
 			return total, nil
 		}
-		if n == 0 && !sleep(ctx, r.c.PollInterval) {
+		if n == 0 && !clock.Sleep(ctx, r.c.PollInterval) {
 			return total, ctx.Err()
 		}
 	}

@@ -1,11 +1,13 @@
 package outbox
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/promx"
 )
 
@@ -14,7 +16,28 @@ import (
 // process registers it once (services/ops); the runners register their
 // own counters (Options.Metrics).
 func LagCollector(pool *pgxpool.Pool, log *slog.Logger) prometheus.Collector {
-	return newLagCollector(pool, log)
+	series := func(name, help string, t prometheus.ValueType, v func(ConsumerStatus) float64) pg.RowSeries[ConsumerStatus] {
+		return pg.RowSeries[ConsumerStatus]{Name: "fencelab_outbox_" + name, Help: help, Type: t, Value: v}
+	}
+	return pg.NewRowsCollector(pg.RowsCollectorOptions[ConsumerStatus]{
+		Name:    "outbox_lag",
+		UpName:  "fencelab_outbox_status_up",
+		UpHelp:  "1 if the outbox status query succeeded.",
+		Label:   "consumer",
+		LabelOf: func(s ConsumerStatus) string { return s.Name },
+		Read:    func(ctx context.Context) ([]ConsumerStatus, error) { return Statuses(ctx, pool) },
+		Series: []pg.RowSeries[ConsumerStatus]{
+			series("lag_events", "Events on the consumer's topics after its position (saturates at 100000 per topic).",
+				prometheus.GaugeValue, func(s ConsumerStatus) float64 { return float64(s.LagEvents) }),
+			series("lag_seconds", "Age, on the database clock, of the first event after the consumer's position (0 when caught up).",
+				prometheus.GaugeValue, func(s ConsumerStatus) float64 { return s.LagSeconds }),
+			series("consumer_processed", "Events the consumer has applied, as its row counts them.",
+				prometheus.CounterValue, func(s ConsumerStatus) float64 { return float64(s.Processed) }),
+			series("consumer_fence", "The consumer lease's current fence.",
+				prometheus.GaugeValue, func(s ConsumerStatus) float64 { return float64(s.Fence) }),
+		},
+		Log: log,
+	})
 }
 
 // runnerMetrics are one runner's series, labelled with its consumer and

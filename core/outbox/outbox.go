@@ -1,5 +1,5 @@
-// Package outbox is the transactional outbox with gap-safe consumers (spec
-// 10-core §4).
+// Package outbox is the transactional outbox with gap-safe consumers
+// (chapter 4, docs/chapters/04-outbox.md).
 //
 // A module appends events inside its business transaction:
 //

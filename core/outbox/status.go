@@ -4,13 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -74,54 +70,4 @@ func WriteStatus(ctx context.Context, db pg.Querier, w io.Writer) error {
 			s.PositionTx, s.PositionID, s.Processed, s.LagEvents, s.LagSeconds, owner, s.Fence)
 	}
 	return tw.Flush()
-}
-
-// lagCollector is LagCollector.
-type lagCollector struct {
-	pool                             *pgxpool.Pool
-	lagEvents, lagSeconds, processed *prometheus.Desc
-	fence                            *prometheus.Desc
-	up                               *prometheus.Desc
-	health                           *pg.CollectorUp
-}
-
-func newLagCollector(pool *pgxpool.Pool, log *slog.Logger) *lagCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("fencelab_outbox_"+name, help, []string{"consumer"}, nil)
-	}
-	return &lagCollector{
-		pool:       pool,
-		health:     pg.NewCollectorUp("outbox_lag", log),
-		lagEvents:  d("lag_events", "Events on the consumer's topics after its position (saturates at 100000 per topic)."),
-		lagSeconds: d("lag_seconds", "Age, on the database clock, of the first event after the consumer's position (0 when caught up)."),
-		processed:  d("consumer_processed", "Events the consumer has applied, as its row counts them."),
-		fence:      d("consumer_fence", "The consumer lease's current fence."),
-		up:         prometheus.NewDesc("fencelab_outbox_status_up", "1 if the outbox status query succeeded.", nil, nil),
-	}
-}
-
-func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{l.lagEvents, l.lagSeconds, l.processed, l.fence, l.up} {
-		ch <- d
-	}
-	l.health.Describe(ch)
-}
-
-func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	ss, err := Statuses(ctx, l.pool)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 0)
-		l.health.Report(ch, err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 1)
-	l.health.Report(ch)
-	for _, s := range ss {
-		ch <- prometheus.MustNewConstMetric(l.lagEvents, prometheus.GaugeValue, float64(s.LagEvents), s.Name)
-		ch <- prometheus.MustNewConstMetric(l.lagSeconds, prometheus.GaugeValue, s.LagSeconds, s.Name)
-		ch <- prometheus.MustNewConstMetric(l.processed, prometheus.CounterValue, float64(s.Processed), s.Name)
-		ch <- prometheus.MustNewConstMetric(l.fence, prometheus.GaugeValue, float64(s.Fence), s.Name)
-	}
 }

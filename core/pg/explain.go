@@ -53,16 +53,19 @@ type Probe struct {
 	Bound Bound
 }
 
-// Plan is what EXPLAIN (ANALYZE, FORMAT JSON) measured.
+// Plan is what EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) measured.
 type Plan struct {
 	Examined int64   // rows produced or removed by every scan, plus join-filter removals
+	Buffers  int64   // shared buffers hit or read by the whole statement
 	Ms       float64 // execution time
 	Text     string  // the JSON plan, for failure messages
 }
 
 // Explain runs sql under EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) in a
 // transaction it rolls back, so a purge can be measured without deleting,
-// and sums the rows every scan node examined.
+// and sums the rows every scan node examined. It is the one plan walker:
+// the growth probes (docs/DATA.md), the claim plan tests and the feed's
+// rows-scanned-per-read all count by examined's rule.
 func Explain(ctx context.Context, db TxBeginner, sql string, args ...any) (Plan, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -80,7 +83,8 @@ func Explain(ctx context.Context, db TxBeginner, sql string, args ...any) (Plan,
 	if err := json.Unmarshal(raw, &doc); err != nil || len(doc) != 1 {
 		return Plan{}, errors.Join(errors.New("explain: unexpected output"), err)
 	}
-	return Plan{Examined: doc[0].Plan.examined(), Ms: doc[0].ExecutionTime, Text: string(raw)}, nil
+	return Plan{Examined: doc[0].Plan.examined(), Buffers: doc[0].Plan.SharedHit + doc[0].Plan.SharedRead,
+		Ms: doc[0].ExecutionTime, Text: string(raw)}, nil
 }
 
 type node struct {
@@ -91,12 +95,19 @@ type node struct {
 	RemovedRecheck float64 `json:"Rows Removed by Index Recheck"`
 	RemovedJoin    float64 `json:"Rows Removed by Join Filter"`
 	HeapFetches    float64 `json:"Heap Fetches"`
+	SharedHit      int64   `json:"Shared Hit Blocks"` // the node's and its children's
+	SharedRead     int64   `json:"Shared Read Blocks"`
 	Plans          []node  `json:"Plans"`
 }
 
 // examined counts, for every scan, the rows it returned and the rows it
 // read and threw away (per loop, times the loops), and the rows a join
-// filter threw away: the work that grows when a plan walks history.
+// filter threw away: the work that grows when a plan walks history. Join
+// filter removals count because a nested loop that reads history and
+// rejects it in the join filter does that work without any scan node
+// filtering it; every relation scan type counts (Tid and Sample scans
+// read the table too); a node that never ran (0 loops) reports 0 rows,
+// so max(loops, 1) adds nothing for it.
 func (n node) examined() int64 {
 	var sum float64
 	switch n.Type { // relation scans; CTE, subquery and function scans re-read rows already counted

@@ -12,8 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultMaxConns is the book's conservative per-process ceiling (chapter
-// 14.4): the connection budget is workers × MaxConns ≤ what the database
+// DefaultMaxConns is a conservative per-process ceiling: the connection budget is workers × MaxConns ≤ what the database
 // allows this service, so raising it is a capacity decision, not a default.
 const DefaultMaxConns = 12
 

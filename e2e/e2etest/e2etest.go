@@ -1,7 +1,8 @@
 // Package e2etest starts the real deployable for experiments: a fresh
-// migrated database, every module built by services.All, the real echo app
-// on a real loopback listener, tokens minted with the app's own secret, and
-// the fencelab binary for process-level experiments.
+// migrated database, every module of services.Modules built as `serve`
+// builds it, the real echo app on a real loopback listener, tokens minted
+// with the app's own secret, and the fencelab binary for process-level
+// experiments.
 package e2etest
 
 import (

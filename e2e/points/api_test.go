@@ -377,7 +377,7 @@ func TestKeyReusedAfterItsRecordIsPurgedMakesNoSecondTransaction(t *testing.T) {
 	key := points.NewKey()
 	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", key, 30).Status)
 
-	n, err := idem.New(l.Pool, idem.Config{}).Purge(context.Background(), -time.Hour) // everything is older than an hour from now
+	n, err := idem.NewKeys(l.Pool, idem.Options{}).Purge(context.Background(), -time.Hour) // everything is older than an hour from now
 	require.NoError(t, err)
 	require.Positive(t, n)
 	before := l.Ledger(t)

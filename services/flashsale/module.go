@@ -1,5 +1,5 @@
-// Package flashsale is the flash-sale service (spec 30; the book's
-// reservation and order/payment chapters): 40 units of sku-lab-01 and
+// Package flashsale is the flash-sale service (chapters 6 and 7,
+// reservations and orders): 40 units of sku-lab-01 and
 // hundreds of buyers. Part A, reservations, lives in reserve: admission
 // control, holds that never oversell, exact release of expired holds.
 // Part B, orders and payment, builds on reserve.Inventory without

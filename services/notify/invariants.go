@@ -4,7 +4,7 @@ import "github.com/fencelab/fencelab/core/invariant"
 
 const chapter = "notifications"
 
-// The invariants of spec 50 ("Notifications"). A task's state, fence and
+// The invariants of chapter 11 ("Notifications"). A task's state, fence and
 // history live in its claim job (job, job_event); the checks join them to
 // the module's tables. The claim engine's own invariants (CLAIM-I1..I4)
 // hold for the same jobs.

@@ -1,21 +1,20 @@
 package notify
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/promx"
+)
 
 type metrics struct {
 	calls *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+	m := &metrics{calls: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencelab_notify_calls_total",
 		Help: "Calls to notification channels, by channel, op (send, query) and outcome (success, failed, unknown).",
-	}, []string{"channel", "op", "outcome"})}
-	if reg != nil {
-		if err := reg.Register(m.calls); err != nil {
-			return nil, err
-		}
-	}
+	}, []string{"channel", "op", "outcome"}))}
 	return m, nil
 }
 

@@ -1,5 +1,5 @@
-// Package notify is the notification service (spec 50, "Notifications";
-// the book's notification chapter). The hardest outcome of calling an
+// Package notify is the notification service (chapter 11,
+// "Notifications", docs/chapters/11-notify.md). The hardest outcome of calling an
 // external channel is no outcome: the request left and no answer came
 // back. The database makes "one logical notification per event" a hard
 // constraint (NTF-I1) and gives each channel's delivery one task with one

@@ -89,14 +89,14 @@ FOR SHARE OF p`
 
 	// sqlBeginAttempt writes a call's attempt row before the call goes out
 	// (NTF-I3), and only while the caller still holds the task's job with
-	// the token it was granted ($2 fence, $3 owner, $5 the state a holder
-	// sees: running for a worker, unknown for the resolver): a holder whose
-	// lease lapsed starts no new call (NTF-I2). No row: not held.
+	// the token it was granted (@fence, @owner, @held_state the state a
+	// holder sees: running for a worker, unknown for the resolver): a holder
+	// whose lease lapsed starts no new call (NTF-I2). No row: not held.
 	//
 	// maybe_sent: an earlier send of the task may have delivered (its
 	// outcome is success, unknown or still pending) and nothing has settled
 	// it since — no query answered "absent" after it, no person decided to
-	// resend. With $6 (a send on a channel without idempotency keys) such a
+	// resend. With @guard (a send on a channel without idempotency keys) such a
 	// task is not sent again: the row comes back with id 0 (NTF-I4).
 	sqlBeginAttempt = `
 WITH task AS (
@@ -425,19 +425,22 @@ type attempt struct {
 // it must not call the channel.
 var errNotHeld = fmt.Errorf("notify: task no longer held with this token: %w", claim.ErrStaleFence)
 
+// beginAttemptStmt is sqlBeginAttempt rewritten to $n once (pg.MustNamed).
+var beginAttemptStmt = pg.MustNamed(sqlBeginAttempt)
+
 // beginAttempt records a call about to be made by the holder of j (held:
 // the state a holder sees). With guard, a task that may have been delivered
 // already gets no attempt: a.id is 0 and the caller must not call.
 func beginAttempt(ctx context.Context, db pg.Querier, j claim.Job, op string, held claim.State, guard bool) (attempt, error) {
 	var a attempt
-	err := db.QueryRow(ctx, sqlBeginAttempt, pgx.NamedArgs{
+	err := db.QueryRow(ctx, beginAttemptStmt.SQL, beginAttemptStmt.Args(pgx.NamedArgs{
 		"job_id":     j.ID,
 		"fence":      j.Fence,
 		"owner":      j.Owner,
 		"op":         op,
 		"held_state": string(held),
 		"guard":      guard,
-	}).Scan(
+	})...).Scan(
 		&a.id, &a.no, &a.key, &a.msg.UserID, &a.msg.EventKey, &a.msg.Template, &a.msg.Data, &a.maybeSent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return attempt{}, fmt.Errorf("%w (job %d, fence %d)", errNotHeld, j.ID, j.Fence)

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // EnvOutboxDemo runs the demo consumer in this process (the two-process
@@ -33,9 +33,7 @@ func Outbox() app.Module {
 }
 
 func buildOutbox(d app.Deps) (app.Runtime, error) {
-	if err := d.Registerer().Register(outbox.LagCollector(d.Pool, d.Log)); err != nil {
-		return app.Runtime{}, fmt.Errorf("outbox: register metrics: %w", err)
-	}
+	promx.Register(d.Registerer(), outbox.LagCollector(d.Pool, d.Log))
 	retention := outbox.DefaultRetention
 	demo := false
 	r := app.NewSettingsReader(d.Config, "outbox")

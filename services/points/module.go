@@ -1,5 +1,5 @@
-// Package points is the points ledger (spec 20; the book's points-account
-// chapter): simulated points in double entry, answering three questions
+// Package points is the points ledger (chapter 5,
+// docs/chapters/05-points.md): simulated points in double entry, answering three questions
 // with a check and a test each — concurrent debits never overdraw an
 // account (PTS-I1), a client that times out and retries is never debited
 // twice (PTS-I2), and a corrupted balance column is recomputed from the

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelab/fencelab/core/clock"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/pg"
 )
@@ -284,7 +285,7 @@ func (r *clickRecorder) writeBatch(ctx context.Context, stats *pgxpool.Pool, row
 	for attempt := 1; attempt <= r.cfg.StatsAttempts; attempt++ {
 		if attempt > 1 {
 			r.m.batchRetries.Inc()
-			if !sleepCtx(ctx, time.Duration(attempt-1)*r.cfg.StatsTimeout/4) {
+			if !clock.Sleep(ctx, time.Duration(attempt-1)*r.cfg.StatsTimeout/4) {
 				break
 			}
 		}
@@ -359,16 +360,5 @@ func (r *clickRecorder) flushDrops(ctx context.Context, writersDone <-chan struc
 			}
 			return
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -4,7 +4,7 @@ import "github.com/fencelab/fencelab/core/invariant"
 
 const chapter = "short links"
 
-// The invariants of spec 50 ("Short links"). SL-I2 and SL-I3 are timing
+// The invariants of chapter 12 ("Short links"). SL-I2 and SL-I3 are timing
 // properties: TestSL02 measures the revocation window against the TTL and
 // TestSL03 (with `fencelab bench shortlink`) the redirect under a sick stats
 // store. What SQL can see of them is checked here.

@@ -1,6 +1,10 @@
 package shortlink
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/promx"
+)
 
 // metrics are the module's Prometheus series.
 type metrics struct {
@@ -19,42 +23,40 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, queue func() int, cacheLen func() int) *metrics {
 	m := &metrics{
 		reg: reg,
-		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+		lookups: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_shortlink_cache_lookups_total",
 			Help: "Redirect lookups by result: hit, negative_hit (cached unknown code) or miss (read from the database).",
-		}, []string{"result"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"result"})),
+		dropped: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_shortlink_clicks_dropped_total",
 			Help: "Clicks not recorded, by reason: queue_full or write_failed (SL-I4: every drop is counted).",
-		}, []string{"reason"}),
-		dropsUnattributed: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"reason"})),
+		dropsUnattributed: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelab_shortlink_clicks_dropped_unattributed_total",
 			Help: "Dropped clicks counted here only, because too many links had drops pending a flush.",
-		}),
-		written: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		written: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelab_shortlink_clicks_written_total",
 			Help: "Clicks written by the batch writer.",
-		}),
-		batchRetries: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		batchRetries: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelab_shortlink_click_batch_retries_total",
 			Help: "Click batches tried again after a failed attempt.",
-		}),
-		invalidations: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		invalidations: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelab_shortlink_cache_invalidations_total",
 			Help: "Cache invalidations received through LISTEN/NOTIFY.",
-		}),
+		})),
 	}
 	m.hit, m.negHit, m.miss = m.lookups.WithLabelValues("hit"), m.lookups.WithLabelValues("negative_hit"), m.lookups.WithLabelValues("miss")
 	m.droppedQueueFull, m.droppedWriteFailed = m.dropped.WithLabelValues(dropQueueFull), m.dropped.WithLabelValues(dropWriteFailed)
-	reg.MustRegister(m.lookups, m.dropped, m.dropsUnattributed, m.written, m.batchRetries, m.invalidations,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "fencelab_shortlink_click_queue_depth",
-			Help: "Clicks waiting for the batch writer.",
-		}, func() float64 { return float64(queue()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "fencelab_shortlink_cache_entries",
-			Help: "Entries in the redirect caches (known and unknown codes), expired ones included.",
-		}, func() float64 { return float64(cacheLen()) }),
-	)
+	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fencelab_shortlink_click_queue_depth",
+		Help: "Clicks waiting for the batch writer.",
+	}, func() float64 { return float64(queue()) }))
+	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fencelab_shortlink_cache_entries",
+		Help: "Entries in the redirect caches (known and unknown codes), expired ones included.",
+	}, func() float64 { return float64(cacheLen()) }))
 	return m
 }

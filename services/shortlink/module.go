@@ -1,5 +1,5 @@
-// Package shortlink is the short-link service (spec 50, "Short links"; the
-// book's short-link chapter): one lookup and a 302 on the main path, and
+// Package shortlink is the short-link service (chapter 12, "Short links",
+// docs/chapters/12-shortlink.md): one lookup and a 302 on the main path, and
 // three edges made explicit — two creators racing for one alias (SL-I1),
 // how long a revoked link keeps redirecting (SL-I2), and a sick stats store
 // that must not slow or fail redirects (SL-I3, SL-I4).

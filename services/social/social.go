@@ -1,4 +1,4 @@
-// Package social is the social case study (spec 40): relations (rel,
+// Package social is the social case study: relations (rel,
 // chapter 8), the home feed (chapter 9) and like counters (chapter 10), one
 // module on one truth table, which rel owns: feed and like read it (the
 // cross-reads docs/DATA.md lists) and write it only through rel's functions

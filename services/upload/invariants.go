@@ -30,7 +30,7 @@ const (
 	checkScanEntries = 100_000
 )
 
-// The invariants of spec 50 ("Chunked upload").
+// The invariants of chapter 13 ("Chunked upload").
 var Invariants = []invariant.Invariant{
 
 	{

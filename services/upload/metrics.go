@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // metrics are the module's Prometheus series.
@@ -19,36 +21,35 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		chunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+		chunks: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_upload_chunks_total",
 			Help: "Chunk PUTs by outcome: stored, duplicate (same bytes again), conflict, in_progress, rejected (any other 4xx or error).",
-		}, []string{"outcome"}),
-		chunkBytes: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"outcome"})),
+		chunkBytes: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelab_upload_chunk_bytes_total",
 			Help: "Bytes of chunks stored (retransmits not counted).",
-		}),
-		hashed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		hashed: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_upload_hashed_bytes_total",
 			Help: "Bytes fed to sessions' running SHA-256, by how: streamed (hashed as the chunk was written, in order) or reread (read back from the partial file: chunks that arrived ahead of a gap).",
-		}, []string{"how"}),
-		completions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"how"})),
+		completions: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_upload_completions_total",
 			Help: "Completions by outcome: completed, or failed (size or SHA-256 differed from the declaration, UP-F5).",
-		}, []string{"outcome"}),
-		commits: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"outcome"})),
+		commits: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelab_upload_commits_total",
 			Help: "Files committed (file_object rows created).",
-		}),
-		publishes: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		publishes: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelab_upload_publishes_total",
 			Help: "Files published by processing runs.",
-		}),
-		gc: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		gc: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelab_upload_gc_total",
 			Help: "What GC reclaimed: sessions_expired, blobs_reclaimed, stray_blobs, stray_partials.",
-		}, []string{"what"}),
+		}, []string{"what"})),
 	}
-	reg.MustRegister(m.chunks, m.chunkBytes, m.hashed, m.completions, m.commits, m.publishes, m.gc)
 	return m
 }
 

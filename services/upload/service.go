@@ -1,5 +1,5 @@
-// Package upload is chunked upload (spec 50, "Chunked upload"; the book's
-// upload chapter). Bytes live in a BlobStore, metadata in PostgreSQL, and
+// Package upload is chunked upload (chapter 13, "Chunked upload",
+// docs/chapters/13-upload.md). Bytes live in a BlobStore, metadata in PostgreSQL, and
 // no commit covers both, so each of the chapter's three leftovers has its
 // own answer:
 //

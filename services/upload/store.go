@@ -227,8 +227,11 @@ func scanFile(row pgx.Row) (File, error) {
 	return f, pg.MapError(err)
 }
 
+// insertSessionStmt is sqlInsertSession rewritten to $n once (pg.MustNamed).
+var insertSessionStmt = pg.MustNamed(sqlInsertSession)
+
 func insertSession(ctx context.Context, db pg.Querier, id, owner string, total int64, count int, chunkSize int64, sha string, hashState []byte) (Session, error) {
-	return scanSession(db.QueryRow(ctx, sqlInsertSession, pgx.NamedArgs{
+	return scanSession(db.QueryRow(ctx, insertSessionStmt.SQL, insertSessionStmt.Args(pgx.NamedArgs{
 		"id":          id,
 		"owner":       owner,
 		"total_size":  total,
@@ -236,7 +239,7 @@ func insertSession(ctx context.Context, db pg.Querier, id, owner string, total i
 		"chunk_size":  chunkSize,
 		"sha256":      sha,
 		"hash_state":  hashState,
-	}))
+	})...))
 }
 
 // lockHash takes a session's running hash for the transaction; with try,
@@ -353,8 +356,11 @@ func markCommitted(ctx context.Context, db pg.Querier, id, fileID string) (bool,
 	return tag.RowsAffected() == 1, pg.MapError(err)
 }
 
+// insertFileStmt is sqlInsertFile rewritten to $n once (pg.MustNamed).
+var insertFileStmt = pg.MustNamed(sqlInsertFile)
+
 func insertFile(ctx context.Context, db pg.Querier, f File) (File, error) {
-	return scanFile(db.QueryRow(ctx, sqlInsertFile, pgx.NamedArgs{
+	return scanFile(db.QueryRow(ctx, insertFileStmt.SQL, insertFileStmt.Args(pgx.NamedArgs{
 		"id":          f.ID,
 		"owner":       f.Owner,
 		"name":        f.Name,
@@ -363,7 +369,7 @@ func insertFile(ctx context.Context, db pg.Querier, f File) (File, error) {
 		"size":        f.Size,
 		"session_id":  f.SessionID,
 		"job_id":      f.JobID,
-	}))
+	})...))
 }
 
 func getFile(ctx context.Context, db pg.Querier, id string) (File, error) {

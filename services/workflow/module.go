@@ -2,7 +2,9 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	neturl "net/url"
 	"sync"
 	"time"
 
@@ -31,17 +33,43 @@ func Module() app.Module {
 
 // build builds the workflow module: the workflow kind and POST /workflows.
 func build(d app.Deps) (app.Runtime, error) {
-	var tool Tool
-	if url := app.Env(EnvToolURL, ""); url != "" {
-		tool = fakeprovider.NewClient(url, 10*time.Second)
-	} else {
-		tool = &loopbackTool{}
+	tool, err := toolFrom(d.Config)
+	if err != nil {
+		return app.Runtime{}, err
 	}
 	s := &service{jobs: d.Jobs}
 	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, d.Auth, s) },
 		Kinds:  []claim.Kind{NewKind(tool)},
 	}, nil
+}
+
+// toolFrom is the tool the settings name: the fake provider at
+// FENCELAB_WORKFLOW_TOOL_URL, or the loopback one. It reads through the
+// settings reader like every module setting, so a test can point one app
+// at its own tool (app.Config.Settings) while another app in the same
+// process keeps the loopback one.
+func toolFrom(cfg app.Config) (Tool, error) {
+	url := ""
+	r := app.NewSettingsReader(cfg, "workflow")
+	r.String(EnvToolURL, &url, checkToolURL)
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	if url == "" {
+		return &loopbackTool{}, nil
+	}
+	return fakeprovider.NewClient(url, 10*time.Second), nil
+}
+
+// checkToolURL accepts an absolute http(s) URL: a typo must stop the
+// process at start, not fail every workflow call later.
+func checkToolURL(v string) error {
+	u, err := neturl.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("want an http(s) URL")
+	}
+	return nil
 }
 
 // loopbackTool starts an in-process fake provider (idempotency keys and

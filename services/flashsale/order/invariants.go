@@ -11,7 +11,7 @@ import (
 
 const chapter = "flash-sale orders and payment"
 
-// The invariants of spec 30 Part B, registered under the flash sale's
+// The invariants of chapter 7 (orders), registered under the flash sale's
 // module so that e2etest.Assert(t, pool, "flashsale") checks both parts.
 // Each query returns the rows that break it: (problem, order_id, detail).
 var Invariants = []invariant.Invariant{

@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// Price is what one unit of the sale costs, in points-cents (spec 30).
+// Price is what one unit of the sale costs, in points-cents (chapter 7).
 const Price int64 = 1990
 
 // State is where an order is. Only the moves listed in the database's

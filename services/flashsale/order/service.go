@@ -1,5 +1,5 @@
-// Package order is part B of the flash sale (spec 30; the book's
-// order/payment chapter): orders on top of part A's reservations, paid
+// Package order is part B of the flash sale (chapter 7,
+// docs/chapters/07-orders.md): orders on top of part A's reservations, paid
 // through an uncertain payment channel. It answers three questions: when
 // the charge call times out, was money taken (ORD-O2: the order stays
 // PAYING and converges by query or close); when callbacks come
@@ -31,6 +31,7 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/core/promx"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
@@ -258,14 +259,13 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_order_moves_total",
-			Help: "Order moves by target state, applied or refused (ORD-O1)."}, []string{"to", "applied"}),
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_payment_calls_total",
-			Help: "Payment channel calls by operation and recorded status (unknown: no answer)."}, []string{"op", "status"}),
-		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_payment_callbacks_total",
-			Help: "Payment callbacks by outcome (applied, duplicate, forged, stale, malformed, conflict, unknown_order, mismatch)."}, []string{"outcome"}),
+		moves: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_order_moves_total",
+			Help: "Order moves by target state, applied or refused (ORD-O1)."}, []string{"to", "applied"})),
+		calls: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_payment_calls_total",
+			Help: "Payment channel calls by operation and recorded status (unknown: no answer)."}, []string{"op", "status"})),
+		callbacks: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_payment_callbacks_total",
+			Help: "Payment callbacks by outcome (applied, duplicate, forged, stale, malformed, conflict, unknown_order, mismatch)."}, []string{"outcome"})),
 	}
-	reg.MustRegister(m.moves, m.calls, m.callbacks)
 	return m
 }
 

@@ -184,6 +184,9 @@ type move struct {
 	paidOutbox  *int64
 }
 
+// moveStmt is sqlMove rewritten to $n once (pg.MustNamed).
+var moveStmt = pg.MustNamed(sqlMove)
+
 // moveOrder runs sqlMove and reports whether the move applied.
 func moveOrder(ctx context.Context, tx pgx.Tx, id int64, m move) (bool, error) {
 	var unit *string
@@ -191,7 +194,7 @@ func moveOrder(ctx context.Context, tx pgx.Tx, id int64, m move) (bool, error) {
 		unit = &m.unit
 	}
 	var applied bool
-	err := tx.QueryRow(ctx, sqlMove, pgx.NamedArgs{
+	err := tx.QueryRow(ctx, moveStmt.SQL, moveStmt.Args(pgx.NamedArgs{
 		"id":              id,
 		"from":            m.from,
 		"to":              m.to,
@@ -204,7 +207,7 @@ func moveOrder(ctx context.Context, tx pgx.Tx, id int64, m move) (bool, error) {
 		"refund_event_id": m.refundEvent,
 		"paid_outbox_id":  m.paidOutbox,
 		"event_id":        m.event,
-	}).Scan(&applied)
+	})...).Scan(&applied)
 	if err != nil {
 		return false, fmt.Errorf("flashsale: move order %d %s → %s: %w", id, m.from, m.to, pg.MapError(err))
 	}
@@ -226,6 +229,9 @@ type signature struct {
 	window     time.Duration
 }
 
+// insertEventStmt is sqlInsertEvent rewritten to $n once (pg.MustNamed).
+var insertEventStmt = pg.MustNamed(sqlInsertEvent)
+
 // insertEvent records a report. inserted is false when a callback with the
 // same provider event id is already in the inbox.
 func insertEvent(ctx context.Context, tx pgx.Tx, orderID int64, e PaymentEvent, sig *signature) (id int64, inserted bool, err error) {
@@ -236,7 +242,7 @@ func insertEvent(ctx context.Context, tx pgx.Tx, orderID int64, e PaymentEvent, 
 		secs := int(sig.window / time.Second)
 		sum, signedAt, verifiedAt, window = sig.bodySHA256, &sig.signedAt, &sig.verifiedAt, &secs
 	}
-	err = tx.QueryRow(ctx, sqlInsertEvent, pgx.NamedArgs{
+	err = tx.QueryRow(ctx, insertEventStmt.SQL, insertEventStmt.Args(pgx.NamedArgs{
 		"order_id":          orderID,
 		"source":            e.Source,
 		"provider_event_id": e.ProviderEventID,
@@ -250,7 +256,7 @@ func insertEvent(ctx context.Context, tx pgx.Tx, orderID int64, e PaymentEvent, 
 		"signed_at":         signedAt,
 		"verified_at":       verifiedAt,
 		"window_seconds":    window,
-	}).Scan(&id)
+	})...).Scan(&id)
 	switch err = pg.MapError(err); {
 	case err == nil:
 		return id, true, nil

@@ -7,7 +7,7 @@ const Module = "flashsale"
 
 const chapter = "flash-sale reservations"
 
-// The invariants of spec 30 Part A. Each query returns the rows that break
+// The invariants of chapter 6 (reservations). Each query returns the rows that break
 // it: (problem, sku, reservation, detail).
 var Invariants = []invariant.Invariant{
 

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // LimiterName labels the admission gauges of reservation work:
@@ -189,19 +190,17 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, inDB *concurrency) *metrics {
 	m := &metrics{
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_reservation_requests_total",
-			Help: "Reservation requests by outcome (held, replayed, sold_out, already_holding, overloaded, …)."}, []string{"outcome"}),
-		released: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencelab_flashsale_released_total",
-			Help: "Expired holds whose unit the release returned."}),
+		outcomes: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_reservation_requests_total",
+			Help: "Reservation requests by outcome (held, replayed, sold_out, already_holding, overloaded, …)."}, []string{"outcome"})),
+		released: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "fencelab_flashsale_released_total",
+			Help: "Expired holds whose unit the release returned."})),
 	}
-	reg.MustRegister(m.outcomes, m.released,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db",
-			Help: "Reservation operations inside the database now (FS-R4: at most FENCELAB_FLASHSALE_LIMIT)."},
-			func() float64 { n, _ := inDB.read(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db_peak",
-			Help: "Most reservation operations ever inside the database at once in this process."},
-			func() float64 { _, p := inDB.read(); return float64(p) }),
-	)
+	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db",
+		Help: "Reservation operations inside the database now (FS-R4: at most FENCELAB_FLASHSALE_LIMIT)."},
+		func() float64 { n, _ := inDB.read(); return float64(n) }))
+	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db_peak",
+		Help: "Most reservation operations ever inside the database at once in this process."},
+		func() float64 { _, p := inDB.read(); return float64(p) }))
 	return m
 }
 

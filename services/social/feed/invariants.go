@@ -6,7 +6,7 @@ import (
 	"github.com/fencelab/fencelab/core/invariant"
 )
 
-const chapter = "home feed (spec 40 B)"
+const chapter = "home feed (chapter 9)"
 
 // sqlFEED1 replays the response log (social_feed_served): for every post
 // served, the follow row and the post as the serving statement saw them —

@@ -1,4 +1,4 @@
-// Package feed is the book's social.feed (spec 40 Part B): the home feed
+// Package feed is the social case study's second part (chapter 9): the home feed
 // by push, pull and hybrid, re-authorised on every read.
 //
 // Posts reach feeds through one outbox consumer (social.feed.fanout) that

@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -138,6 +139,7 @@ func pageArgs(st Strategy, reader string, pos position, limit int) pgx.NamedArgs
 
 func (s *Service) page(ctx context.Context, st Strategy, reader string, pos position, limit int) (pageResult, error) {
 	args := pageArgs(st, reader, pos, limit)
+	logged, plain := st.sql(true), st.sql(false)
 	var (
 		rows pgx.Rows
 		err  error
@@ -147,7 +149,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		// the same implicit transaction as the page (one batch).
 		b := &pgx.Batch{}
 		b.Queue(sqlAsyncCommit)
-		b.Queue(st.sql(true), args)
+		b.Queue(logged.SQL, logged.Args(args)...)
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
@@ -155,7 +157,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 		}
 		rows, err = br.Query()
 	} else {
-		rows, err = s.pool.Query(ctx, st.sql(false), args)
+		rows, err = s.pool.Query(ctx, plain.SQL, plain.Args(args)...)
 	}
 	if err != nil {
 		return pageResult{}, fmt.Errorf("feed: read %s: %w", reader, pg.MapError(err))
@@ -200,7 +202,7 @@ func (s *Service) page(ctx context.Context, st Strategy, reader string, pos posi
 	if err := rows.Err(); err != nil {
 		return pageResult{}, fmt.Errorf("feed: read %s: %w", reader, pg.MapError(err))
 	}
-	slices.SortFunc(res.late, func(a, b pageRow) int { return cmpInt(a.seq, b.seq) })
+	slices.SortFunc(res.late, func(a, b pageRow) int { return cmp.Compare(a.seq, b.seq) })
 	slices.SortFunc(res.normal, func(a, b pageRow) int { return newestFirst(a.post, b.post) })
 	return res, nil
 }
@@ -256,17 +258,7 @@ func newestFirst(a, b rel.Post) int {
 	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 		return c
 	}
-	return cmpInt(b.PostID, a.PostID)
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(b.PostID, a.PostID)
 }
 
 // Consumer is the fan-out consumer (social.post and social.rel).

@@ -1,5 +1,7 @@
 package feed
 
+import "github.com/fencelab/fencelab/core/pg"
+
 // All of feed's SQL (invariants.go holds the invariant checks). The
 // permission check is rel's social_readable_posts, inlined by the planner
 // into each page statement; the follow is the truth table's row.
@@ -187,10 +189,12 @@ var (
 	pageHybrid = pageHead + noBlocker + pageLate + lateFromHybrid + pageNormal + normalHybrid + pageRest
 )
 
+// They take eight named parameters (pageArgs), rewritten to $n once
+// (pg.MustNamed): a page is read on every request.
 var (
-	sqlPagePush   = [2]string{pagePush + pageTail, pagePush + sqlLogServed + pageTail}
-	sqlPagePull   = [2]string{pagePull + pageTail, pagePull + sqlLogServed + pageTail}
-	sqlPageHybrid = [2]string{pageHybrid + pageTail, pageHybrid + sqlLogServed + pageTail}
+	sqlPagePush   = [2]pg.Named{pg.MustNamed(pagePush + pageTail), pg.MustNamed(pagePush + sqlLogServed + pageTail)}
+	sqlPagePull   = [2]pg.Named{pg.MustNamed(pagePull + pageTail), pg.MustNamed(pagePull + sqlLogServed + pageTail)}
+	sqlPageHybrid = [2]pg.Named{pg.MustNamed(pageHybrid + pageTail), pg.MustNamed(pageHybrid + sqlLogServed + pageTail)}
 )
 
 // sqlAsyncCommit makes the logged read's commit asynchronous: losing the

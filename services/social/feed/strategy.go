@@ -3,6 +3,8 @@ package feed
 import (
 	"fmt"
 	"math"
+
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // Strategy is one way to build the home feed. It decides two things:
@@ -26,7 +28,7 @@ type Strategy interface {
 	// pushed: 0 never pushes, Always always does.
 	PushesBelow() int64
 	// sql is the page statement (store.go), with the response log or not.
-	sql(logged bool) string
+	sql(logged bool) pg.Named
 }
 
 // Always is PushesBelow for a strategy that pushes every post.
@@ -57,9 +59,9 @@ func (Push) PushesBelow() int64     { return Always }
 func (Pull) PushesBelow() int64     { return 0 }
 func (h Hybrid) PushesBelow() int64 { return h.Threshold }
 
-func (Push) sql(logged bool) string   { return sqlPagePush[b2i(logged)] }
-func (Pull) sql(logged bool) string   { return sqlPagePull[b2i(logged)] }
-func (Hybrid) sql(logged bool) string { return sqlPageHybrid[b2i(logged)] }
+func (Push) sql(logged bool) pg.Named   { return sqlPagePush[b2i(logged)] }
+func (Pull) sql(logged bool) pg.Named   { return sqlPagePull[b2i(logged)] }
+func (Hybrid) sql(logged bool) pg.Named { return sqlPageHybrid[b2i(logged)] }
 
 func b2i(b bool) int {
 	if b {

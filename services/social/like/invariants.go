@@ -2,7 +2,7 @@ package like
 
 import "github.com/fencelab/fencelab/core/invariant"
 
-const chapter = "like counters (spec 40 C)"
+const chapter = "like counters (chapter 10)"
 
 // Every check returns (problem, item, user_id, detail).
 

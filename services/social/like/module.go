@@ -1,4 +1,4 @@
-// Package like is the book's social.like (spec 40 Part C): like counters
+// Package like is the social case study's third part (chapter 10): like counters
 // that stay right through repeated clicks, like/unlike interleaving,
 // duplicated delivery, a consumer killed between commit and
 // acknowledgement, and a recompute racing online increments.

@@ -7,7 +7,7 @@ import (
 	"github.com/fencelab/fencelab/core/invariant"
 )
 
-const chapter = "follow relations (spec 40 A)"
+const chapter = "follow relations (chapter 8)"
 
 // Every check returns (problem, view, follower, followee, detail).
 

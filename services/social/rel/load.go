@@ -58,6 +58,9 @@ func LoadUsers(ctx context.Context, tx pgx.Tx, ids []string, private []bool, at 
 	return nil
 }
 
+// loadRelationsStmt is sqlLoadRelations rewritten to $n once (pg.MustNamed).
+var loadRelationsStmt = pg.MustNamed(sqlLoadRelations)
+
 // LoadRelations appends one social.rel event per version, in order, and
 // writes each row at its last version with that event's id and this
 // transaction as changed_tx (REL-I1). A pair's versions must all be in one
@@ -80,9 +83,9 @@ func LoadRelations(ctx context.Context, tx pgx.Tx, rs []LoadRelation, at time.Ti
 	for i, r := range rs {
 		f[i], e[i], state[i], version[i] = r.Follower, r.Followee, string(r.State), r.Version
 	}
-	if _, err := tx.Exec(ctx, sqlLoadRelations, pgx.NamedArgs{
+	if _, err := tx.Exec(ctx, loadRelationsStmt.SQL, loadRelationsStmt.Args(pgx.NamedArgs{
 		"follower": f, "followee": e, "state": state, "version": version, "event_id": ids, "at": at,
-	}); err != nil {
+	})...); err != nil {
 		return fmt.Errorf("social: load relations: %w", pg.MapError(err))
 	}
 	return nil

@@ -3,7 +3,6 @@ package rel
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,47 +47,22 @@ func (m *metrics) checked(ok bool) {
 
 // lagCollector reads every declared view's lag on scrape (REL-I4: the lag
 // is measured and exposed next to its declared bound).
-type lagCollector struct {
-	pool                        *pgxpool.Pool
-	events, seconds, maxLag, up *prometheus.Desc
-	health                      *pg.CollectorUp
-}
-
-func newLagCollector(pool *pgxpool.Pool, log *slog.Logger) *lagCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("fencelab_social_view_"+name, help, []string{"view"}, nil)
+func lagCollector(pool *pgxpool.Pool, log *slog.Logger) prometheus.Collector {
+	gauge := func(name, help string, v func(Lag) float64) pg.RowSeries[Lag] {
+		return pg.RowSeries[Lag]{Name: "fencelab_social_view_" + name, Help: help, Type: prometheus.GaugeValue, Value: v}
 	}
-	return &lagCollector{
-		pool:    pool,
-		health:  pg.NewCollectorUp("social_view_lag", log),
-		events:  d("lag_events", "Relation events the view's consumer has not applied."),
-		seconds: d("lag_seconds", "Age of the oldest relation event the view has not applied (0 when caught up)."),
-		maxLag:  d("max_lag_seconds", "The view's declared lag bound (social_view.max_lag)."),
-		up:      prometheus.NewDesc("fencelab_social_view_status_up", "1 if the view lag query succeeded.", nil, nil),
-	}
-}
-
-func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{l.events, l.seconds, l.maxLag, l.up} {
-		ch <- d
-	}
-	l.health.Describe(ch)
-}
-
-func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	lags, err := ViewLags(ctx, l.pool)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 0)
-		l.health.Report(ch, err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(l.up, prometheus.GaugeValue, 1)
-	l.health.Report(ch)
-	for _, v := range lags {
-		ch <- prometheus.MustNewConstMetric(l.events, prometheus.GaugeValue, float64(v.Events), v.View)
-		ch <- prometheus.MustNewConstMetric(l.seconds, prometheus.GaugeValue, v.Seconds, v.View)
-		ch <- prometheus.MustNewConstMetric(l.maxLag, prometheus.GaugeValue, v.MaxLagSeconds, v.View)
-	}
+	return pg.NewRowsCollector(pg.RowsCollectorOptions[Lag]{
+		Name:    "social_view_lag",
+		UpName:  "fencelab_social_view_status_up",
+		UpHelp:  "1 if the view lag query succeeded.",
+		Label:   "view",
+		LabelOf: func(l Lag) string { return l.View },
+		Read:    func(ctx context.Context) ([]Lag, error) { return ViewLags(ctx, pool) },
+		Series: []pg.RowSeries[Lag]{
+			gauge("lag_events", "Relation events the view's consumer has not applied.", func(l Lag) float64 { return float64(l.Events) }),
+			gauge("lag_seconds", "Age of the oldest relation event the view has not applied (0 when caught up).", func(l Lag) float64 { return l.Seconds }),
+			gauge("max_lag_seconds", "The view's declared lag bound (social_view.max_lag).", func(l Lag) float64 { return l.MaxLagSeconds }),
+		},
+		Log: log,
+	})
 }

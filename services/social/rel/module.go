@@ -1,4 +1,4 @@
-// Package rel is the book's social.rel (spec 40 Part A): follow relations
+// Package rel is the social case study's first part (chapter 8): follow relations
 // as authorization, without resurrection.
 //
 // The truth table social_relation holds one row per (follower, followee)
@@ -18,11 +18,11 @@ package rel
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/promx"
 )
 
 // Build makes rel's part of the social module: routes, the view
@@ -32,9 +32,7 @@ func Build(d app.Deps) (app.Runtime, error) {
 	if err != nil {
 		return app.Runtime{}, err
 	}
-	if err := d.Registerer().Register(newLagCollector(d.Pool, d.Log)); err != nil {
-		return app.Runtime{}, fmt.Errorf("social/rel: register metrics: %w", err)
-	}
+	promx.Register(d.Registerer(), lagCollector(d.Pool, d.Log))
 	m := app.Runtime{Seed: s.seed}
 	for _, v := range Views {
 		t, err := app.ConsumerTask(d, s.ViewConsumer(v))

@@ -222,6 +222,9 @@ func decide(op Op, mine, theirs Relation, private bool) ([]transition, Relation,
 	return nil, mine, fmt.Errorf("social: unknown operation %q", op)
 }
 
+// changeStmt is sqlChange rewritten to $n once (pg.MustNamed).
+var changeStmt = pg.MustNamed(sqlChange)
+
 // write applies one transition: the event first (its id goes into the
 // row), then the conditional update. Both are in the caller's transaction,
 // so the event exists exactly when the change commits (REL-I1).
@@ -235,14 +238,14 @@ func write(ctx context.Context, tx pgx.Tx, op Op, t transition) (Relation, error
 		return Relation{}, err
 	}
 	after := Relation{Follower: r.Follower, Followee: r.Followee, State: t.to}
-	err = tx.QueryRow(ctx, sqlChange, pgx.NamedArgs{
+	err = tx.QueryRow(ctx, changeStmt.SQL, changeStmt.Args(pgx.NamedArgs{
 		"follower":     r.Follower,
 		"followee":     r.Followee,
 		"from_state":   r.State,
 		"from_version": r.Version,
 		"to_state":     t.to,
 		"event_id":     id,
-	}).Scan(&after.Version, &after.UpdatedAt)
+	})...).Scan(&after.Version, &after.UpdatedAt)
 	if errors.Is(pg.MapError(err), pg.ErrNotFound) {
 		return Relation{}, ErrRaced
 	}
