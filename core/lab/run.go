@@ -199,7 +199,7 @@ func Run(ctx context.Context, e Experiment, env Env, naive bool) Result {
 
 // cleanupGrace is how long a run that outlived its context is given to
 // notice the cancellation before its cleanups run anyway.
-const cleanupGrace = 10 * time.Second
+var cleanupGrace = 10 * time.Second
 
 // RunVariant is Run for any variant. A run still going when ctx ends
 // (the CLI's --timeout) fails with a timeout.
