@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/services"
 )
 
 // uncaught is a broken experiment on purpose: its naive version writes
@@ -48,5 +49,30 @@ func TestANaiveRunThatIsNotCaughtExitsThree(t *testing.T) {
 	// mistake (2), found before any database is made.
 	if err := labRunTo(&out, []string{uncaught.ID, "--control"}); !errors.Is(err, errUsage) {
 		t.Fatalf("--control without a control returned %v, want usage (exit 2)", err)
+	}
+}
+
+// What catches a naive run is a row of data: an experiment that names a
+// schema invariant (or an unknown ID) among its Catches could never be
+// caught (core/lab ignores schema findings when it judges a run).
+func TestCatchesAreDataInvariants(t *testing.T) {
+	t.Parallel()
+	kind := map[string]bool{} // ID → schema
+	for _, inv := range services.Invariants().All() {
+		kind[inv.ID] = inv.Schema
+	}
+	for _, e := range services.Experiments() {
+		for _, c := range e.Catches {
+			schema, ok := kind[c]
+			switch {
+			case !ok:
+				t.Errorf("%s catches %s, which is not a registered invariant ID", e.ID, c)
+			case schema:
+				t.Errorf("%s catches %s, a schema invariant: a naive run is caught by the data it wrote", e.ID, c)
+			}
+		}
+		if e.Control != "" && e.Naive == "" {
+			t.Errorf("%s declares a control but no naive version", e.ID)
+		}
 	}
 }
