@@ -148,7 +148,7 @@ func Find(es []Experiment, id string) (Experiment, bool) {
 var invariantChapters = map[string]string{
 	"LOCK": "lease", "CLAIM": "claim", "IDEM": "idem", "OUTBOX": "outbox", "PTS": "points",
 	"FS": "reservations", "ORD": "orders", "REL": "relations", "FEED": "feed", "LIKE": "likes",
-	"NTF": "notify", "SL": "shortlink", "UP": "upload",
+	"NTF": "notify", "SL": "shortlink", "UP": "upload", "FO": "failover",
 }
 
 // ChapterOfInvariant returns the chapter slug an invariant ID belongs to

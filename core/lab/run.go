@@ -76,7 +76,7 @@ func (r Result) Message() string {
 	switch r.Verdict {
 	case Held:
 		if r.Control {
-			return "HOLDS: the control held every invariant — the naive code alone does not break it, the interleaving does"
+			return "HOLDS: the control held every invariant — the naive code alone does not break it: the race or the fault does"
 		}
 		return "HOLDS: the claim held and every invariant held"
 	case Caught:

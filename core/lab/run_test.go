@@ -150,7 +150,7 @@ func TestAControlHoldsThoughItsSchemaGuardIsGone(t *testing.T) {
 	if v := view(t, r, "TOY-S1"); v.Holds {
 		t.Fatalf("the control drops the CHECK, TOY-S1 should say so: %+v", v)
 	}
-	if !strings.Contains(r.Message(), "control held") {
+	if !strings.Contains(r.Message(), "the control held") {
 		t.Fatalf("message %q", r.Message())
 	}
 }
