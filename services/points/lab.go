@@ -13,11 +13,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // Experiments are the points chapter's runnable claims (fencelab lab run …).
@@ -119,6 +121,10 @@ func runConcurrentDebits(x *lab.X) {
 	require.EqualValues(x, 1+opening/amount, version, "one grant and 33 debits changed the row")
 }
 
+// naiveDebitStmt is sqlDebit without its guard (AND balance >= @amount):
+// the naive experiment's write, the product's statement otherwise.
+var naiveDebitStmt = pg.MustNamed(strings.Replace(sqlDebit, "AND balance >= @amount", "", 1))
+
 // naiveDebits is check-then-act without the guard: the product never does
 // this; the experiment does it to the scratch database to show what the
 // CHECK and the guarded UPDATE prevent (PTS-I1).
@@ -151,9 +157,18 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 				x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read %d, debit %d", balance, amount), Outcome: lab.Refused})
 				return
 			}
+			// The product's debit, ledger and all, minus its guard: the
+			// decision was taken in Go on the balance read above.
 			var after int64
-			err = a.Pool.QueryRow(ctx, `UPDATE points_account SET balance = balance - $2 WHERE id = $1 RETURNING balance`,
-				account, amount).Scan(&after)
+			err = pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+				t, ok, err := post(ctx, tx, naiveDebitStmt, posting{account: account, client: "user-0042",
+					key: "k-" + rand.Text(), reason: "prize-17", system: RedemptionAccount, amount: amount})
+				if err == nil && !ok {
+					err = fmt.Errorf("points: naive debit of %s matched no row", account)
+				}
+				after = t.Balance
+				return err
+			})
 			action := fmt.Sprintf("read %d, debit %d", balance, amount)
 			if err != nil {
 				x.Error(actor, action, err)
