@@ -367,6 +367,7 @@ var ExpiredOwner = lab.Experiment{
 	Invariants: []string{"claim"},
 	Naive:      "the old owner's completion matches the job by id only, without AND fence = its fence",
 	Catches:    []string{"CLAIM-I4", "CLAIM-I2"},
+	Control:    "the same id-only completion by an owner that never stalls: its lease is live, nobody took over, one completion",
 	Run:        runExpiredOwner,
 }
 
@@ -381,6 +382,15 @@ func runExpiredOwner(x *lab.X) {
 	require.Len(x, claimed, 1)
 	stalled := claimed[0] // … the old owner stalls here, before its tool call.
 	x.Step(lab.Step{Actor: "worker-old", Action: fmt.Sprintf("claim job %d", id), Outcome: lab.Accepted, Fence: stalled.Fence})
+	if x.Control { // no stall: the naive completion under a live lease
+		if err := naiveComplete(x, l, stalled); err != nil {
+			x.Error("worker-old", "call the tool, commit the result", err)
+			return
+		}
+		x.Step(lab.Step{Actor: "worker-old", Action: "call the tool, commit the result (matched by id only)", Outcome: lab.Accepted, Fence: stalled.Fence})
+		x.Figure("effects", len(l.tool.EffectsFor(IdempotencyKey("wf-0042"))))
+		return
+	}
 	x.Step(lab.Step{Actor: "worker-old", Action: "stall before the tool call", Outcome: "paused", Fence: stalled.Fence})
 
 	_, err = l.pool.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, id)
