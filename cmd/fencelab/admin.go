@@ -93,9 +93,13 @@ func runCheck(args []string) error {
 	}
 	if *list {
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tMODULE\tCHAPTER\tSTATEMENT")
+		fmt.Fprintln(w, "ID\tKIND\tMODULE\tCHAPTER\tSTATEMENT")
 		for _, inv := range invs.Select(fs.Args()...) {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", inv.ID, inv.Module, inv.Chapter, inv.Statement)
+			kind := "data" // reports rows of data
+			if inv.Schema {
+				kind = "schema" // reports a guard missing from the catalog
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", inv.ID, kind, inv.Module, inv.Chapter, inv.Statement)
 		}
 		return w.Flush()
 	}

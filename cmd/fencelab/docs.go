@@ -105,6 +105,9 @@ func invariantsBlock(c lab.Chapter) string {
 		}
 		n++
 		fmt.Fprintf(&b, "#### %s — %s\n\n", inv.ID, inv.Statement)
+		if inv.Schema {
+			b.WriteString("A schema invariant: it reports a guard missing from the catalog, never a row of data, and never catches a naive run.\n\n")
+		}
 		if inv.SQL != "" {
 			fmt.Fprintf(&b, "```sql\n%s\n```\n\n", dedent(inv.SQL))
 		} else {
@@ -140,6 +143,9 @@ func experimentsBlock(c lab.Chapter) string {
 		fmt.Fprintf(&b, "- run it: `fencelab lab run %s` (checks %s)\n", e.ID, strings.Join(e.Invariants, ", "))
 		if e.Naive != "" {
 			fmt.Fprintf(&b, "- the naive version — %s: `fencelab lab run %s --naive` (caught by %s)\n", e.Naive, e.ID, strings.Join(e.Catches, ", "))
+		}
+		if e.Control != "" {
+			fmt.Fprintf(&b, "- its control — %s: `fencelab lab run %s --control` (holds; `--naive --control` shows both side by side)\n", e.Control, e.ID)
 		}
 		if e.Test != "" {
 			fmt.Fprintf(&b, "- as a test: `go test -v -run '^%s$' ./e2e/...`\n", e.Test)

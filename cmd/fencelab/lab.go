@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,16 +17,32 @@ import (
 
 const labUsage = `Usage:
   fencelab lab list [--json]                    chapters, their experiments and invariants
-  fencelab lab run ID [--naive] [--json]        run one experiment on a scratch database
+  fencelab lab run ID [--naive] [--control] [--json]
+                                                run one experiment on a scratch database
 
 An experiment runs on a throwaway PostgreSQL cluster (or, with
 --database-url, on scratch databases it creates and drops on that server):
 never on the dev data. It prints its timeline (actor, database-clock time,
 action, outcome, fence), the book's figure line and each invariant's result.
-Exit 0: the claim held. Exit 1: it did not — which is what --naive shows:
-the same timeline written the way the book says fails, caught by the
-chapter's invariant.
+
+--naive runs the same timeline written the way the book says fails; one of
+the chapter's data invariants must catch it. --control runs the naive code
+with the race or the fault taken out (one actor, in-order delivery, no
+crash); it must hold. --naive --control runs both and shows them side by
+side: the naive code alone does not break the invariant, the interleaving
+does.
+
+Exit codes:
+  0  every invariant held (a guarded run or a control)
+  1  an invariant reported rows: a naive run caught as predicted, or a
+     broken guarded run or control (the output says which)
+  2  usage
+  3  a naive run that was not caught: the experiment is broken
 `
+
+// labExperiments is the registry lab run and lab list read (a test
+// replaces it with toy experiments).
+var labExperiments = services.Experiments
 
 func runLab(args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -51,7 +68,7 @@ func labList(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	exps := services.Experiments()
+	exps := labExperiments()
 	type expView struct {
 		ID         string   `json:"id"`
 		Test       string   `json:"test,omitempty"`
@@ -59,6 +76,7 @@ func labList(args []string) error {
 		Invariants []string `json:"invariants"`
 		Naive      string   `json:"naive,omitempty"`
 		Catches    []string `json:"catches,omitempty"`
+		Control    string   `json:"control,omitempty"`
 	}
 	type chapterView struct {
 		N           int       `json:"n"`
@@ -71,7 +89,7 @@ func labList(args []string) error {
 		cv := chapterView{N: c.N, Slug: c.Slug, Title: c.Title, Experiments: []expView{}}
 		for _, e := range exps {
 			if strings.HasPrefix(e.ID, c.Slug+"/") {
-				cv.Experiments = append(cv.Experiments, expView{e.ID, e.Test, e.Claim, e.Invariants, e.Naive, e.Catches})
+				cv.Experiments = append(cv.Experiments, expView{e.ID, e.Test, e.Claim, e.Invariants, e.Naive, e.Catches, e.Control})
 			}
 		}
 		chapters = append(chapters, cv)
@@ -90,15 +108,22 @@ func labList(args []string) error {
 			}
 			fmt.Printf("     %-36s %s%s\n", e.ID, naive, e.Claim)
 			fmt.Printf("     %-36s       checks %s\n", "", strings.Join(e.Invariants, " "))
+			if e.Control != "" {
+				fmt.Printf("     %-36s       control: %s\n", "", e.Control)
+			}
 		}
 	}
-	fmt.Println("\nRun one: fencelab lab run ID   (add --naive to watch the invariant catch the naive version)")
+	fmt.Println("\nRun one: fencelab lab run ID   (add --naive to watch the invariant catch the naive version,\n" +
+		"         --control to run the naive code without its race, both to see them side by side)")
 	return nil
 }
 
-func labRun(args []string) error {
-	fs := newFlags("lab run", "lab run ID [--naive] [--json] [--database-url URL]")
+func labRun(args []string) error { return labRunTo(os.Stdout, args) }
+
+func labRunTo(out io.Writer, args []string) error {
+	fs := newFlags("lab run", "lab run ID [--naive] [--control] [--json] [--database-url URL]")
 	naive := fs.Bool("naive", false, "run the naive version (the one the invariant catches)")
+	control := fs.Bool("control", false, "run the naive version's control (the naive code without its race or fault); with --naive, both side by side")
 	asJSON := fs.Bool("json", false, "print the timeline and results as one JSON document")
 	url := fs.String("database-url", "", "a PostgreSQL server to make scratch databases on (default: a throwaway local cluster)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "overall time limit")
@@ -118,12 +143,28 @@ func labRun(args []string) error {
 		fmt.Fprint(os.Stderr, "fencelab lab run: which experiment? `fencelab lab list` shows them\n")
 		return errUsage
 	}
-	e, ok := lab.Find(services.Experiments(), id)
-	if !ok {
-		return fmt.Errorf("no experiment %q; `fencelab lab list` shows them", id)
+	e, ok := lab.Find(labExperiments(), id)
+	switch {
+	case !ok:
+		fmt.Fprintf(os.Stderr, "fencelab lab run: no experiment %q; `fencelab lab list` shows them\n", id)
+		return errUsage
+	case *naive && e.Naive == "":
+		fmt.Fprintf(os.Stderr, "fencelab lab run: %s has no naive version\n", id)
+		return errUsage
+	case *control && e.Control == "":
+		fmt.Fprintf(os.Stderr, "fencelab lab run: %s has no control\n", id)
+		return errUsage
 	}
-	if *naive && e.Naive == "" {
-		return fmt.Errorf("%s has no naive version", id)
+	var variants []lab.Variant
+	switch {
+	case *naive && *control:
+		variants = []lab.Variant{lab.Naive, lab.Control}
+	case *naive:
+		variants = []lab.Variant{lab.Naive}
+	case *control:
+		variants = []lab.Variant{lab.Control}
+	default:
+		variants = []lab.Variant{lab.Guarded}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -137,62 +178,115 @@ func labRun(args []string) error {
 		return err
 	}
 	defer cluster.Close()
-	res := lab.Run(ctx, e, cluster, *naive)
+	var results []lab.Result
+	for _, v := range variants {
+		results = append(results, lab.RunVariant(ctx, e, cluster, v))
+	}
+	code, message := results[0].Exit, results[0].Message()
+	if len(results) == 2 {
+		code, message = pairVerdict(results[0], results[1])
+	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+		var doc any = results[0]
+		if len(results) == 2 {
+			doc = map[string]any{"id": id, "naive": results[0], "control": results[1], "exit": code, "message": message}
+		}
+		if err := enc.Encode(doc); err != nil {
 			return err
 		}
 	} else {
-		printResult(res)
+		for _, r := range results {
+			printResult(out, r)
+		}
+		if len(results) == 2 {
+			printBeside(out, results[0], results[1])
+		}
+		fmt.Fprintf(out, "\n%s (exit %d).\n", message, code)
 	}
-	if !res.Holds {
-		return exitError{code: 1}
+	if code != 0 {
+		return exitError{code: code}
 	}
 	return nil
 }
 
-func printResult(r lab.Result) {
+// pairVerdict is the exit of a naive run shown beside its control: the
+// naive run's, unless the control broke too — then the catch does not
+// depend on the race, and the experiment is broken (3).
+func pairVerdict(naive, control lab.Result) (int, string) {
+	if control.Verdict != lab.Held {
+		return 3, "BROKEN EXPERIMENT: the control broke as well, so the naive version's catch does not depend on the race"
+	}
+	return naive.Exit, naive.Message() + "; the control held"
+}
+
+func printResult(out io.Writer, r lab.Result) {
 	title := r.ID
-	if r.Naive {
-		title += " (naive)"
+	if r.Variant != lab.Guarded.String() {
+		title += " (" + r.Variant + ")"
 	}
-	fmt.Printf("%s\n  %s\n", title, r.Claim)
+	fmt.Fprintf(out, "%s\n  %s\n", title, r.Claim)
 	if r.Naive {
-		fmt.Printf("  naive version: %s\n", r.NaiveHow)
+		fmt.Fprintf(out, "  naive version: %s\n", r.NaiveHow)
 	}
-	fmt.Println("\ntimeline (database clock, from the first step):")
+	if r.Control {
+		fmt.Fprintf(out, "  control: %s\n", r.ControlHow)
+	}
+	fmt.Fprintln(out, "\ntimeline (database clock, from the first step):")
 	for _, s := range r.Timeline {
-		fmt.Printf("  %s\n", lab.FormatStep(s, r.Started))
+		fmt.Fprintf(out, "  %s\n", lab.FormatStep(s, r.Started))
 	}
 	if len(r.Figure) > 0 {
-		fmt.Printf("\nfigure: %s\n", lab.FigureLine(r.Figure))
+		fmt.Fprintf(out, "\nfigure: %s\n", lab.FigureLine(r.Figure))
 	}
 	if len(r.Invariants) > 0 {
-		fmt.Println("\ninvariants:")
+		fmt.Fprintln(out, "\ninvariants:")
 	}
 	for _, v := range r.Invariants {
 		if v.Holds {
-			fmt.Printf("  held      %-10s %s\n", v.ID, v.Statement)
+			fmt.Fprintf(out, "  held      %-10s %s\n", v.ID, v.Statement)
 		}
 	}
 	for _, v := range r.Invariants {
 		if !v.Holds {
-			fmt.Printf("  VIOLATED  %s\n", strings.ReplaceAll(lab.FormatInvariant(v), "\n", "\n            "))
+			label := "VIOLATED "
+			if v.Schema && r.Naive && v.Error == "" {
+				label = "schema   " // the naive schema, set up on purpose: it does not decide the run
+			}
+			fmt.Fprintf(out, "  %s %s\n", label, strings.ReplaceAll(lab.FormatInvariant(v), "\n", "\n            "))
 		}
 	}
 	for _, f := range r.Failures {
-		fmt.Printf("\nassertion failed: %s\n", f)
+		fmt.Fprintf(out, "\nassertion failed: %s\n", f)
 	}
-	switch {
-	case r.Naive && r.Caught:
-		fmt.Println("\nCAUGHT: the naive version broke the invariant, as the book says it would (exit 1).")
-	case r.Naive:
-		fmt.Println("\nNOT CAUGHT: the naive run did not break its invariant this time (exit 1).")
-	case r.Holds:
-		fmt.Println("\nHOLDS: the claim held and every invariant held (exit 0).")
-	default:
-		fmt.Println("\nFAILED: the claim did not hold (exit 1).")
+	fmt.Fprintf(out, "\n%s: %s.\n\n", r.Variant, r.Message())
+}
+
+// printBeside sets the naive run and its control side by side: their
+// figures and each invariant's outcome, one line per invariant.
+func printBeside(out io.Writer, naive, control lab.Result) {
+	fmt.Fprintf(out, "naive beside control (%s):\n", control.ControlHow)
+	fmt.Fprintf(out, "  %-12s %-28s %s\n", "", "naive", "control")
+	fmt.Fprintf(out, "  %-12s %-28s %s\n", "steps", fmt.Sprint(len(naive.Timeline)), fmt.Sprint(len(control.Timeline)))
+	fmt.Fprintf(out, "  %-12s %-28s %s\n", "figure", lab.FigureLine(naive.Figure), lab.FigureLine(control.Figure))
+	outcome := func(r lab.Result, id string) string {
+		for _, v := range r.Invariants {
+			switch {
+			case v.ID != id:
+			case v.Holds:
+				return "held"
+			case v.Error != "":
+				return "check failed"
+			case v.Schema:
+				return "schema guard absent"
+			default:
+				return fmt.Sprintf("VIOLATED (%d rows)", len(v.Rows))
+			}
+		}
+		return "not checked"
+	}
+	for _, v := range naive.Invariants {
+		fmt.Fprintf(out, "  %-12s %-28s %s\n", v.ID, outcome(naive, v.ID), outcome(control, v.ID))
 	}
 }

@@ -22,6 +22,12 @@ type Invariant struct {
 	Module    string // e.g. "points"
 	Chapter   string // where the book argues it
 	Statement string // one line
+	// Schema marks a schema invariant: it reports a guard (a constraint,
+	// an index, a trigger) missing from the catalog, never a row of data.
+	// A module's schema invariant is <PREFIX>-S1 beside its data
+	// invariants, which report only rows: "this guard is missing" is a
+	// different fact from "this balance is negative".
+	Schema bool
 	// SQL returns the violating rows. It must be a single SELECT (it is
 	// wrapped in a LIMIT so a badly broken database cannot flood the report).
 	SQL string

@@ -64,12 +64,46 @@ type Experiment struct {
 	Invariants []string
 	// Naive describes the naive version ("" when there is none): the same
 	// timeline written the way the book says fails. A naive run must be
-	// caught by one of Catches.
+	// caught by one of Catches, and Catches are data invariants: what
+	// catches it is a row the timeline wrote, never a guard missing from
+	// the schema (a schema invariant).
 	Naive   string
 	Catches []string
+	// Control describes the naive version's control ("" when it has
+	// none): the same naive code with the race or the fault taken out (one
+	// actor, in-order delivery, no crash, no stall). It must hold. Beside
+	// the naive run it shows that the naive code alone does not break the
+	// invariant: the interleaving does. In a control run x.Naive and
+	// x.Control are both true.
+	Control string
+	// ExpectedErrors are the actor errors the experiment declares as
+	// outcomes (a substring of the error: a SQLSTATE, a sentinel's text).
+	// Any other error an actor reports through x.Error fails the run,
+	// guarded, naive or control: a naive run whose writes all failed
+	// proves nothing.
+	ExpectedErrors []string
 	// Run is the timeline. It fails through x (x.Fatalf, require.*(x, …));
-	// x.Naive says which version to run.
+	// x.Naive and x.Control say which version to run.
 	Run func(x *X)
+}
+
+// Variant is one way to run an experiment.
+type Variant int
+
+const (
+	Guarded Variant = iota // the product's code: every invariant must hold
+	Naive                  // the naive code with its race or fault: Catches must catch it
+	Control                // the naive code without the race or fault: it must hold
+)
+
+func (v Variant) String() string {
+	switch v {
+	case Naive:
+		return "naive"
+	case Control:
+		return "control"
+	}
+	return "guarded"
 }
 
 // T is the part of testing.TB an experiment uses; *testing.T has it, and so
@@ -114,7 +148,7 @@ func Find(es []Experiment, id string) (Experiment, bool) {
 var invariantChapters = map[string]string{
 	"LOCK": "lease", "CLAIM": "claim", "IDEM": "idem", "OUTBOX": "outbox", "PTS": "points",
 	"FS": "reservations", "ORD": "orders", "REL": "relations", "FEED": "feed", "LIKE": "likes",
-	"NTF": "notify", "SL": "shortlink", "UP": "upload",
+	"NTF": "notify", "SL": "shortlink", "UP": "upload", "FO": "failover",
 }
 
 // ChapterOfInvariant returns the chapter slug an invariant ID belongs to

@@ -20,38 +20,98 @@ type Result struct {
 	ID         string          `json:"id"`
 	Chapter    string          `json:"chapter"`
 	Claim      string          `json:"claim"`
-	Naive      bool            `json:"naive"`
+	Variant    string          `json:"variant"` // guarded, naive or control
+	Naive      bool            `json:"naive"`   // the naive code ran (a naive run or its control)
 	NaiveHow   string          `json:"naive_how,omitempty"`
+	Catches    []string        `json:"catches,omitempty"`
+	Control    bool            `json:"control"`
+	ControlHow string          `json:"control_how,omitempty"`
 	Started    time.Time       `json:"started"` // the first step, database clock
 	Timeline   []Step          `json:"timeline"`
 	Figure     map[string]any  `json:"figure,omitempty"`
 	Invariants []InvariantView `json:"invariants"`
-	Failures   []string        `json:"failures,omitempty"` // the experiment's own assertions
+	Failures   []string        `json:"failures,omitempty"` // the experiment's own assertions, unexpected errors, a timeout
 	Log        []string        `json:"log,omitempty"`
-	// Holds: the claim held — no assertion failed and every invariant held.
+	// Holds: the claim held — no assertion failed and every invariant held
+	// (in a naive run or a control, every data invariant: the naive code
+	// may drop a guard from the schema, and its schema invariant says so).
 	Holds bool `json:"holds"`
 	// Caught: a naive run was caught by one of the experiment's Catches.
 	Caught bool `json:"caught"`
+	// Verdict is the run's one word, and Exit the code `lab run` exits
+	// with (Verdict says which).
+	Verdict Verdict `json:"verdict"`
+	Exit    int     `json:"exit"`
+}
+
+// Verdict is what a run proved.
+type Verdict string
+
+const (
+	// Held: a guarded run or a control held every invariant (exit 0).
+	Held Verdict = "holds"
+	// Caught: a naive run broke an invariant it Catches, as predicted (exit 1).
+	Caught Verdict = "caught"
+	// Broke: a guarded run or a control broke an invariant or an
+	// assertion: the guarantee (or the control's premise) failed (exit 1).
+	Broke Verdict = "broke"
+	// NotCaught: a naive run that none of its Catches caught, or that
+	// failed before it could be judged: the experiment is broken (exit 3).
+	NotCaught Verdict = "not caught"
+)
+
+// ExitCode is the exit status `fencelab lab run` gives a verdict.
+func (v Verdict) ExitCode() int {
+	switch v {
+	case Held:
+		return 0
+	case NotCaught:
+		return 3
+	}
+	return 1
+}
+
+// Message says what the verdict means for the reader.
+func (r Result) Message() string {
+	switch r.Verdict {
+	case Held:
+		if r.Control {
+			return "HOLDS: the control held every invariant — the naive code alone does not break it: the race or the fault does"
+		}
+		return "HOLDS: the claim held and every invariant held"
+	case Caught:
+		return "CAUGHT: the naive version broke the invariant, as the book says it would"
+	case NotCaught:
+		return "NOT CAUGHT: the naive run was not caught by " + strings.Join(r.Catches, ", ") + ": the experiment is broken"
+	}
+	if r.Control {
+		return "BROKE: the control broke an invariant or an assertion — the naive version's catch does not depend on the race: the experiment is broken"
+	}
+	return "BROKE: the guarded run broke an invariant or an assertion — the guarantee did not hold"
 }
 
 // InvariantView is one invariant's outcome, ready to print or draw.
 type InvariantView struct {
-	ID        string   `json:"id"`
-	Statement string   `json:"statement"`
-	SQL       string   `json:"sql,omitempty"`
-	Holds     bool     `json:"holds"`
-	Columns   []string `json:"columns,omitempty"`
-	Rows      [][]any  `json:"rows,omitempty"`
-	More      bool     `json:"more,omitempty"`
-	Error     string   `json:"error,omitempty"`
+	ID        string `json:"id"`
+	Statement string `json:"statement"`
+	SQL       string `json:"sql,omitempty"`
+	// Schema marks a schema invariant (a guard present in the catalog);
+	// the others report rows of data.
+	Schema  bool     `json:"schema,omitempty"`
+	Holds   bool     `json:"holds"`
+	Columns []string `json:"columns,omitempty"`
+	Rows    [][]any  `json:"rows,omitempty"`
+	More    bool     `json:"more,omitempty"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // Test runs e under go test: the guarded version must hold its claim and
-// every invariant; the naive version (a subtest) must be caught. Each step
-// is logged, so `go test -v -run TestX` tells the story.
+// every invariant; the naive version (a subtest) must be caught and its
+// control (a subtest) must hold. Each step is logged, so
+// `go test -v -run TestX` tells the story.
 func Test(t *testing.T, e Experiment, env Env) {
 	t.Helper()
-	x := newX(t, env, false)
+	x := newX(t, env, e, Guarded)
 	t.Logf("%s — %s", e.ID, e.Claim)
 	e.Run(x)
 	if t.Failed() {
@@ -66,20 +126,23 @@ func Test(t *testing.T, e Experiment, env Env) {
 	if e.Naive != "" {
 		t.Run("naive", func(t *testing.T) { TestNaive(t, e, env) })
 	}
+	if e.Control != "" {
+		t.Run("control", func(t *testing.T) { TestControl(t, e, env) })
+	}
 }
 
 // TestNaive runs e's naive version and asserts one of e.Catches catches it:
-// the proof that the invariant can fail.
-func TestNaive(t *testing.T, e Experiment, env Env) {
+// the proof that the invariant can fail. It returns the run's invariants.
+func TestNaive(t *testing.T, e Experiment, env Env) []InvariantView {
 	t.Helper()
 	if e.Naive == "" {
 		t.Fatalf("%s has no naive version", e.ID)
 	}
-	x := newX(t, env, true)
+	x := newX(t, env, e, Naive)
 	t.Logf("%s (naive: %s)", e.ID, e.Naive)
 	e.Run(x)
 	if t.Failed() {
-		return
+		return nil
 	}
 	views := x.check(e)
 	for _, v := range views {
@@ -90,55 +153,136 @@ func TestNaive(t *testing.T, e Experiment, env Env) {
 	if !caught(e, views) {
 		t.Errorf("the naive version of %s was not caught by %v", e.ID, e.Catches)
 	}
+	return views
 }
 
-func newX(t T, env Env, naive bool) *X {
-	return &X{T: t, Env: env, Naive: naive, start: time.Now(), echo: true}
+// TestControl runs e's control (the naive code without its race or
+// fault) and asserts every data invariant holds. It returns the run's
+// invariants.
+func TestControl(t *testing.T, e Experiment, env Env) []InvariantView {
+	t.Helper()
+	if e.Control == "" {
+		t.Fatalf("%s has no control", e.ID)
+	}
+	x := newX(t, env, e, Control)
+	t.Logf("%s (control: %s)", e.ID, e.Control)
+	e.Run(x)
+	if t.Failed() {
+		return nil
+	}
+	views := x.check(e)
+	for _, v := range views {
+		switch {
+		case v.Holds:
+		case v.Schema && v.Error == "":
+			t.Logf("the naive schema, as the naive version sets it up:\n%s", formatInvariant(v))
+		default:
+			t.Errorf("the control of %s broke:\n%s", e.ID, formatInvariant(v))
+		}
+	}
+	return views
+}
+
+func newX(t T, env Env, e Experiment, v Variant) *X {
+	return &X{T: t, Env: env, Naive: v != Guarded, Control: v == Control, expected: e.ExpectedErrors,
+		start: time.Now(), echo: true}
 }
 
 // Run runs e outside go test (the CLI, the console): failures are recorded,
 // not fatal, and every resource the run made is removed before it returns.
 func Run(ctx context.Context, e Experiment, env Env, naive bool) Result {
-	rt := newRunT(ctx, e.ID)
-	x := &X{T: rt, Env: env, Naive: naive, start: time.Now()}
-	res := Result{ID: e.ID, Chapter: chapterOf(e.ID), Claim: e.Claim, Naive: naive}
 	if naive {
-		res.NaiveHow = e.Naive
+		return RunVariant(ctx, e, env, Naive)
 	}
-	done := make(chan struct{})
+	return RunVariant(ctx, e, env, Guarded)
+}
+
+// cleanupGrace is how long a run that outlived its context is given to
+// notice the cancellation before its cleanups run anyway.
+var cleanupGrace = 10 * time.Second
+
+// RunVariant is Run for any variant. A run still going when ctx ends
+// (the CLI's --timeout) fails with a timeout.
+func RunVariant(ctx context.Context, e Experiment, env Env, v Variant) Result {
+	rt := newRunT(ctx, e.ID)
+	x := newX(rt, env, e, v)
+	x.echo = false
+	res := Result{ID: e.ID, Chapter: chapterOf(e.ID), Claim: e.Claim, Variant: v.String(),
+		Naive: v != Guarded, Control: v == Control}
+	if res.Naive {
+		res.NaiveHow, res.Catches = e.Naive, e.Catches
+	}
+	if res.Control {
+		res.ControlHow = e.Control
+	}
+	done := make(chan []InvariantView, 1)
 	go func() {
-		defer close(done)
+		var views []InvariantView
+		defer func() { done <- views }()
 		defer func() {
 			if p := recover(); p != nil {
 				rt.Errorf("panic: %v", p)
 			}
 		}()
-		if naive && e.Naive == "" {
+		switch {
+		case v == Naive && e.Naive == "":
 			rt.Fatalf("%s has no naive version", e.ID)
+		case v == Control && e.Control == "":
+			rt.Fatalf("%s has no control", e.ID)
 		}
 		e.Run(x)
 		if !rt.Failed() {
-			res.Invariants = x.check(e)
+			views = x.check(e)
 		}
 	}()
-	<-done
+	select {
+	case res.Invariants = <-done:
+	case <-ctx.Done():
+		rt.Errorf("lab: %s did not finish: %v", e.ID, context.Cause(ctx))
+		rt.cancel() // the experiment's context: a well-behaved wait returns now
+		select {
+		case <-done: // its invariants were not checked in time: they are not reported
+		case <-time.After(cleanupGrace):
+		}
+	}
 	rt.cleanup()
 	res.Started = x.t0
 	res.Timeline = x.Steps()
 	res.Figure = x.figure
-	res.Failures, res.Log = rt.failures, rt.logs
-	res.Holds = len(res.Failures) == 0 && len(res.Invariants) > 0
-	for _, v := range res.Invariants {
-		res.Holds = res.Holds && v.Holds
-	}
-	res.Caught = naive && caught(e, res.Invariants)
+	res.Failures, res.Log = rt.result()
+	judge(&res, e)
 	return res
 }
 
+// judge sets Holds, Caught, Verdict and Exit from what the run recorded.
+func judge(res *Result, e Experiment) {
+	res.Holds = len(res.Failures) == 0 && len(res.Invariants) > 0
+	for _, v := range res.Invariants {
+		if res.Naive && v.Schema && v.Error == "" {
+			continue // the naive schema, set up on purpose; the data decides
+		}
+		res.Holds = res.Holds && v.Holds
+	}
+	res.Caught = res.Variant == Naive.String() && len(res.Failures) == 0 && caught(e, res.Invariants)
+	switch {
+	case res.Variant == Naive.String() && res.Caught:
+		res.Verdict = Caught
+	case res.Variant == Naive.String():
+		res.Verdict = NotCaught
+	case res.Holds:
+		res.Verdict = Held
+	default:
+		res.Verdict = Broke
+	}
+	res.Exit = res.Verdict.ExitCode()
+}
+
+// caught: a data invariant among e.Catches reported rows. A schema
+// invariant never catches a run: a missing guard is not a broken balance.
 func caught(e Experiment, views []InvariantView) bool {
 	for _, v := range views {
 		for _, c := range e.Catches {
-			if !v.Holds && v.Error == "" && v.ID == c {
+			if !v.Holds && !v.Schema && v.Error == "" && v.ID == c {
 				return true
 			}
 		}
@@ -171,7 +315,7 @@ func (x *X) check(e Experiment) []InvariantView {
 	defer pool.Close()
 	var out []InvariantView
 	for _, r := range reg.Run(ctx, pool, e.Invariants...) {
-		v := InvariantView{ID: r.ID, Statement: r.Statement, SQL: r.SQL, Holds: r.Holds(),
+		v := InvariantView{ID: r.ID, Statement: r.Statement, SQL: r.SQL, Schema: r.Schema, Holds: r.Holds(),
 			Columns: r.Columns, Rows: r.Rows, More: r.More}
 		if r.Err != nil {
 			v.Error = r.Err.Error()
@@ -296,6 +440,13 @@ func (r *runT) TempDir() string {
 	return dir
 }
 
+// result returns the failures and the log recorded so far.
+func (r *runT) result() (failures, logs []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.failures...), append([]string(nil), r.logs...)
+}
+
 // cleanup runs the cleanups last-in first-out, as testing does.
 func (r *runT) cleanup() {
 	r.cancel()
@@ -310,4 +461,4 @@ func (r *runT) cleanup() {
 
 // NewX is an X for a plain test that drives the app with a chapter's kit
 // without being an experiment itself (its steps are logged all the same).
-func NewX(t *testing.T, env Env) *X { return newX(t, env, false) }
+func NewX(t *testing.T, env Env) *X { return newX(t, env, Experiment{}, Guarded) }

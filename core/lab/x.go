@@ -55,9 +55,15 @@ type Options struct {
 // variant, and the recorder of its timeline.
 type X struct {
 	T
-	// Naive runs the naive version of the timeline.
+	// Naive runs the naive version of the timeline (also in a control run:
+	// the control is the naive code).
 	Naive bool
-	Env   Env
+	// Control runs the naive version's control: the naive code with the
+	// race or the fault taken out (Experiment.Control says how).
+	Control bool
+	Env     Env
+
+	expected []string // Experiment.ExpectedErrors
 
 	mu       sync.Mutex
 	steps    []Step
@@ -105,6 +111,24 @@ func (x *X) Step(s Step) {
 	if x.echo {
 		x.Logf("%s", FormatStep(s, t0))
 	}
+}
+
+// Error records an actor's error as a step of the timeline and fails the
+// run unless the experiment declares it (Experiment.ExpectedErrors): an
+// error nobody predicted means the run did not show what it claims,
+// whichever version ran. It reports whether the error was expected. Safe
+// from any goroutine (it never stops the calling goroutine).
+func (x *X) Error(actor, action string, err error) bool {
+	x.Helper()
+	for _, want := range x.expected {
+		if strings.Contains(err.Error(), want) {
+			x.Step(Step{Actor: actor, Action: action, Outcome: "expected error", Note: err.Error()})
+			return true
+		}
+	}
+	x.Step(Step{Actor: actor, Action: action, Outcome: "error", Note: err.Error()})
+	x.Errorf("%s: %s: unexpected error (not among the experiment's ExpectedErrors): %v", actor, action, err)
+	return false
 }
 
 // Say records a narration step by actor.

@@ -34,4 +34,16 @@ var Invariants = []invariant.Invariant{
 			       WHERE NOT EXISTS (SELECT 1 FROM outbox_inbox i
 			                          WHERE i.consumer = c.name AND i.event_id = e.id)`,
 	},
+	{
+		ID:        "OUTBOX-I3",
+		Module:    "outbox",
+		Chapter:   "outbox",
+		Statement: "the demo consumer applies each event once: one effect row per event",
+		// The effect itself, the ground truth of "exactly once": its
+		// table has no unique key on purpose (migration 0031), so a
+		// redelivered event applied again shows here as a second row,
+		// whatever the inbox says.
+		SQL: `SELECT event_id, count(*) AS effects, string_agg(owner || '@' || fence, ', ' ORDER BY seq) AS applied_by
+			        FROM outbox_demo_effect GROUP BY event_id HAVING count(*) > 1`,
+	},
 }

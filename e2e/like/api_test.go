@@ -191,7 +191,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 		id, name string
 		sql      []string
 	}{
-		{"LIKE-I1", "the guard disabled", []string{`ALTER TABLE social_like DISABLE TRIGGER social_like_guard`}},
+		{"LIKE-S1", "the guard disabled", []string{`ALTER TABLE social_like DISABLE TRIGGER social_like_guard`}},
 		{"LIKE-I1", "liked out of step with the version", []string{
 			`ALTER TABLE social_like DROP CONSTRAINT social_like_versioned`,
 			`ALTER TABLE social_like DISABLE TRIGGER social_like_guard`,

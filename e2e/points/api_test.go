@@ -325,8 +325,8 @@ func TestSeedIsIdempotent(t *testing.T) {
 	e2etest.Assert(t, l.Pool, "points")
 }
 
-// PTS-I5: the ledger refuses rewrites, and the check notices a disabled
-// guard.
+// PTS-I5: the ledger refuses rewrites, and the checks notice a disabled
+// guard (PTS-S1, the schema) and the entry it let through (PTS-I5, the data).
 func TestLedgerIsAppendOnly(t *testing.T) {
 	t.Parallel()
 	l := start(t)
@@ -349,13 +349,16 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Pool.Exec(ctx, `UPDATE points_ledger_entry SET amount = amount WHERE account_id = 'acct-0042'`)
 	require.NoError(t, err)
-	res := e2etest.Invariants().Run(ctx, l.Pool, "PTS-I5")
-	require.Len(t, res, 1)
-	require.NoError(t, res[0].Err)
-	require.ElementsMatch(t, [][]any{
-		{"append-only trigger missing or not always enabled", "points_ledger_entry points_append_only"},
-		{"entry rewritten after its transaction", rowKey(t, l)},
-	}, res[0].Rows)
+	res := e2etest.Invariants().Run(ctx, l.Pool, "PTS-I5", "PTS-S1")
+	require.Len(t, res, 2)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+		want := [][]any{{"entry rewritten after its transaction", rowKey(t, l)}}
+		if r.ID == "PTS-S1" {
+			want = [][]any{{"append-only trigger missing or not always enabled", "points_ledger_entry points_append_only"}}
+		}
+		require.ElementsMatch(t, want, r.Rows, r.ID)
+	}
 }
 
 func rowKey(t *testing.T, l *points.Lab) string {

@@ -304,11 +304,12 @@ func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
 	}
 }
 
-// failing lists the shortlink invariants that do not hold.
+// failing lists the shortlink data invariants that do not hold (a dropped
+// guard is SL-S1's finding, a fact about the schema, not the data).
 func failing(ctx context.Context, a *shortlink.Lab) []string {
 	var ids []string
 	for _, r := range e2etest.Invariants().Run(ctx, a.Pool, "shortlink") {
-		if !r.Holds() {
+		if !r.Holds() && !r.Schema {
 			ids = append(ids, r.ID)
 		}
 	}

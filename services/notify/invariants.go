@@ -16,13 +16,7 @@ var Invariants = []invariant.Invariant{
 		SQL: `
 SELECT 'more than one notification for one (user, service, event)' AS problem,
        user_id || ' ' || submitted_by || ' ' || event_key AS detail, count(*)::text AS n
-  FROM notify_notification GROUP BY user_id, submitted_by, event_key HAVING count(*) > 1
-UNION ALL
-SELECT 'the unique constraint on (user_id, submitted_by, event_key) is missing', NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_constraint
-                    WHERE conrelid = 'notify_notification'::regclass AND conname = 'notify_notification_one_per_event'
-                      AND contype = 'u'
-                      AND pg_get_constraintdef(oid) = 'UNIQUE (user_id, submitted_by, event_key)')`,
+  FROM notify_notification GROUP BY user_id, submitted_by, event_key HAVING count(*) > 1`,
 	},
 	{
 		ID: "NTF-I2", Module: "notify", Chapter: chapter,
@@ -66,15 +60,7 @@ SELECT 'task state changed by a superseded holder', t.id::text, e.event || ' at 
 		// rows are only ever added and finished once, and that nothing
 		// was delivered without a recorded call (or a person) saying so.
 		SQL: `
-SELECT 'notify_attempt is not append-only: trigger missing or disabled' AS problem, NULL AS detail, NULL AS n
- WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'notify_attempt'::regclass
-                      AND tgname = 'notify_attempt_append_only' AND tgenabled <> 'D')
-UNION ALL
-SELECT 'notify_review_decision is not append-only: trigger missing or disabled', NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'notify_review_decision'::regclass
-                      AND tgname = 'notify_review_decision_append_only' AND tgenabled <> 'D')
-UNION ALL
-SELECT 'attempt numbers have a gap: a row was removed', task_id::text, max(attempt_no) || ' numbers, ' || count(*) || ' rows'
+SELECT 'attempt numbers have a gap: a row was removed' AS problem, task_id::text AS detail, max(attempt_no) || ' numbers, ' || count(*) || ' rows' AS n
   FROM notify_attempt GROUP BY task_id HAVING max(attempt_no) <> count(*)
 UNION ALL
 SELECT 'delivered without a recorded call under that token saying so', t.id::text, e.event || ' at fence ' || e.fence
@@ -139,5 +125,23 @@ UNION ALL
 SELECT 'cancelled at a claim that was never made', t.id::text, 'fence ' || e.fence
   FROM notify_task t JOIN job_event e ON e.job_id = t.job_id AND e.event = 'cancelled'
  WHERE NOT EXISTS (SELECT 1 FROM job_event c WHERE c.job_id = e.job_id AND c.event = 'claimed' AND c.fence = e.fence)`,
+	},
+	{
+		ID: "NTF-S1", Module: "notify", Chapter: chapter, Schema: true,
+		Statement: "the notify schema keeps its guards: the unique (user_id, submitted_by, event_key) behind NTF-I1 and the append-only triggers behind NTF-I3",
+		SQL: `
+SELECT 'the unique constraint on (user_id, submitted_by, event_key) is missing' AS problem, 'notify_notification_one_per_event' AS detail
+ WHERE NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'notify_notification'::regclass AND conname = 'notify_notification_one_per_event'
+                      AND contype = 'u'
+                      AND pg_get_constraintdef(oid) = 'UNIQUE (user_id, submitted_by, event_key)')
+UNION ALL
+SELECT 'notify_attempt is not append-only: trigger missing or disabled', 'notify_attempt_append_only'
+ WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'notify_attempt'::regclass
+                      AND tgname = 'notify_attempt_append_only' AND tgenabled <> 'D')
+UNION ALL
+SELECT 'notify_review_decision is not append-only: trigger missing or disabled', 'notify_review_decision_append_only'
+ WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'notify_review_decision'::regclass
+                      AND tgname = 'notify_review_decision_append_only' AND tgenabled <> 'D')`,
 	},
 }

@@ -11,16 +11,11 @@ var Invariants = []invariant.Invariant{
 	{
 		ID: "PTS-I1", Module: "points", Chapter: chapter,
 		Statement: "a user account's balance is never negative",
-		// The rows, and the first line of defence itself: a dropped or
-		// NOT VALID constraint is a violation even before a row breaks it.
+		// The rows only: the CHECK that keeps them so is PTS-S1's (a
+		// missing guard is a fact about the schema, not a broken balance).
 		SQL: `
 SELECT 'negative balance' AS problem, id AS account, balance
-  FROM points_account WHERE kind = 'user' AND balance < 0
-UNION ALL
-SELECT 'balance_non_negative constraint missing or not validated', 'points_account', NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_constraint
-                    WHERE conrelid = 'points_account'::regclass AND conname = 'balance_non_negative'
-                      AND contype = 'c' AND convalidated)`,
+  FROM points_account WHERE kind = 'user' AND balance < 0`,
 	},
 	{
 		ID: "PTS-I2", Module: "points", Chapter: chapter,
@@ -81,14 +76,26 @@ SELECT 'entry of an unknown account', e.txn_id || ' ' || e.account_id, 1, e.amou
 		// another xmin than the transaction row that was inserted with it
 		// (PostgreSQL keeps the original xmin through freezing).
 		SQL: `
-SELECT 'append-only trigger missing or not always enabled' AS problem, want.tbl || ' ' || want.tg AS detail
+SELECT 'entry rewritten after its transaction' AS problem, e.txn_id || ' ' || e.account_id AS detail
+  FROM points_ledger_entry e JOIN points_ledger_txn t ON t.id = e.txn_id
+ WHERE NOT (e.xmin = t.xmin)`,
+	},
+	{
+		ID: "PTS-S1", Module: "points", Chapter: chapter, Schema: true,
+		Statement: "the points schema keeps its guards: the validated CHECK (balance >= 0) behind PTS-I1 and the always-enabled append-only triggers behind PTS-I5",
+		// The first line of defence, checked apart from the rows it
+		// guards: a dropped or NOT VALID constraint is a fact about the
+		// schema; a negative balance is a fact about the data (PTS-I1).
+		SQL: `
+SELECT 'balance_non_negative constraint missing or not validated' AS problem, 'points_account' AS detail
+ WHERE NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'points_account'::regclass AND conname = 'balance_non_negative'
+                      AND contype = 'c' AND convalidated)
+UNION ALL
+SELECT 'append-only trigger missing or not always enabled', want.tbl || ' ' || want.tg
   FROM (VALUES ('points_ledger_entry'), ('points_ledger_txn'), ('points_repair')) AS t (tbl)
  CROSS JOIN LATERAL (VALUES (t.tbl, 'points_append_only'), (t.tbl, 'points_append_only_truncate')) AS want (tbl, tg)
  WHERE NOT EXISTS (SELECT 1 FROM pg_trigger g
-                    WHERE g.tgrelid = want.tbl::regclass AND g.tgname = want.tg AND g.tgenabled = 'A')
-UNION ALL
-SELECT 'entry rewritten after its transaction', e.txn_id || ' ' || e.account_id
-  FROM points_ledger_entry e JOIN points_ledger_txn t ON t.id = e.txn_id
- WHERE NOT (e.xmin = t.xmin)`,
+                    WHERE g.tgrelid = want.tbl::regclass AND g.tgname = want.tg AND g.tgenabled = 'A')`,
 	},
 }

@@ -13,11 +13,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // Experiments are the points chapter's runnable claims (fencelab lab run …).
@@ -30,7 +32,8 @@ var Experiments = []lab.Experiment{ConcurrentDebits, LostResponse, KeyReused, Sa
 // The naive version is the book's check-then-act on a schema without the
 // CHECK: each client reads the balance, decides in Go that 30 fit, then
 // subtracts. Every client reads 1,000 before anyone writes, so all 100
-// subtract and PTS-I1 reports the account at −2,000 (and the missing CHECK).
+// subtract and PTS-I1 reports the account at −2,000 (PTS-S1 the missing
+// CHECK, which alone decides nothing: the control, one client, holds).
 var ConcurrentDebits = lab.Experiment{
 	ID:         "points/concurrent-debits",
 	Test:       "TestPTS01ConcurrentDebitsNeverOverdraw",
@@ -38,6 +41,7 @@ var ConcurrentDebits = lab.Experiment{
 	Invariants: []string{"points", "idem"},
 	Naive:      "read the balance, check it in Go, then subtract — no guard in the UPDATE, no CHECK on the table",
 	Catches:    []string{"PTS-I1"},
+	Control:    "the same read-check-subtract by one client: nothing interleaves, the balance ends at 970",
 	Run:        runConcurrentDebits,
 }
 
@@ -54,7 +58,11 @@ func runConcurrentDebits(x *lab.X) {
 	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", account, opening), Outcome: lab.Accepted})
 
 	if x.Naive {
-		naiveDebits(x, a, account, clients, amount)
+		n := clients
+		if x.Control {
+			n = 1 // the race taken out: one client
+		}
+		naiveDebits(x, a, account, n, amount)
 		return
 	}
 	tok := a.Token(x, "user-0042", httpx.RoleUser)
@@ -113,6 +121,10 @@ func runConcurrentDebits(x *lab.X) {
 	require.EqualValues(x, 1+opening/amount, version, "one grant and 33 debits changed the row")
 }
 
+// naiveDebitStmt is sqlDebit without its guard (AND balance >= @amount):
+// the naive experiment's write, the product's statement otherwise.
+var naiveDebitStmt = pg.MustNamed(strings.Replace(sqlDebit, "AND balance >= @amount", "", 1))
+
 // naiveDebits is check-then-act without the guard: the product never does
 // this; the experiment does it to the scratch database to show what the
 // CHECK and the guarded UPDATE prevent (PTS-I1).
@@ -120,7 +132,7 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 	ctx := context.Background()
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE points_account DROP CONSTRAINT balance_non_negative`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop CHECK (balance >= 0): the naive schema", Outcome: lab.Violates})
+	x.Step(lab.Step{Actor: "db", Action: "drop CHECK (balance >= 0): the naive schema"})
 	var (
 		wg      sync.WaitGroup
 		read    sync.WaitGroup // every client has read before anyone writes
@@ -137,7 +149,7 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 			err := a.Pool.QueryRow(ctx, `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance)
 			read.Done()
 			if err != nil {
-				x.Step(lab.Step{Actor: actor, Action: "read balance", Outcome: "error", Note: err.Error()})
+				x.Error(actor, "read balance", err)
 				return
 			}
 			read.Wait()
@@ -145,15 +157,28 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 				x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read %d, debit %d", balance, amount), Outcome: lab.Refused})
 				return
 			}
+			// The product's debit, ledger and all, minus its guard: the
+			// decision was taken in Go on the balance read above.
 			var after int64
-			err = a.Pool.QueryRow(ctx, `UPDATE points_account SET balance = balance - $2 WHERE id = $1 RETURNING balance`,
-				account, amount).Scan(&after)
-			step := lab.Step{Actor: actor, Action: fmt.Sprintf("read %d, debit %d", balance, amount), Outcome: lab.Violates,
-				Note: fmt.Sprintf("balance %d", after)}
+			err = pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+				t, ok, err := post(ctx, tx, naiveDebitStmt, posting{account: account, client: "user-0042",
+					key: "k-" + rand.Text(), reason: "prize-17", system: RedemptionAccount, amount: amount})
+				if err == nil && !ok {
+					err = fmt.Errorf("points: naive debit of %s matched no row", account)
+				}
+				after = t.Balance
+				return err
+			})
+			action := fmt.Sprintf("read %d, debit %d", balance, amount)
 			if err != nil {
-				step.Outcome, step.Note = "error", err.Error()
+				x.Error(actor, action, err)
+				return
 			}
-			x.Step(step)
+			outcome := lab.Accepted
+			if after < 0 {
+				outcome = lab.Violates // observed: the balance it left is negative
+			}
+			x.Step(lab.Step{Actor: actor, Action: action, Outcome: outcome, Note: fmt.Sprintf("balance %d", after)})
 		}()
 	}
 	close(release)

@@ -42,6 +42,7 @@ var PausedHolder = lab.Experiment{
 	Invariants: []string{"lease", "report"},
 	Naive:      "the report is written without the fence check (last writer wins): the lease alone decides",
 	Catches:    []string{"LOCK-I2"},
+	Control:    "the same unfenced resource without the pause: A writes while its lease is live, then B finds the report written",
 	Run:        runPausedHolder,
 }
 
@@ -57,6 +58,10 @@ func runPausedHolder(x *lab.X) {
 	}
 	instA := labInstance(x, a, "instance-a", out)
 	instB := labInstance(x, a, "instance-b", out)
+	if x.Control {
+		pausedHolderControl(x, a, instA, instB, name)
+		return
+	}
 	leases := lease.New(a.Pool)
 
 	stall := a.Faults.Pause(faults.BeforeWrite, name)
@@ -140,6 +145,27 @@ func runPausedHolder(x *lab.X) {
 	}
 	require.NoError(x, rows.Err())
 	require.Equal(x, []string{fmt.Sprintf("instance-b@%d", wroteB.Fence)}, writes, "A's refused write left no trace")
+}
+
+// pausedHolderControl is the naive resource without the pause: A writes
+// while its lease is live, then B runs and finds the report written. One
+// write, under the fence that was granted, and LOCK-I2 holds: what the
+// naive resource cannot stop is the stale write the pause lets land, not
+// a write alone.
+func pausedHolderControl(x *lab.X, a *lab.App, instA, instB *Service, name string) {
+	ctx := context.Background()
+	wroteA, err := instA.Run(ctx, labDay)
+	require.NoError(x, err, "A writes under its live lease")
+	x.Step(lab.Step{Actor: "instance-a", Action: "acquire " + name + ", write report " + labDay.Format(DateLayout),
+		Outcome: lab.Accepted, Fence: wroteA.Fence, Note: "no pause"})
+	_, err = instB.Run(ctx, labDay)
+	require.ErrorIs(x, err, ErrAlreadyWritten, "B comes after A's write")
+	x.Step(lab.Step{Actor: "instance-b", Action: "run the report for " + labDay.Format(DateLayout), Outcome: lab.Refused, Note: err.Error()})
+	got, err := get(ctx, a.Pool, labDay)
+	require.NoError(x, err)
+	x.Step(lab.Step{Actor: "db", Action: "re-read report " + labDay.Format(DateLayout) + ": written by " + got.WrittenBy, Fence: got.Fence})
+	x.Figure("fence_a", wroteA.Fence)
+	x.Figure("stored_fence", got.Fence)
 }
 
 // labInstance is one report-job instance, as a separate deployment would

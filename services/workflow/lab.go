@@ -212,6 +212,7 @@ var TwoClaimers = lab.Experiment{
 	Invariants: []string{"claim"},
 	Naive:      "read the ready job, then UPDATE it to running with the fence read + 1 — no SKIP LOCKED, no state re-check, no unique claim per fence",
 	Catches:    []string{"CLAIM-I3", "CLAIM-I4"},
+	Control:    "the same read-then-write claim by one claimer: nothing interleaves, one claim, one completion",
 	Run:        runTwoClaimers,
 }
 
@@ -282,7 +283,7 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 	ctx := context.Background()
 	_, err := l.pool.Exec(ctx, `DROP INDEX job_event_one_claim_per_fence`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop the unique index on (job, fence) of claimed events: the naive schema", Outcome: lab.Violates})
+	x.Step(lab.Step{Actor: "db", Action: "drop the unique index on (job, fence) of claimed events: the naive schema"})
 	const key = "wf-0000"
 	id := l.enqueue(x, enq, claim.NewJob{Kind: KindName, BusinessKey: key})
 	tool := l.tool.Client()
@@ -290,15 +291,19 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 		wg   sync.WaitGroup
 		read sync.WaitGroup // both have read before either writes
 	)
-	read.Add(2)
-	for _, owner := range []string{"claimer-a", "claimer-b"} {
+	claimers := []string{"claimer-a", "claimer-b"}
+	if x.Control {
+		claimers = claimers[:1] // one claimer: nothing races it
+	}
+	read.Add(len(claimers))
+	for _, owner := range claimers {
 		wg.Go(func() {
 			var fence int64
 			err := l.pool.QueryRow(ctx, `SELECT fence FROM job WHERE id = $1 AND state = 'ready'`, id).Scan(&fence)
 			read.Done()
 			read.Wait()
 			if err != nil {
-				x.Step(lab.Step{Actor: owner, Action: "read the ready job", Outcome: "error", Note: err.Error()})
+				x.Error(owner, "read the ready job", err)
 				return
 			}
 			fence++
@@ -311,13 +316,13 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 				INSERT INTO job_event (job_id, event, fence, owner, state)
 				SELECT id, 'claimed', fence, owner, state FROM claimed`, id, owner, fence)
 			if err != nil {
-				x.Step(lab.Step{Actor: owner, Action: "claim", Outcome: "error", Note: err.Error()})
+				x.Error(owner, "claim", err)
 				return
 			}
-			x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("read job %d ready at fence %d, write it running as mine", id, fence-1), Outcome: lab.Violates, Fence: fence})
+			x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("read job %d ready at fence %d, write it running as mine", id, fence-1), Outcome: lab.Accepted, Fence: fence})
 			_, err = tool.Create(ctx, fakeprovider.CreateRequest{Key: IdempotencyKey(key), Reference: key})
 			if err != nil {
-				x.Step(lab.Step{Actor: owner, Action: "call the tool", Outcome: "error", Note: err.Error()})
+				x.Error(owner, "call the tool", err)
 				return
 			}
 			_, err = l.pool.Exec(ctx, `
@@ -327,11 +332,11 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 				    RETURNING id, fence, state)
 				INSERT INTO job_event (job_id, event, fence, owner, state)
 				SELECT id, 'succeeded', fence, $2, state FROM done`, id, owner)
-			outcome := lab.Violates
 			if err != nil {
-				outcome = "error: " + err.Error()
+				x.Error(owner, "complete the job", err)
+				return
 			}
-			x.Step(lab.Step{Actor: owner, Action: "call the tool, complete the job", Outcome: outcome, Fence: fence})
+			x.Step(lab.Step{Actor: owner, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: fence})
 		})
 	}
 	wg.Wait()
@@ -362,6 +367,7 @@ var ExpiredOwner = lab.Experiment{
 	Invariants: []string{"claim"},
 	Naive:      "the old owner's completion matches the job by id only, without AND fence = its fence",
 	Catches:    []string{"CLAIM-I4", "CLAIM-I2"},
+	Control:    "the same id-only completion by an owner that never stalls: its lease is live, nobody took over, one completion",
 	Run:        runExpiredOwner,
 }
 
@@ -376,6 +382,15 @@ func runExpiredOwner(x *lab.X) {
 	require.Len(x, claimed, 1)
 	stalled := claimed[0] // … the old owner stalls here, before its tool call.
 	x.Step(lab.Step{Actor: "worker-old", Action: fmt.Sprintf("claim job %d", id), Outcome: lab.Accepted, Fence: stalled.Fence})
+	if x.Control { // no stall: the naive completion under a live lease
+		if err := naiveComplete(x, l, stalled); err != nil {
+			x.Error("worker-old", "call the tool, commit the result", err)
+			return
+		}
+		x.Step(lab.Step{Actor: "worker-old", Action: "call the tool, commit the result (matched by id only)", Outcome: lab.Accepted, Fence: stalled.Fence})
+		x.Figure("effects", len(l.tool.EffectsFor(IdempotencyKey("wf-0042"))))
+		return
+	}
 	x.Step(lab.Step{Actor: "worker-old", Action: "stall before the tool call", Outcome: "paused", Fence: stalled.Fence})
 
 	_, err = l.pool.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, id)

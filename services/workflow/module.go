@@ -26,7 +26,8 @@ func Module() app.Module {
 		Name: "workflow", Chapter: "failover",
 		// The claim chapter's experiments run this module's kind (their
 		// IDs place them in chapter 2).
-		Experiments: Experiments,
+		Experiments: append(Experiments, FailoverExperiments...),
+		Invariants:  FailoverInvariants,
 		Build:       build,
 	}
 }

@@ -48,13 +48,7 @@ SELECT 'state is not where the applied moves lead', o.id, format('state %s, move
 UNION ALL
 SELECT 'refused move that found its expected state', t.order_id, format('transition %s: %s → %s', t.id, t.from_state, t.to_state)
   FROM flashsale_order_transition t
- WHERE NOT t.applied AND t.found_state = t.from_state
-UNION ALL
-SELECT 'guard trigger ' || want.name || ' is missing or disabled', NULL, NULL
-  FROM (VALUES ('flashsale_order_guard', 'flashsale_order'), ('flashsale_order_transition_append_only', 'flashsale_order_transition'),
-               ('flashsale_order_move_fixed', 'flashsale_order_move')) AS want (name, tbl)
- WHERE NOT EXISTS (SELECT 1 FROM pg_trigger g
-                    WHERE g.tgname = want.name AND g.tgrelid = to_regclass(want.tbl) AND g.tgenabled <> 'D')`,
+ WHERE NOT t.applied AND t.found_state = t.from_state`,
 	},
 	{
 		ID: "ORD-O2", Module: reserve.Module, Chapter: chapter,
@@ -105,11 +99,7 @@ UNION ALL
 SELECT 'order_paid event of an order that is not confirmed by it', o.id, format('event %s, order %s', e.id, coalesce(o.state, 'missing'))
   FROM outbox_event e LEFT JOIN flashsale_order o ON o.id::text = e.key
  WHERE e.topic = '` + TopicOrderPaid + `'
-   AND (o.id IS NULL OR o.state NOT IN ('PAID', 'CONFIRMED_LATE') OR o.paid_outbox_id IS DISTINCT FROM e.id)
-UNION ALL
-SELECT 'no unique inbox key on flashsale_payment_event (provider_event_id)', NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_payment_event_inbox' AND contype = 'u'
-                      AND conrelid = 'flashsale_payment_event'::regclass)`,
+   AND (o.id IS NULL OR o.state NOT IN ('PAID', 'CONFIRMED_LATE') OR o.paid_outbox_id IS DISTINCT FROM e.id)`,
 	},
 	{
 		ID: "ORD-O4", Module: reserve.Module, Chapter: chapter,
@@ -131,11 +121,7 @@ SELECT 'order left between its late payment and its unit', o.id, o.state
 UNION ALL
 SELECT 'late confirmation without a retake or confirm', t.order_id, format('transition %s', t.id)
   FROM flashsale_order_transition t
- WHERE t.applied AND t.to_state = 'CONFIRMED_LATE' AND t.unit IS NULL
-UNION ALL
-SELECT 'no unique order per reservation', NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_order_one_per_reservation' AND contype = 'u'
-                      AND conrelid = 'flashsale_order'::regclass)`,
+ WHERE t.applied AND t.to_state = 'CONFIRMED_LATE' AND t.unit IS NULL`,
 	},
 	{
 		ID: "ORD-O5", Module: reserve.Module, Chapter: chapter,
@@ -151,11 +137,7 @@ SELECT 'callback without a verified signature record' AS problem, e.order_id,
 UNION ALL
 SELECT 'move caused by another order''s report', t.order_id, format('transition %s, event %s of order %s', t.id, e.id, e.order_id)
   FROM flashsale_order_transition t JOIN flashsale_payment_event e ON e.id = t.event_id
- WHERE e.order_id <> t.order_id
-UNION ALL
-SELECT 'callback inbox constraint flashsale_payment_event_signed is missing', NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_payment_event_signed' AND contype = 'c'
-                      AND conrelid = 'flashsale_payment_event'::regclass)`,
+ WHERE e.order_id <> t.order_id`,
 	},
 	{
 		ID: "ORD-M1", Module: reserve.Module, Chapter: chapter,
@@ -182,6 +164,28 @@ SELECT 'money equation', NULL,
                count(*) FILTER (WHERE state IN ('PAID', 'CONFIRMED_LATE')) AS confirmed
           FROM flashsale_order) m
  WHERE m.net - m.owed <> ` + fmt.Sprint(Price) + ` * m.confirmed`,
+	},
+	{
+		ID: "ORD-S1", Module: reserve.Module, Chapter: chapter, Schema: true,
+		Statement: "the orders schema keeps its guards: the state-machine triggers (ORD-O1), the unique callback inbox (ORD-O3), one order per reservation (ORD-O4), the signed-callback CHECK (ORD-O5)",
+		SQL: `
+SELECT 'guard trigger ' || want.name || ' is missing or disabled' AS problem, want.tbl AS detail
+  FROM (VALUES ('flashsale_order_guard', 'flashsale_order'), ('flashsale_order_transition_append_only', 'flashsale_order_transition'),
+               ('flashsale_order_move_fixed', 'flashsale_order_move')) AS want (name, tbl)
+ WHERE NOT EXISTS (SELECT 1 FROM pg_trigger g
+                    WHERE g.tgname = want.name AND g.tgrelid = to_regclass(want.tbl) AND g.tgenabled <> 'D')
+UNION ALL
+SELECT 'no unique inbox key on flashsale_payment_event (provider_event_id)', 'flashsale_payment_event_inbox'
+ WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_payment_event_inbox' AND contype = 'u'
+                      AND conrelid = 'flashsale_payment_event'::regclass)
+UNION ALL
+SELECT 'no unique order per reservation', 'flashsale_order_one_per_reservation'
+ WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_order_one_per_reservation' AND contype = 'u'
+                      AND conrelid = 'flashsale_order'::regclass)
+UNION ALL
+SELECT 'callback inbox constraint flashsale_payment_event_signed is missing', 'flashsale_payment_event_signed'
+ WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_payment_event_signed' AND contype = 'c'
+                      AND conrelid = 'flashsale_payment_event'::regclass)`,
 	},
 }
 

@@ -30,13 +30,7 @@ HAVING s.available + count(r.id) <> s.total OR count(r.id) > s.total`,
 		SQL: `
 SELECT 'request key with more than one reservation' AS problem, min(sku) AS sku, min(id) AS reservation,
        format('key %s: %s reservations', request_key, count(*)) AS detail
-  FROM flashsale_reservation GROUP BY request_key HAVING count(*) > 1
-UNION ALL
-SELECT 'no unique constraint on flashsale_reservation (request_key)', NULL, NULL, NULL
- WHERE NOT EXISTS (
-    SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-     WHERE i.indrelid = 'flashsale_reservation'::regclass AND i.indisunique AND i.indpred IS NULL
-       AND i.indnkeyatts = 1 AND a.attname = 'request_key')`,
+  FROM flashsale_reservation GROUP BY request_key HAVING count(*) > 1`,
 	},
 	{
 		ID: "FS-R3", Module: Module, Chapter: chapter,
@@ -45,12 +39,7 @@ SELECT 'no unique constraint on flashsale_reservation (request_key)', NULL, NULL
 SELECT 'user with more than one active reservation of a SKU' AS problem, sku, min(id) AS reservation,
        format('user %s: %s active', user_id, count(*)) AS detail
   FROM flashsale_reservation WHERE state IN ('HELD', 'CONFIRMED')
- GROUP BY user_id, sku HAVING count(*) > 1
-UNION ALL
-SELECT 'partial unique index flashsale_reservation_one_active is missing', NULL, NULL, NULL
- WHERE NOT EXISTS (
-    SELECT 1 FROM pg_index i
-     WHERE i.indexrelid = to_regclass('flashsale_reservation_one_active') AND i.indisunique AND i.indpred IS NOT NULL)`,
+ GROUP BY user_id, sku HAVING count(*) > 1`,
 	},
 	{
 		ID: "FS-R4", Module: Module, Chapter: chapter,
@@ -89,9 +78,24 @@ SELECT 'stock log disagrees with the reservation', r.sku, r.id,
 UNION ALL
 SELECT 'stock log entry for another SKU than its reservation', m.sku, m.reservation_id, m.reason
   FROM flashsale_stock_move m JOIN flashsale_reservation r ON r.id = m.reservation_id
- WHERE m.sku <> r.sku
+ WHERE m.sku <> r.sku`,
+	},
+	{
+		ID: "FS-S1", Module: Module, Chapter: chapter, Schema: true,
+		Statement: "the reservations schema keeps its guards: unique request_key (FS-R2), the partial unique index of one active hold per user and SKU (FS-R3), unique (reservation_id, reason) in the stock log (FS-R5)",
+		SQL: `
+SELECT 'no unique constraint on flashsale_reservation (request_key)' AS problem, 'flashsale_reservation' AS detail
+ WHERE NOT EXISTS (
+    SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+     WHERE i.indrelid = 'flashsale_reservation'::regclass AND i.indisunique AND i.indpred IS NULL
+       AND i.indnkeyatts = 1 AND a.attname = 'request_key')
 UNION ALL
-SELECT 'no unique key on flashsale_stock_move (reservation_id, reason)', NULL, NULL, NULL
+SELECT 'partial unique index flashsale_reservation_one_active is missing', 'flashsale_reservation'
+ WHERE NOT EXISTS (
+    SELECT 1 FROM pg_index i
+     WHERE i.indexrelid = to_regclass('flashsale_reservation_one_active') AND i.indisunique AND i.indpred IS NOT NULL)
+UNION ALL
+SELECT 'no unique key on flashsale_stock_move (reservation_id, reason)', 'flashsale_stock_move'
  WHERE NOT EXISTS (
     SELECT 1 FROM pg_constraint WHERE conname = 'flashsale_stock_move_once' AND contype = 'u'
        AND conrelid = 'flashsale_stock_move'::regclass)`,

@@ -41,6 +41,7 @@ var FiveHundredBuyers = lab.Experiment{
 	Invariants: []string{Module},
 	Naive:      "check-then-insert: read available, decide in Go, write available = read − 1 and insert the hold",
 	Catches:    []string{"FS-R1"},
+	Control:    "the same check-then-insert by one buyer: nothing interleaves, one hold, available 39",
 	Run:        runFiveHundredBuyers,
 }
 
@@ -50,7 +51,11 @@ func runFiveHundredBuyers(x *lab.X) {
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("put %d units of %s on sale", labUnits, labSKU), Outcome: lab.Accepted})
 	if x.Naive {
-		naiveHolds(x, a, 60)
+		buyers := 500 // the five hundred of the name
+		if x.Control {
+			buyers = 1
+		}
+		naiveHolds(x, a, buyers)
 		return
 	}
 	const buyers = 500
@@ -146,13 +151,17 @@ func naiveHolds(x *lab.X, a *lab.App, buyers int) {
 			err := a.Pool.QueryRow(ctx, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU).Scan(&available)
 			read.Done()
 			read.Wait() // everyone has looked before anyone writes
-			if err != nil || available < 1 {
+			if err != nil {
+				x.Error(actor, "read available", err)
+				return
+			}
+			if available < 1 {
 				x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read available %d", available), Outcome: "sold_out"})
 				return
 			}
 			tx, err := a.Pool.Begin(ctx)
 			if err != nil {
-				x.Errorf("%s: %v", actor, err)
+				x.Error(actor, "begin", err)
 				return
 			}
 			defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
@@ -169,12 +178,12 @@ func naiveHolds(x *lab.X, a *lab.App, buyers int) {
 			if err == nil {
 				err = tx.Commit(ctx)
 			}
-			step := lab.Step{Actor: actor, Action: fmt.Sprintf("read available %d, write %d, insert hold", available, available-1),
-				Outcome: lab.Violates, Note: fmt.Sprintf("reservation %d", id)}
+			action := fmt.Sprintf("read available %d, write %d, insert hold", available, available-1)
 			if err != nil {
-				step.Outcome, step.Note = "error", err.Error()
+				x.Error(actor, action, err)
+				return
 			}
-			x.Step(step)
+			x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", id)})
 		}()
 	}
 	wg.Wait()
@@ -189,17 +198,19 @@ func naiveHolds(x *lab.X, a *lab.App, buyers int) {
 // transaction on the SKU row), and once more after both; then three runs
 // start together. Every expired unit comes back exactly once.
 //
-// The naive release reads the expired holds, then marks them released and
-// adds their count to `available` — no state condition, no log, no CHECK.
-// Two runs that read the same 40 holds give back 80 units; FS-R5 reports
-// the stock that disagrees with its log.
+// The naive release reads the expired holds, then marks them released,
+// logs each return and adds their count to `available` — no state
+// condition, no unique key on the log, no CHECK. Two runs that read the
+// same 40 holds give back 80 units: FS-R1 reports 80 available of 40, FS-R5
+// each hold returned twice. Its control is one run: 40 back, all holding.
 var ReleaseRacesItself = lab.Experiment{
 	ID:         "reservations/release-races-itself",
 	Test:       "TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce",
 	Claim:      "the expiry release racing itself (job, admin, rerun; then three at once) returns each expired unit exactly once",
 	Invariants: []string{Module},
-	Naive:      "read the expired holds, then mark them released and add their count to available — no state condition, no log",
-	Catches:    []string{"FS-R5"},
+	Naive:      "read the expired holds, then mark them released, log the returns and add their count to available — no state condition, no unique key on the log",
+	Catches:    []string{"FS-R1", "FS-R5"},
+	Control:    "one naive release run alone: nothing races it",
 	Run:        runReleaseRacesItself,
 }
 
@@ -312,12 +323,17 @@ func runReleaseRacesItself(x *lab.X) {
 func naiveRelease(x *lab.X, a *lab.App) {
 	ctx := context.Background()
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE flashsale_sku DROP CONSTRAINT flashsale_sku_available;
+	                           ALTER TABLE flashsale_stock_move DROP CONSTRAINT flashsale_stock_move_once;
 	                           DROP TRIGGER flashsale_reservation_guard ON flashsale_reservation`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "the naive schema: no CHECK on available, no transition guard", Outcome: lab.Violates})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: no CHECK on available, no unique key on the stock log, no transition guard"})
+	actors := []string{"worker", "admin"}
+	if x.Control {
+		actors = actors[:1] // one run: nothing races it
+	}
 	var wg, read sync.WaitGroup
-	read.Add(2)
-	for _, actor := range []string{"worker", "admin"} {
+	read.Add(len(actors))
+	for _, actor := range actors {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -337,13 +353,18 @@ func naiveRelease(x *lab.X, a *lab.App) {
 				_, err = a.Pool.Exec(ctx, `UPDATE flashsale_reservation SET state = 'RELEASED', released_at = now() WHERE id = ANY($1)`, ids)
 			}
 			if err == nil {
+				_, err = a.Pool.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta)
+				                           SELECT $1, unnest($2::bigint[]), 'release', 1`, labSKU, ids)
+			}
+			if err == nil {
 				_, err = a.Pool.Exec(ctx, `UPDATE flashsale_sku SET available = available + $2 WHERE sku = $1`, labSKU, len(ids))
 			}
-			step := lab.Step{Actor: actor, Action: fmt.Sprintf("read %d expired holds, give their units back", len(ids)), Outcome: lab.Violates}
+			action := fmt.Sprintf("read %d expired holds, give their units back", len(ids))
 			if err != nil {
-				step.Outcome, step.Note = "error", err.Error()
+				x.Error(actor, action, err)
+				return
 			}
-			x.Step(step)
+			x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted})
 		}()
 	}
 	wg.Wait()

@@ -6,23 +6,16 @@ const chapter = "like counters (chapter 10)"
 
 // Every check returns (problem, item, user_id, detail).
 
-// sqlLIKE1: one fact per (item, user) (the primary key), liked agrees with
-// the version's parity (a fact starts liked at version 1 and every change
-// flips it), and the guard trigger that makes every update exactly one
-// flip with version + 1 is in place.
+// sqlLIKE1: one fact per (item, user), and liked agrees with the
+// version's parity (a fact starts liked at version 1 and every change flips
+// it). The primary key and the guard trigger that make every update exactly
+// one flip with version + 1 are LIKE-S1's.
 const sqlLIKE1 = `
 SELECT 'two facts for one (item, user)' AS problem, item_id::text AS item, user_id, format('%s rows', count(*)) AS detail
   FROM social_like GROUP BY item_id, user_id HAVING count(*) > 1
 UNION ALL
 SELECT 'liked disagrees with the version', item_id::text, user_id, format('liked %s at version %s', liked, version)
-  FROM social_like WHERE version < 1 OR liked <> (version % 2 = 1)
-UNION ALL
-SELECT 'social_like has no primary key', NULL, NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'social_like'::regclass AND contype = 'p')
-UNION ALL
-SELECT 'social_like guard trigger missing or disabled', NULL, NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'social_like'::regclass
-                      AND tgname = 'social_like_guard' AND tgenabled <> 'D')`
+  FROM social_like WHERE version < 1 OR liked <> (version % 2 = 1)`
 
 // sqlLIKE2: the current version of every fact has its event — written by
 // the same transaction, carrying the same state and version — unless the
@@ -114,5 +107,16 @@ var Invariants = []invariant.Invariant{
 		ID: "LIKE-I4", Module: "social", Chapter: chapter,
 		Statement: "at any time, for every item, abs(count - truth) <= the number of that item's events not yet applied (social_like_unapplied, served as error_bound)",
 		SQL:       sqlLIKE4,
+	},
+	{
+		ID: "LIKE-S1", Module: "social", Chapter: chapter, Schema: true,
+		Statement: "the likes schema keeps its guards: social_like's primary key and its guard trigger (one flip, version + 1, behind LIKE-I1)",
+		SQL: `
+SELECT 'social_like has no primary key' AS problem, 'social_like' AS detail
+ WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'social_like'::regclass AND contype = 'p')
+UNION ALL
+SELECT 'social_like guard trigger missing or disabled', 'social_like_guard'
+ WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'social_like'::regclass
+                      AND tgname = 'social_like_guard' AND tgenabled <> 'D')`,
 	},
 }

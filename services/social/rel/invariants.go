@@ -11,7 +11,7 @@ const chapter = "follow relations (chapter 8)"
 
 // Every check returns (problem, view, follower, followee, detail).
 
-// sqlREL1: one row per pair (the primary key), and for every changed row
+// sqlREL1: one row per pair (the primary key itself is REL-S1's), and for every changed row
 // the event of its current version exists — same id, transaction, pair,
 // state and version — unless the outbox purged it, which it does only
 // once every consumer of the topic has passed it. Among the events still
@@ -42,10 +42,7 @@ SELECT 'event ahead of its row', NULL, e.payload->>'follower', e.payload->>'foll
        format('event %s has version %s, row has %s', e.id, e.payload->>'version', coalesce(r.version, 0))
   FROM outbox_event e
   LEFT JOIN social_relation r ON r.follower = e.payload->>'follower' AND r.followee = e.payload->>'followee'
- WHERE e.topic = 'social.rel' AND (e.payload->>'version')::bigint > coalesce(r.version, 0)
-UNION ALL
-SELECT 'social_relation has no primary key', NULL, NULL, NULL, NULL
- WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'social_relation'::regclass AND contype = 'p')`
+ WHERE e.topic = 'social.rel' AND (e.payload->>'version')::bigint > coalesce(r.version, 0)`
 
 // sqlREL2: a block and an active or pending follow never coexist in a
 // pair (the blocking row itself cannot be both).
@@ -148,5 +145,12 @@ var Invariants = []invariant.Invariant{
 		ID: "REL-I4", Module: "social", Chapter: chapter,
 		Statement: "the read path (AccessCheck on the truth table) and every derived view agree on permission, or the view's allowed lag is declared and measured",
 		SQL:       viewChecks(sqlREL4View) + "\nUNION ALL\n" + sqlREL4Lag,
+	},
+	{
+		ID: "REL-S1", Module: "social", Chapter: chapter, Schema: true,
+		Statement: "the relations schema keeps its guard: social_relation's primary key (one row per pair, behind REL-I1)",
+		SQL: `
+SELECT 'social_relation has no primary key' AS problem, 'social_relation' AS detail
+ WHERE NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'social_relation'::regclass AND contype = 'p')`,
 	},
 }

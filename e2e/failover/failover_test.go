@@ -1,0 +1,22 @@
+// Package failover_test runs chapter 14's lab experiment with the local
+// PostgreSQL binaries alone: a primary, a standby made with pg_basebackup,
+// an immediate stop and a promotion (no Patroni; e2e/cluster keeps that
+// topology).
+package failover_test
+
+import (
+	"testing"
+
+	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/services/workflow"
+)
+
+func TestMain(m *testing.M) { e2etest.Main(m) }
+
+// The guarded run (a synchronous standby) keeps every acknowledged write;
+// the naive one (asynchronous) loses the writes acknowledged during the
+// stall, and FO-I1 reports them; its control (no stall) holds.
+func TestSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
+	t.Parallel()
+	e2etest.Experiment(t, workflow.SyncKeepsAcknowledged)
+}
