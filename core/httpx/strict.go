@@ -24,10 +24,19 @@ import (
 //   - duplicate object keys ({"amount":1,"amount":500} would mean 500);
 //   - keys that name a field in another case ({"Amount":1}: encoding/json
 //     matches case-insensitively) and keys of one object that differ only
-//     in case.
+//     in case;
+//   - nesting deeper than MaxJSONDepth (400 body_too_deep), refused by a
+//     scan of the raw bytes before any decoder runs.
 //
 // Every refusal is a 400 problem decided before anything is written; the
 // detail names the key but never echoes a Go type or parser message.
+//
+// The cost is linear in the size of the body, whatever its shape: the
+// depth scan allocates nothing, and the key walk keeps its position as a
+// stack of at most MaxJSONDepth segments, turned into a field name only
+// when a refusal names it. (The walk used to build a longer path string at
+// every level: a body nested 100,000 deep, 200 KB, cost gigabytes and
+// minutes, quadratic in its depth.)
 func DecodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return BadRequest("empty_body", "request body is empty; send a JSON object")
@@ -35,8 +44,12 @@ func DecodeJSON(body []byte, v any) error {
 	if p := checkJSONText(body); p != nil {
 		return p
 	}
+	if TooDeep(body) {
+		return tooDeep()
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := walk(dec, reflect.TypeOf(v), ""); err != nil {
+	w := walker{dec: dec}
+	if err := w.walk(reflect.TypeOf(v)); err != nil {
 		if errors.Is(err, io.EOF) { // the body is not empty: it was cut short
 			err = io.ErrUnexpectedEOF
 		}
@@ -51,6 +64,49 @@ func DecodeJSON(body []byte, v any) error {
 		return BadRequest("malformed_json", "request body must hold exactly one JSON object")
 	}
 	return nil
+}
+
+// MaxJSONDepth is the deepest nesting of arrays and objects a request body
+// may have. Every document the API takes is a few levels deep (a post, a
+// notify event's data, a workflow's input); 64 leaves room for free-form
+// data and bounds the decoders' recursion long before encoding/json's own
+// limit (10,000), which it only checks after it has started to build.
+const MaxJSONDepth = 64
+
+// TooDeep reports whether the JSON text b nests arrays and objects deeper
+// than MaxJSONDepth. It is one pass over the bytes that allocates nothing,
+// so every decoder of a request body (DecodeJSON, the idempotency
+// fingerprint) can ask it first and stay linear in the body's size.
+// Brackets inside strings do not count; b need not be valid JSON.
+func TooDeep(b []byte) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte cannot end the string
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > MaxJSONDepth {
+				return true
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return false
+}
+
+func tooDeep() *Problem {
+	return BadRequest("body_too_deep", "JSON arrays and objects may nest at most %d levels deep", MaxJSONDepth)
 }
 
 // textProblem is the answer to text PostgreSQL cannot store.
@@ -177,10 +233,51 @@ var (
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// walk reads one JSON value from dec, checking object keys against t (the
-// Go type the value decodes into; nil for free-form data). Syntax errors
-// are returned as the decoder reports them.
-func walk(dec *json.Decoder, t reflect.Type, path string) error {
+// walker reads one JSON value from dec, checking object keys against the
+// Go type it decodes into. Its position is a stack of segments, never a
+// string: a field name is built only when a refusal reports it, so a walk
+// costs the same at every depth.
+type walker struct {
+	dec  *json.Decoder
+	path []segment
+}
+
+// segment is one step of the walker's position: an object key, or an
+// array element (elem).
+type segment struct {
+	key  string
+	elem bool
+}
+
+// name renders the position with key appended, the way a client reads a
+// field: items[].sku, meta.k.
+func (w *walker) name(key string) string {
+	var b strings.Builder
+	for _, s := range w.path {
+		if s.elem {
+			b.WriteString("[]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s.key)
+	}
+	if b.Len() > 0 {
+		b.WriteByte('.')
+	}
+	b.WriteString(key)
+	return b.String()
+}
+
+// walk reads one value whose Go type is t (nil for free-form data). Syntax
+// errors are returned as the decoder reports them. The recursion is as
+// deep as the document, which TooDeep has bounded; the check here keeps
+// the bound if a caller ever skips the scan.
+func (w *walker) walk(t reflect.Type) error {
+	if len(w.path) >= MaxJSONDepth {
+		return &keyError{tooDeep()}
+	}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -188,6 +285,7 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 		(reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler)) {
 		t = nil // its own format (json.RawMessage, custom types): keys are data
 	}
+	dec := w.dec
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -202,11 +300,13 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
+		w.path = append(w.path, segment{elem: true})
 		for dec.More() {
-			if err := walk(dec, elem, path+"[]"); err != nil {
+			if err := w.walk(elem); err != nil {
 				return err
 			}
 		}
+		w.path = w.path[:len(w.path)-1]
 	case '{':
 		var fields map[string]reflect.Type
 		var elem reflect.Type
@@ -225,22 +325,21 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 				return err
 			}
 			key, _ := tok.(string)
-			name := key
-			if path != "" {
-				name = path + "." + key
-			}
 			if prev, dup := seen[key]; dup && prev == key {
+				name := w.name(key)
 				return &keyError{BadRequest("duplicate_key", "key %q appears more than once", name).With("field", name)}
 			}
 			seen[key] = key
+			next := elem
 			if fields != nil {
 				folded := strings.ToLower(key)
 				if prev, dup := seen["\x00"+folded]; dup {
-					return &keyError{BadRequest("duplicate_key", "keys %q and %q differ only in case", prev, key).With("field", name)}
+					return &keyError{BadRequest("duplicate_key", "keys %q and %q differ only in case", prev, key).With("field", w.name(key))}
 				}
 				seen["\x00"+folded] = key
 				ft, exact := fields[key]
 				if !exact {
+					name := w.name(key)
 					for fname := range fields {
 						if strings.EqualFold(fname, key) {
 							return &keyError{BadRequest("unknown_field", "unknown field %q (field names are case-sensitive: %q)", name, fname).With("field", name)}
@@ -248,14 +347,13 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 					}
 					return &keyError{BadRequest("unknown_field", "unknown field %q", name).With("field", name)}
 				}
-				if err := walk(dec, ft, name); err != nil {
-					return err
-				}
-				continue
+				next = ft
 			}
-			if err := walk(dec, elem, name); err != nil {
+			w.path = append(w.path, segment{key: key})
+			if err := w.walk(next); err != nil {
 				return err
 			}
+			w.path = w.path[:len(w.path)-1]
 		}
 	}
 	_, err = dec.Token() // the closing delimiter

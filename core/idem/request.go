@@ -66,11 +66,17 @@ func fingerprint(method string, u *url.URL, body []byte) []byte {
 // canonicalBody makes equivalent JSON documents byte-equal: whitespace and
 // object member order do not change the fingerprint (encoding/json writes
 // map keys sorted); numbers keep their literal text. A body that is not
-// JSON is fingerprinted as sent.
+// JSON is fingerprinted as sent, and so is one nested deeper than
+// httpx.MaxJSONDepth: the handler's decoder refuses it (400 body_too_deep),
+// and building its tree here first would make the fingerprint cost grow
+// with the depth instead of the size.
 func canonicalBody(b []byte) []byte {
 	trimmed := bytes.TrimSpace(b)
 	if len(trimmed) == 0 {
 		return nil
+	}
+	if httpx.TooDeep(trimmed) {
+		return b
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.UseNumber()
