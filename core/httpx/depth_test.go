@@ -17,10 +17,12 @@ func nested(depth int) []byte {
 	return []byte(`{"reason":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
 }
 
-// allocated is the number of bytes f allocates on the heap. The test that
-// calls it does not run in parallel, so no other test allocates meanwhile.
+// allocated is the number of bytes f allocates on the heap, on its second
+// run (the first may initialise package state). The test that calls it
+// does not run in parallel, so no other test allocates meanwhile.
 func allocated(f func()) uint64 {
 	var before, after runtime.MemStats
+	f()
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	f()
@@ -47,8 +49,10 @@ func TestDeepJSONIsRefusedBeforeItGrows(t *testing.T) {
 		require.Equal(t, 400, p.Status, "depth %d", depth)
 		require.Equal(t, "body_too_deep", p.Code, "depth %d", depth)
 		// The refusal is a problem document and nothing else: a few hundred
-		// bytes at any depth (the quadratic walk allocated ~20 GB at 100,000).
-		require.Less(t, n, uint64(4<<10), "depth %d (%d bytes of body): %d bytes allocated", depth, len(body), n)
+		// bytes at any depth (the quadratic walk allocated ~20 GB at 100,000);
+		// the bound leaves room for the runtime's own bookkeeping.
+		t.Logf("depth %d (%d bytes of body): refused with %d bytes allocated", depth, len(body), n)
+		require.Less(t, n, uint64(16<<10), "depth %d (%d bytes of body): %d bytes allocated", depth, len(body), n)
 	}
 
 	// The boundary: MaxJSONDepth levels decode, one more is refused. Free-
@@ -81,7 +85,7 @@ func TestDeepJSONIsRefusedBeforeItGrows(t *testing.T) {
 		require.NoError(t, errLarge, name)
 		require.Less(t, b, 20*a, "%s: %d bytes allocated for %d bytes of body, %d for %d", name, a, len(small), b, len(large))
 		t.Logf("%s: %d bytes allocated for %d bytes of body (%.0f×), %d for %d", name, a, len(small), float64(b)/float64(len(large)), b, len(large))
-		require.Less(t, b, uint64(160*len(large)), "%s: %d bytes allocated for %d bytes of body", name, b, len(large))
+		require.Less(t, b, uint64(100*len(large)), "%s: %d bytes allocated for %d bytes of body", name, b, len(large))
 	}
 
 	// Over HTTP: the deep probe is a 400 problem, as every client mistake.

@@ -47,21 +47,25 @@ func DecodeJSON(body []byte, v any) error {
 	if TooDeep(body) {
 		return tooDeep()
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	w := walker{dec: dec}
-	if err := w.walk(reflect.TypeOf(v)); err != nil {
-		if errors.Is(err, io.EOF) { // the body is not empty: it was cut short
-			err = io.ErrUnexpectedEOF
-		}
-		return decodeProblem(err)
+	w := walker{b: body}
+	err := w.walk(reflect.TypeOf(v))
+	var ke *keyError
+	if errors.As(err, &ke) {
+		return ke.p
 	}
-	dec = json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return decodeProblem(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return BadRequest("malformed_json", "request body must hold exactly one JSON object")
+	}
+	if err != nil {
+		// The walker found the text malformed and encoding/json did not:
+		// the keys may not all have been checked, so the body is refused
+		// (fail closed) rather than decoded unchecked.
+		return BadRequest("malformed_json", "request body is not well-formed JSON")
 	}
 	return nil
 }
@@ -233,13 +237,21 @@ var (
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// walker reads one JSON value from dec, checking object keys against the
-// Go type it decodes into. Its position is a stack of segments, never a
-// string: a field name is built only when a refusal reports it, so a walk
-// costs the same at every depth.
+// walker reads one JSON value from b, checking object keys against the Go
+// type it decodes into. It reads the bytes itself rather than through
+// json.Decoder.Token, which allocates for every token (a body of a
+// million ones, [1,1,…], cost 100 bytes of garbage per byte); here only
+// keys are copied. It checks no more syntax than it needs to find the keys:
+// encoding/json decodes the same bytes next and reports any syntax error.
+//
+// Its position is a stack of segments, never a string: a field name is
+// built only when a refusal reports it, so a walk costs the same at every
+// depth.
 type walker struct {
-	dec  *json.Decoder
+	b    []byte
+	i    int
 	path []segment
+	keys []string // the keys of the objects being walked, outermost first
 }
 
 // segment is one step of the walker's position: an object key, or an
@@ -248,6 +260,9 @@ type segment struct {
 	key  string
 	elem bool
 }
+
+// errSyntax: the walker could not follow the text; encoding/json says why.
+var errSyntax = errors.New("httpx: malformed JSON")
 
 // name renders the position with key appended, the way a client reads a
 // field: items[].sku, meta.k.
@@ -270,10 +285,37 @@ func (w *walker) name(key string) string {
 	return b.String()
 }
 
-// walk reads one value whose Go type is t (nil for free-form data). Syntax
-// errors are returned as the decoder reports them. The recursion is as
-// deep as the document, which TooDeep has bounded; the check here keeps
-// the bound if a caller ever skips the scan.
+// space skips whitespace and reports the next byte (0 at the end).
+func (w *walker) space() byte {
+	for ; w.i < len(w.b); w.i++ {
+		switch c := w.b[w.i]; c {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// str skips the string that starts at w.i and returns its raw bytes,
+// quotes included.
+func (w *walker) str() ([]byte, error) {
+	start := w.i
+	for w.i++; w.i < len(w.b); w.i++ {
+		switch w.b[w.i] {
+		case '\\':
+			w.i++
+		case '"':
+			w.i++
+			return w.b[start:w.i], nil
+		}
+	}
+	return nil, errSyntax
+}
+
+// walk reads one value whose Go type is t (nil for free-form data). The
+// recursion is as deep as the document, which TooDeep has bounded; the
+// check here keeps the bound if a caller ever skips the scan.
 func (w *walker) walk(t reflect.Type) error {
 	if len(w.path) >= MaxJSONDepth {
 		return &keyError{tooDeep()}
@@ -285,79 +327,162 @@ func (w *walker) walk(t reflect.Type) error {
 		(reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler)) {
 		t = nil // its own format (json.RawMessage, custom types): keys are data
 	}
-	dec := w.dec
-	tok, err := dec.Token()
-	if err != nil {
+	switch w.space() {
+	case 0:
+		return errSyntax
+	case '"':
+		_, err := w.str()
 		return err
+	case '[':
+		return w.array(t)
+	case '{':
+		return w.object(t)
 	}
-	d, ok := tok.(json.Delim)
-	if !ok {
+	// A number or a literal: skipped up to the next delimiter; its spelling
+	// is encoding/json's to check.
+	start := w.i
+	for ; w.i < len(w.b); w.i++ {
+		switch w.b[w.i] {
+		case ',', ']', '}', ' ', '\t', '\n', '\r', '"', '[', '{', ':':
+			if w.i == start {
+				return errSyntax
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+func (w *walker) array(t reflect.Type) error {
+	w.i++ // [
+	var elem reflect.Type
+	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		elem = t.Elem()
+	}
+	if w.space() == ']' {
+		w.i++
 		return nil
 	}
-	switch d {
-	case '[':
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
+	w.path = append(w.path, segment{elem: true})
+	for {
+		if err := w.walk(elem); err != nil {
+			return err
 		}
-		w.path = append(w.path, segment{elem: true})
-		for dec.More() {
-			if err := w.walk(elem); err != nil {
-				return err
-			}
-		}
-		w.path = w.path[:len(w.path)-1]
-	case '{':
-		var fields map[string]reflect.Type
-		var elem reflect.Type
-		if t != nil {
-			switch t.Kind() {
-			case reflect.Struct:
-				fields = structFields(t)
-			case reflect.Map:
-				elem = t.Elem()
-			}
-		}
-		seen := map[string]string{} // folded → as sent
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			key, _ := tok.(string)
-			if prev, dup := seen[key]; dup && prev == key {
-				name := w.name(key)
-				return &keyError{BadRequest("duplicate_key", "key %q appears more than once", name).With("field", name)}
-			}
-			seen[key] = key
-			next := elem
-			if fields != nil {
-				folded := strings.ToLower(key)
-				if prev, dup := seen["\x00"+folded]; dup {
-					return &keyError{BadRequest("duplicate_key", "keys %q and %q differ only in case", prev, key).With("field", w.name(key))}
-				}
-				seen["\x00"+folded] = key
-				ft, exact := fields[key]
-				if !exact {
-					name := w.name(key)
-					for fname := range fields {
-						if strings.EqualFold(fname, key) {
-							return &keyError{BadRequest("unknown_field", "unknown field %q (field names are case-sensitive: %q)", name, fname).With("field", name)}
-						}
-					}
-					return &keyError{BadRequest("unknown_field", "unknown field %q", name).With("field", name)}
-				}
-				next = ft
-			}
-			w.path = append(w.path, segment{key: key})
-			if err := w.walk(next); err != nil {
-				return err
-			}
+		switch w.space() {
+		case ',':
+			w.i++
+		case ']':
+			w.i++
 			w.path = w.path[:len(w.path)-1]
+			return nil
+		default:
+			return errSyntax
 		}
 	}
-	_, err = dec.Token() // the closing delimiter
-	return err
+}
+
+// dupAt is the number of keys from which an object's duplicate check uses
+// a map instead of comparing each key with the ones before it.
+const dupAt = 16
+
+func (w *walker) object(t reflect.Type) error {
+	w.i++ // {
+	var fields map[string]reflect.Type
+	var elem reflect.Type
+	if t != nil {
+		switch t.Kind() {
+		case reflect.Struct:
+			fields = structFields(t)
+		case reflect.Map:
+			elem = t.Elem()
+		}
+	}
+	if w.space() == '}' {
+		w.i++
+		return nil
+	}
+	mark := len(w.keys) // this object's keys are w.keys[mark:]
+	defer func() { w.keys = w.keys[:mark] }()
+	var seen map[string]struct{} // past dupAt keys
+	for {
+		if w.space() != '"' {
+			return errSyntax
+		}
+		raw, err := w.str()
+		if err != nil {
+			return err
+		}
+		var key string
+		if bytes.IndexByte(raw, '\\') < 0 {
+			key = string(raw[1 : len(raw)-1])
+		} else if json.Unmarshal(raw, &key) != nil {
+			return errSyntax
+		}
+		if w.space() != ':' {
+			return errSyntax
+		}
+		w.i++
+		mine := w.keys[mark:]
+		dup := false
+		if seen != nil {
+			_, dup = seen[key]
+			seen[key] = struct{}{}
+		} else {
+			for _, k := range mine {
+				if k == key {
+					dup = true
+					break
+				}
+			}
+			if len(mine) == dupAt {
+				seen = make(map[string]struct{}, 2*dupAt)
+				for _, k := range mine {
+					seen[k] = struct{}{}
+				}
+				seen[key] = struct{}{}
+			}
+		}
+		if dup {
+			name := w.name(key)
+			return &keyError{BadRequest("duplicate_key", "key %q appears more than once", name).With("field", name)}
+		}
+		next := elem
+		if fields != nil {
+			// A struct's keys are its fields: at most len(fields) of them
+			// get here, so comparing with each is bounded.
+			for _, prev := range mine {
+				if strings.EqualFold(prev, key) {
+					return &keyError{BadRequest("duplicate_key", "keys %q and %q differ only in case", prev, key).With("field", w.name(key))}
+				}
+			}
+			ft, exact := fields[key]
+			if !exact {
+				name := w.name(key)
+				for fname := range fields {
+					if strings.EqualFold(fname, key) {
+						return &keyError{BadRequest("unknown_field", "unknown field %q (field names are case-sensitive: %q)", name, fname).With("field", name)}
+					}
+				}
+				return &keyError{BadRequest("unknown_field", "unknown field %q", name).With("field", name)}
+			}
+			next = ft
+		}
+		w.keys = append(w.keys, key)
+		w.path = append(w.path, segment{key: key})
+		if err := w.walk(next); err != nil {
+			return err
+		}
+		w.path = w.path[:len(w.path)-1]
+		switch w.space() {
+		case ',':
+			w.i++
+		case '}':
+			w.i++
+			return nil
+		default:
+			return errSyntax
+		}
+	}
 }
 
 var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
