@@ -42,6 +42,12 @@ var bodySeeds = []string{
 	`{"target":"https://x.example/","expires_at":"tomorrow"}`, `{"name":"invoice\u202egpj.exe"}`, `{"name":".."}`,
 	`{"channels":{"email":true,"email":false}}`, `{"reservation_id":"x"}`, `{"sku":"a","SKU":"b"}`,
 	`[]`, `""`, `{`, `{}{}`, "{\"reason\":\"\xff\"}",
+	// Issue 36: a body nested 100,000 deep (the probe), far and just past
+	// httpx.MaxJSONDepth in free-form data, and at the limit.
+	`{"body":` + strings.Repeat(`[`, 100_000) + strings.Repeat(`]`, 100_000) + `,"visibility":"public"}`,
+	`{"user_id":"u","event_key":"k","template":"t","data":` + strings.Repeat(`{"a":`, 1000) + `1` + strings.Repeat(`}`, 1000) + `}`,
+	`{"business_key":"b","input":` + strings.Repeat(`[`, 64) + strings.Repeat(`]`, 64) + `}`,
+	`{"business_key":"b","input":` + strings.Repeat(`[`, 63) + strings.Repeat(`]`, 63) + `}`,
 }
 
 // FuzzRequestBodies: no decoder panics; a refusal is a 4xx problem that
@@ -70,6 +76,9 @@ func FuzzRequestBodies(f *testing.F) {
 		}
 		if strings.Contains(string(body), `\u0000`) {
 			t.Fatalf("%s accepted a NUL: %q", typ, body)
+		}
+		if httpx.TooDeep(body) {
+			t.Fatalf("%s accepted a body nested deeper than %d levels", typ, httpx.MaxJSONDepth)
 		}
 	})
 }

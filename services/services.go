@@ -11,6 +11,7 @@ import (
 	feedbench "github.com/fencelab/fencelab/bench/feed"
 	flashsalebench "github.com/fencelab/fencelab/bench/flashsale"
 	growthbench "github.com/fencelab/fencelab/bench/growth"
+	hostilebench "github.com/fencelab/fencelab/bench/hostile"
 	outboxbench "github.com/fencelab/fencelab/bench/outbox"
 	pointsbench "github.com/fencelab/fencelab/bench/points"
 	shortlinkbench "github.com/fencelab/fencelab/bench/shortlink"
@@ -50,7 +51,7 @@ func Modules() []app.Module {
 		with(shortlink.Module(), shortlinkbench.Bench), // 12 shortlink
 		with(upload.Module(), uploadbench.Bench),       // 13 upload
 		workflow.Module(),                              // 14 failover
-		api.Module(),                                   // the HTTP contract: GET /openapi.json, /openapi.yaml, /docs/api
+		with(api.Module(), hostilebench.Bench),         // the HTTP contract: GET /openapi.json, /openapi.yaml, /docs/api; hostile: bodies at the limit
 	}
 }
 

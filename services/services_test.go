@@ -46,5 +46,5 @@ func TestModulesAreReadableWithoutADatabase(t *testing.T) {
 		require.NotNil(t, b.Run, b.Name)
 		bnames = append(bnames, b.Name)
 	}
-	require.ElementsMatch(t, []string{"claim", "growth", "outbox", "points", "flashsale", "feed", "shortlink", "upload"}, bnames)
+	require.ElementsMatch(t, []string{"claim", "growth", "outbox", "points", "flashsale", "feed", "shortlink", "upload", "hostile"}, bnames)
 }

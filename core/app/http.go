@@ -54,6 +54,27 @@ func LoadHTTPSettings(c Config) (HTTPSettings, error) {
 	return s, r.Err()
 }
 
+// unreachable is readyz's answer while the database does not answer: 503
+// with Retry-After, like every answer of an outage.
+func unreachable() *httpx.Problem {
+	p := httpx.NewProblem(http.StatusServiceUnavailable, "database_unreachable", "database did not answer")
+	p.RetryAfter = 1
+	return p
+}
+
+// ReadyzAcquireTimeout bounds the wait for a connection in a readiness
+// check. While the database is away a new connection can hang rather than
+// fail (a proxy in front of it holds the attempt until its connect
+// timeout, seconds): a probe that waited for it answered 503 long after
+// the database was back and requests already succeeded (issue 36: over a
+// second). Bounded, a probe started during the outage answers within this
+// time and the next one checks afresh, so /readyz follows a recovery
+// within one probe interval and this bound. The pool keeps the abandoned
+// attempt: it is not wasted. The queries on a connection once held keep
+// the longer bound (a busy machine may take a while to answer a ping; a
+// dead peer fails them at once).
+const ReadyzAcquireTimeout = 250 * time.Millisecond
+
 // readyz answers 200 only when the database answers and its schema is at
 // the binary's migration version: a replica with an old schema must not
 // take traffic. A pool whose every connection is in use is "busy" (503
@@ -62,7 +83,9 @@ func LoadHTTPSettings(c Config) (HTTPSettings, error) {
 func readyz(c echo.Context, d Deps) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
-	conn, err := d.Pool.Acquire(ctx)
+	actx, cancelAcquire := context.WithTimeout(ctx, ReadyzAcquireTimeout)
+	defer cancelAcquire()
+	conn, err := d.Pool.Acquire(actx)
 	if err != nil {
 		st := d.Pool.Stat()
 		if st.AcquiredConns() >= st.MaxConns() && errors.Is(err, context.DeadlineExceeded) {
@@ -71,14 +94,17 @@ func readyz(c echo.Context, d Deps) error {
 			p.RetryAfter = 1
 			return p
 		}
-		return httpx.NewProblem(http.StatusServiceUnavailable, "database_unreachable", "database did not answer")
+		return unreachable()
 	}
 	defer conn.Release()
 	if err := conn.Ping(ctx); err != nil {
-		return httpx.NewProblem(http.StatusServiceUnavailable, "database_unreachable", "database did not answer")
+		return unreachable()
 	}
 	st, err := pg.ReadMigrationState(ctx, conn, migrations.FS)
 	if err != nil {
+		if ctx.Err() != nil { // the database stopped answering mid-check
+			return unreachable()
+		}
 		return httpx.NewProblem(http.StatusServiceUnavailable, "migrations_unreadable", "cannot read the schema version")
 	}
 	if !st.Current() {

@@ -41,13 +41,14 @@ func ReadBody(req *http.Request) ([]byte, error) {
 	}
 	b, err := io.ReadAll(req.Body)
 	if err != nil {
-		return nil, readProblem(err)
+		return nil, ReadProblem(err)
 	}
 	return b, nil
 }
 
-// readProblem classifies an error reading a request body.
-func readProblem(err error) error {
+// ReadProblem classifies an error reading a request body: 413 past the
+// body limit, 408 body_timeout past the body deadline, 400 otherwise.
+func ReadProblem(err error) error {
 	var he *echo.HTTPError
 	var ne net.Error
 	switch {
@@ -130,7 +131,7 @@ func NoBody(next echo.HandlerFunc) echo.HandlerFunc {
 				return BadRequest("body_not_allowed", "this route takes no request body")
 			}
 			if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-				return readProblem(err)
+				return ReadProblem(err)
 			}
 		}
 		return next(c)

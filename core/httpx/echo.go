@@ -4,6 +4,7 @@
 package httpx
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -105,7 +106,7 @@ func New(o Options) *echo.Echo {
 	e.Use(bodyDeadline(o))
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: o.BodyLimit, Skipper: o.BodyLimitSkip}))
 	if o.Admission != nil {
-		e.Use(admission(o.Admission))
+		e.Use(admission(o.Admission, o.BodyLimitSkip))
 	}
 	return e
 }
@@ -244,7 +245,7 @@ func bodyDeadline(o Options) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			if req.Body == nil || req.Body == http.NoBody || (req.ContentLength == 0 && len(req.TransferEncoding) == 0) {
+			if !hasBody(req) {
 				return next(c)
 			}
 			d := o.BodyTimeout
@@ -259,6 +260,11 @@ func bodyDeadline(o Options) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// hasBody reports whether req comes with a body to read.
+func hasBody(req *http.Request) bool {
+	return req.Body != nil && req.Body != http.NoBody && (req.ContentLength != 0 || len(req.TransferEncoding) > 0)
 }
 
 type deadlineBody struct {
@@ -282,13 +288,28 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 
 // admission admits write requests through l (FS-R4 generalised): reads
 // are never queued behind writes.
-func admission(l *Limiter) echo.MiddlewareFunc {
+//
+// A write's body is read in full before it asks for a slot (under the body
+// limit and the body deadline; routes with their own limit, upload chunks,
+// stream theirs). A slot is for work on the database: a client trickling
+// its body would otherwise hold one for the whole body deadline, and a few
+// of them would leave every other writer 503 overloaded — the trickler
+// included, though the fault is its own. It gets 408 body_timeout, and
+// holds a connection, never a slot.
+func admission(l *Limiter, large func(echo.Context) bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			switch c.Request().Method {
 			case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 			default:
 				return next(c)
+			}
+			if req := c.Request(); hasBody(req) && (large == nil || !large(c)) {
+				b, err := ReadBody(req)
+				if err != nil {
+					return err
+				}
+				req.Body = io.NopCloser(bytes.NewReader(b))
 			}
 			release, err := l.Acquire(c.Request().Context())
 			if err != nil {

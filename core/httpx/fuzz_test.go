@@ -21,6 +21,13 @@ var jsonSeeds = []string{
 	`{"at":"tomorrow"}`, `{"at":"2026-12-01T09:30:00Z"}`, `{"amount":"30"}`, `{"amount":1e30}`, `{"amount":30.5}`,
 	`[1,2]`, `"x"`, `{"amount":`, `{}{}`, "{\"reason\":\"\xff\"}", `{"items":[{"sku":"a","SKU":"b"}]}`,
 	`{"raw":{"a":"\u0000"}}`, `{"raw":[{"a":1,"a":2}]}`, ``, `   `, `null`, `{"reason":"` + strings.Repeat("x", 300) + `"}`,
+	// Issue 36: nesting at, just past and far past MaxJSONDepth, brackets
+	// inside strings (text, not nesting) and unbalanced brackets.
+	`{"meta":` + strings.Repeat(`{"a":`, 62) + `1` + strings.Repeat(`}`, 62) + `}`,
+	`{"meta":` + strings.Repeat(`{"a":`, 63) + `1` + strings.Repeat(`}`, 63) + `}`,
+	`{"raw":` + strings.Repeat(`[`, 1000) + strings.Repeat(`]`, 1000) + `}`,
+	strings.Repeat(`[`, 100_000) + strings.Repeat(`]`, 100_000),
+	`{"reason":"` + strings.Repeat(`[{`, 200) + `"}`, `{"meta":{"a":]]]]}}`, `{"items":[[[[[[`,
 }
 
 type fuzzBody struct {
@@ -89,6 +96,9 @@ func FuzzDecodeJSON(f *testing.F) {
 		}
 		if !utf8.Valid(body) || !storable(reflect.ValueOf(v)) {
 			t.Fatalf("accepted unstorable text: %q", body)
+		}
+		if httpx.TooDeep(body) {
+			t.Fatalf("accepted a body nested deeper than %d levels", httpx.MaxJSONDepth)
 		}
 		if strings.Count(string(body), `"amount"`) > 1 && !strings.Contains(string(body), `"meta"`) && !strings.Contains(string(body), `"raw"`) {
 			t.Fatalf("accepted a duplicate key: %q", body)

@@ -3,7 +3,6 @@ package idem
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/json"
 	"io"
 	"net/url"
 	"regexp"
@@ -64,22 +63,23 @@ func fingerprint(method string, u *url.URL, body []byte) []byte {
 }
 
 // canonicalBody makes equivalent JSON documents byte-equal: whitespace and
-// object member order do not change the fingerprint (encoding/json writes
-// map keys sorted); numbers keep their literal text. A body that is not
-// JSON is fingerprinted as sent.
+// object member order do not change the fingerprint (the form is
+// json.Marshal's of the decoded document: keys sorted); numbers keep their
+// literal text. It is written in one pass, without building the document
+// (canonical.go), so a keyed write's fingerprint costs about its body's
+// size whatever the body's shape. A body that is not JSON is fingerprinted
+// as sent, and so is one nested deeper than httpx.MaxJSONDepth: the
+// handler's decoder refuses it (400 body_too_deep).
 func canonicalBody(b []byte) []byte {
 	trimmed := bytes.TrimSpace(b)
 	if len(trimmed) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil || dec.More() {
+	if httpx.TooDeep(trimmed) {
 		return b
 	}
-	out, err := json.Marshal(v)
-	if err != nil {
+	out, ok := canonicalJSON(trimmed)
+	if !ok {
 		return b
 	}
 	return out

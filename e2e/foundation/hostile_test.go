@@ -3,6 +3,7 @@ package foundation_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,7 +39,24 @@ var hostileBodies = map[string]string{
 	"oversize":        `{"reason":"` + strings.Repeat("x", 2<<20) + `"}`,
 	"deep nesting":    strings.Repeat(`{"a":`, 2000) + `1` + strings.Repeat(`}`, 2000),
 	"number overflow": `{"amount":1e400,"reservation_id":99999999999999999999999}`,
+	// Issue 36: nesting 10, 1,000 and 100,000 levels deep (200 KB, the
+	// probe that took gigabytes and no answer), in a field every route
+	// would read as data. A route that takes no body says so first.
+	"nesting 10":     nestedBody(10),
+	"nesting 1000":   nestedBody(1000),
+	"nesting 100000": nestedBody(100_000),
 }
+
+// nestedBody is a JSON object whose "body" member nests arrays until the
+// document is depth levels deep.
+func nestedBody(depth int) string {
+	return `{"body":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`
+}
+
+// tooDeep names the hostile bodies nested past httpx.MaxJSONDepth: a route
+// that reads them answers 400 body_too_deep (auth, a signature or the path
+// may refuse them first, with their own 4xx).
+var tooDeep = map[string]bool{"deep nesting": true, "nesting 1000": true, "nesting 100000": true}
 
 // hostilePaths replace every path parameter, and hostileQueries are added
 // to every route.
@@ -86,6 +104,15 @@ func fill(route string, value func(param string) string) string {
 		}
 	}
 	return strings.Join(parts, "/")
+}
+
+// problemCode is the code member of a problem document ("" if none).
+func problemCode(b []byte) string {
+	var p struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(b, &p)
+	return p.Code
 }
 
 // snapshot fingerprints every table of the public schema.
@@ -199,7 +226,7 @@ func TestNoRouteAnswers500ToHostileInput(t *testing.T) {
 			}
 		}
 	}
-	requests := 0
+	requests, refusedDeep := 0, 0
 	_ = problem
 	for _, r := range routes {
 		takesBody := r.method == "POST" || r.method == "PUT" || r.method == "PATCH"
@@ -240,12 +267,22 @@ func TestNoRouteAnswers500ToHostileInput(t *testing.T) {
 			path := fill(r.path, func(p string) string { return plausible(r.path, p) })
 			for name, body := range hostileBodies {
 				st, h, b := send(r.method, path, []byte(body), tok)
-				check(fmt.Sprintf("%s %s as %s with %s", r.method, path, who, name), st, h, b)
+				what := fmt.Sprintf("%s %s as %s with %s", r.method, path, who, name)
+				check(what, st, h, b)
+				if tooDeep[name] && st == http.StatusBadRequest {
+					if code := problemCode(b); code != "body_too_deep" && code != "body_not_allowed" {
+						fail("%s: want 400 body_too_deep, got %s: %.200s", what, code, b)
+					}
+					if problemCode(b) == "body_too_deep" {
+						refusedDeep++
+					}
+				}
 				requests++
 			}
 		}
 	}
-	t.Logf("%d routes, %d hostile requests", len(routes), requests)
+	t.Logf("%d routes, %d hostile requests, %d refused as too deep", len(routes), requests, refusedDeep)
+	require.Greater(t, refusedDeep, 3*20, "the deep bodies reach the decoder of most routes that take a body")
 	require.Empty(t, failures, "%d hostile requests were not refused cleanly:\n%s", len(failures), strings.Join(failures, "\n"))
 	require.Equal(t, before, snapshot(t, a), "a refused request changed no row")
 	e2etest.Assert(t, a.Pool)

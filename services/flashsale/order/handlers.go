@@ -2,7 +2,6 @@ package order
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 
@@ -88,11 +87,7 @@ func (h *handlers) pay(c echo.Context) error {
 func (h *handlers) callback(c echo.Context) error {
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxCallbackBytes+1))
 	if err != nil {
-		var he *echo.HTTPError
-		if errors.As(err, &he) {
-			return he
-		}
-		return httpx.BadRequest("unreadable_body", "could not read the callback body")
+		return httpx.ReadProblem(err) // 413 past the body limit, 408 a body that trickled past its deadline
 	}
 	if len(body) > MaxCallbackBytes {
 		return httpx.NewProblem(http.StatusRequestEntityTooLarge, "body_too_large", "a callback is at most %d bytes", MaxCallbackBytes)
