@@ -36,8 +36,11 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	t.Parallel()
 	a, b := start(t)
 
-	// Signed out, the console sends a person to the sign-in form.
+	// Signed out, the book reads (the chapter list, with a way to sign
+	// in); an operator's page sends a person to the sign-in form.
 	b.open("/")
+	b.waitFor(`document.querySelector("#signin-link") && document.querySelector("table.chapters")`, 10*time.Second)
+	b.open("/console/queue")
 	b.waitFor(`location.pathname === "/console/signin"`, 10*time.Second)
 
 	b.signIn(a.Token(t, admin, httpx.RoleAdmin))
@@ -52,7 +55,7 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	b.submit("#signout", `location.pathname === "/console/signin" && document.querySelector("#msg")`, 10*time.Second)
 	require.Contains(t, b.text("#msg"), "Signed out")
 	require.Nil(t, b.cookies()["fencelab_console"], "signing out removes the cookie")
-	b.open("/console/chapters/points")
+	b.open("/console/inbox")
 	b.waitFor(`location.pathname === "/console/signin"`, 10*time.Second)
 
 	// A token signed with another secret, and an expired one, are refused.

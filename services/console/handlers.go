@@ -508,7 +508,11 @@ func (c *Console) callAPI(ec echo.Context, method, path string, body []byte) (in
 	if err != nil {
 		return http.StatusInternalServerError, []byte(err.Error())
 	}
-	req.Header.Set("Authorization", "Bearer "+tokenOf(ec))
+	tok, err := c.apiToken(ec)
+	if err != nil {
+		return http.StatusInternalServerError, []byte(err.Error())
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -111,3 +111,14 @@ func (c *Console) render(ec echo.Context, status int, page string, data map[stri
 func (c *Console) fail(ec echo.Context, status int, title, detail string) error {
 	return c.render(ec, status, "error.html", map[string]any{"Title": title, "Detail": detail, "Status": status, "StatusText": http.StatusText(status)})
 }
+
+// favicon answers /favicon.ico, which every browser asks for, with the
+// small embedded icon (a 404 there fills logs and devtools with noise).
+func (c *Console) favicon(ec echo.Context) error {
+	b, err := fs.ReadFile(static(), "favicon.ico")
+	if err != nil {
+		return err
+	}
+	ec.Response().Header().Set("Cache-Control", "public, max-age=86400")
+	return ec.Blob(http.StatusOK, "image/x-icon", b)
+}
