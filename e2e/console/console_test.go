@@ -235,9 +235,10 @@ func TestConsoleUserCannotReachAdminPages(t *testing.T) {
 		b.open(p)
 		require.Contains(t, b.text("h1"), "403", p)
 	}
-	// No run button for a user on a chapter page.
+	// A user's Run buttons lead to signing in as admin; none starts a run.
 	b.open("/console/chapters/points")
-	require.Zero(t, eval[int](b, `document.querySelectorAll("button.run").length`))
+	require.Zero(t, eval[int](b, `document.querySelectorAll('form[action="/console/experiments/run"]').length`))
+	require.Positive(t, eval[int](b, `document.querySelectorAll('form[action="/console/signin"] button.run').length`))
 
 	// The actions, posted with the user's own valid session and CSRF token:
 	// refused for the role, not for the form.

@@ -52,6 +52,7 @@ type chapterView struct {
 	lab.Chapter
 	Invariants  []invView
 	Experiments []lab.Experiment
+	Cluster     []clusterExperiment // experiments that need a whole cluster
 	Red         int
 }
 
@@ -68,7 +69,7 @@ func (c *Console) chapters(res *checkResult) []chapterView {
 	all := append(append([]lab.Chapter(nil), lab.Chapters...), lab.Chapter{N: 0, Slug: "", Title: "Foundation (no chapter)"})
 	out := make([]chapterView, 0, len(all))
 	for _, ch := range all {
-		cv := chapterView{Chapter: ch}
+		cv := chapterView{Chapter: ch, Cluster: clusterExperiments[ch.Slug]}
 		for _, inv := range c.o.Invariants.All() {
 			if chapterOf(inv) != ch.Slug {
 				continue
@@ -136,11 +137,34 @@ func (c *Console) chapter(ec echo.Context) error {
 		cv.Chapter, _ = lab.ChapterOf(slug)
 	}
 	runs := map[string][]*run{}
+	exps := map[string]lab.Experiment{}
+	ids := map[string]bool{}
 	for _, e := range cv.Experiments {
 		runs[e.ID] = c.runs.Recent(e.ID, 5)
+		exps[e.ID] = e
+		ids[e.ID] = true
+	}
+	invs := map[string]invView{}
+	for _, v := range cv.Invariants {
+		invs[v.ID] = v
+	}
+	var book *bookText
+	if slug != "" {
+		t, err := chapterText(slug, ids)
+		if err != nil {
+			return err
+		}
+		book = t
+	}
+	s := sessionOf(ec)
+	csrf := ""
+	if s != nil {
+		csrf = s.CSRF
 	}
 	return c.render(ec, http.StatusOK, "chapter.html", map[string]any{
 		"C": cv, "Check": res, "Runs": runs, "LabEnabled": c.runs.Enabled(), "Red": cv.Red,
+		"Book": book, "Exps": exps, "Invs": invs, "Admin": s.Admin(), "SignedIn": s != nil, "CSRF": csrf,
+		"Cluster": clusterExperiments[slug], "ExpCount": len(cv.Experiments) + len(clusterExperiments[slug]),
 	})
 }
 

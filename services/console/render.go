@@ -55,7 +55,9 @@ var funcs = template.FuncMap{
 		}
 		return m
 	},
-	"depth": func(m map[claim.State]int64, s claim.State) int64 { return m[s] },
+	"depth":   func(m map[claim.State]int64, s claim.State) int64 { return m[s] },
+	"noNaive": func() string { return noNaive },
+	"anchor":  anchor,
 }
 
 // parsePages parses each page with the layout.
