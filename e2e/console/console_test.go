@@ -149,16 +149,19 @@ func TestConsoleRunsAnExperimentAndDrawsItsTimeline(t *testing.T) {
 	require.Contains(t, b.text("#naive-verdict"), "Caught", b.text("main"))
 	require.Contains(t, b.text("#naive-verdict"), "PTS-I1")
 	for _, v := range []string{"guarded", "naive"} {
-		lanes := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s svg.swimlane rect.lane").length`, v))
-		steps := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s svg.swimlane g.step[data-outcome]").length`, v))
-		require.Greater(t, lanes, 2, "%s: one lane per actor", v)
+		lanes := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s .swimlane .lanes .lane").length`, v))
+		steps := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s .swimlane svg.step[data-outcome]").length`, v))
+		require.Greater(t, lanes, 100, "%s: one lane per actor, every one of the 100 debitors drawn", v)
+		require.Equal(t, eval[int](b, fmt.Sprintf(`+document.querySelector("#%s .swimlane").dataset.actors`, v)), lanes, v)
 		require.Greater(t, steps, 100, "%s: a marker per step", v)
+		// The last lane is reachable: the list scrolls to it.
+		require.True(t, eval[bool](b, fmt.Sprintf(`(() => { const l = [...document.querySelectorAll("#%s .swimlane .lanes .lane")].pop(); l.scrollIntoView(); const r = l.getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight })()`, v)), v)
 	}
 	// Guarded: 33 accepted, 67 refused, nothing violating. Naive: the
 	// unguarded subtractions are drawn as violations and PTS-I1's rows shown.
-	require.Equal(t, 67, eval[int](b, `document.querySelectorAll('#guarded svg.swimlane g.step[data-outcome="refused"]').length`))
-	require.Zero(t, eval[int](b, `document.querySelectorAll('#guarded svg.swimlane g.step[data-outcome="violates"]').length`))
-	require.Greater(t, eval[int](b, `document.querySelectorAll('#naive svg.swimlane g.step[data-outcome="violates"]').length`), 33)
+	require.Equal(t, 67, eval[int](b, `document.querySelectorAll('#guarded .swimlane svg.step[data-outcome="refused"]').length`))
+	require.Zero(t, eval[int](b, `document.querySelectorAll('#guarded .swimlane svg.step[data-outcome="violates"]').length`))
+	require.Greater(t, eval[int](b, `document.querySelectorAll('#naive .swimlane svg.step[data-outcome="violates"]').length`), 33)
 	require.Contains(t, b.text(`#naive div.invariant[data-invariant="PTS-I1"]`), "acct-0042")
 
 	if p := os.Getenv("FENCELAB_CONSOLE_SCREENSHOT"); p != "" {

@@ -198,7 +198,7 @@ type runView struct {
 	R       *lab.Result
 	Steps   []string
 	More    int
-	Red     []lab.InvariantView
+	Red     []redView
 	Refused int
 	Violate int
 }
@@ -222,10 +222,46 @@ func viewOf(title string, r *lab.Result) *runView {
 	v.More = max(0, len(r.Timeline)-stepsShown)
 	for _, iv := range r.Invariants {
 		if !iv.Holds {
-			v.Red = append(v.Red, iv)
+			rv := redView{InvariantView: iv}
+			for _, row := range iv.Rows {
+				cells := make([]string, len(row))
+				for i, x := range row {
+					cells[i] = fmt.Sprint(x)
+					if x == nil {
+						cells[i] = "—"
+					}
+				}
+				if schemaFact(cells) {
+					rv.Schema = append(rv.Schema, cells)
+				} else {
+					rv.Data = append(rv.Data, cells)
+				}
+			}
+			v.Red = append(v.Red, rv)
 		}
 	}
 	return v
+}
+
+// redView is an invariant that reported rows in a run, its rows split
+// into the data that breaks it and facts about the schema (a constraint
+// or trigger the naive version runs without): they answer different
+// questions and are shown apart.
+type redView struct {
+	lab.InvariantView
+	Data, Schema [][]string
+}
+
+// schemaFact reports whether an invariant's row states a fact about the
+// schema rather than naming data: the invariants word those rows "…
+// constraint missing …", "… trigger missing or not always enabled".
+func schemaFact(cells []string) bool {
+	if len(cells) == 0 {
+		return false
+	}
+	p := strings.ToLower(cells[0])
+	return strings.Contains(p, "missing") && (strings.Contains(p, "constraint") || strings.Contains(p, "trigger") ||
+		strings.Contains(p, "index") || strings.Contains(p, "check"))
 }
 
 func (c *Console) runPage(ec echo.Context) error {
@@ -308,9 +344,18 @@ func (c *Console) queue(ec echo.Context) error {
 	return c.render(ec, http.StatusOK, "queue.html", map[string]any{
 		"Table": table, "States": queueStates, "Review": review, "Unknown": unknown,
 		"Throughput": throughput(ss, time.Minute),
-		"Chart": chart("claim jobs: ready, running, waiting for a person", times,
-			series{"ready", "s1", ready}, series{"running", "s2", running}, series{"unknown + needs_review", "s3", waiting}),
+		"Chart": chart("Claim jobs over the last minutes: ready, running, waiting for a person", times,
+			series{"ready", "s1", ready}, series{"running", "s2", running}, series{"waiting for a person (unknown + needs_review)", waitingClass(waiting), waiting}),
 	})
+}
+
+// waitingClass colours the jobs waiting for a person red only while some
+// are: a chart is not an alarm when nothing is wrong.
+func waitingClass(waiting []float64) string {
+	if len(waiting) > 0 && waiting[len(waiting)-1] > 0 {
+		return "trouble"
+	}
+	return "s3"
 }
 
 // throughput is the attempts this process finished per second over the
@@ -572,8 +617,8 @@ func (c *Console) outboxPage(ec echo.Context) error {
 	}
 	return c.render(ec, http.StatusOK, "outbox.html", map[string]any{
 		"Consumers": ss, "Now": time.Now(),
-		"ChartEvents":  chart("largest consumer lag (events)", times, series{"lag events", "s1", lagE}),
-		"ChartSeconds": chart("largest consumer lag (seconds)", times, series{"lag seconds", "s2", lagS}),
+		"ChartEvents":  chart("Largest consumer lag, in events", times, series{"events behind", "s1", lagE}),
+		"ChartSeconds": chart("Largest consumer lag, in seconds", times, series{"seconds behind", "s1", lagS}),
 	})
 }
 

@@ -58,6 +58,7 @@ var funcs = template.FuncMap{
 	"depth":   func(m map[claim.State]int64, s claim.State) int64 { return m[s] },
 	"noNaive": func() string { return noNaive },
 	"anchor":  anchor,
+	"legend":  legend,
 }
 
 // parsePages parses each page with the layout.
