@@ -17,11 +17,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/services/flashsale/order"
+	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/notify"
 )
 
@@ -622,10 +624,14 @@ func (c *Console) outboxPage(ec echo.Context) error {
 	})
 }
 
-// gauge is one admission limiter as its metrics show it.
+// gauge is one admission limiter as its metrics show it, with its
+// configured limit and wait line (0: not known to the console).
 type gauge struct {
 	Limiter                  string
 	InUse, Waiting, Rejected float64
+	Limit, WaitLine          int
+	MaxWait                  time.Duration
+	Guards                   string // what it admits, in a reader's words
 }
 
 // admission reads the limiters' gauges from this process's metrics: the
@@ -637,7 +643,31 @@ func (c *Console) admission(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.render(ec, http.StatusOK, "admission.html", map[string]any{"Gauges": list})
+	// The limits: the write limiter's from the process's own settings,
+	// the reservations' from flashsale's admission API (the same numbers
+	// GET /flashsale/admin/admission answers).
+	hs, _ := app.LoadHTTPSettings(c.d.Config)
+	var fs struct {
+		Limit    int `json:"limit"`
+		WaitLine int `json:"wait_line"`
+	}
+	if status, body := c.callAPI(ec, http.MethodGet, "/flashsale/admin/admission", nil); status == http.StatusOK {
+		_ = json.Unmarshal(body, &fs)
+	}
+	out := make([]gauge, 0, len(list))
+	for _, g := range list {
+		v := *g
+		switch v.Limiter {
+		case "write":
+			v.Limit, v.WaitLine, v.MaxWait = hs.AdmissionLimit, hs.AdmissionWaitLine, hs.AdmissionMaxWait
+			v.Guards = "every write request of the API (POST, PUT, PATCH, DELETE)"
+		case reserve.LimiterName:
+			v.Limit, v.WaitLine = fs.Limit, fs.WaitLine
+			v.Guards = "flash-sale reservations' work in the database"
+		}
+		out = append(out, v)
+	}
+	return c.render(ec, http.StatusOK, "admission.html", map[string]any{"Gauges": out})
 }
 
 func (c *Console) gatherGauges() ([]*gauge, error) {
