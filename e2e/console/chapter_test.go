@@ -48,7 +48,7 @@ func TestConsoleRendersTheChapterText(t *testing.T) {
 	for _, id := range points {
 		// The heading that names the experiment, then its run block with the
 		// Run button before anything else of the text.
-		h := strings.Index(text, `<h4 id="exp-`+strings.ReplaceAll(id, "/", "--")+`">`)
+		h := strings.Index(text, ` id="exp-`+strings.ReplaceAll(id, "/", "--")+`"><code>`)
 		require.Greater(t, h, last, "%s: its heading, in the text's order", id)
 		next := strings.Index(text[h+1:], "<h")
 		block := text[h:]
@@ -62,7 +62,7 @@ func TestConsoleRendersTheChapterText(t *testing.T) {
 	// Every experiment says its naive version or why it has none.
 	require.Equal(t, len(points), strings.Count(text, "<strong>Naive version:</strong>")+strings.Count(text, "<strong>No naive version:</strong>"))
 	// The invariants' live status sits under their headings.
-	require.Regexp(t, regexp.MustCompile(`<h4 id="text-PTS-I4">[^<]*PTS-I4[\s\S]*?data-invariant-status="PTS-I4"`), text)
+	require.Regexp(t, regexp.MustCompile(`<h[2-6] id="text-PTS-I4">[^<]*PTS-I4[\s\S]*?data-invariant-status="PTS-I4"`), text)
 
 	// Signed in as admin, the same buttons start a run.
 	c2 := newClient(t, a.URL)

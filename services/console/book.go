@@ -87,6 +87,7 @@ func renderChapter(src []byte, ids map[string]bool) (*bookText, error) {
 	var images []*ast.Image
 	var links []*ast.Link
 	first := true
+	prev := 1 // the page's own <h1>
 	_ = ast.Walk(doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
 		if !entering {
 			return ast.WalkContinue, nil
@@ -101,6 +102,13 @@ func renderChapter(src []byte, ids map[string]bool) (*bookText, error) {
 				return ast.WalkSkipChildren, nil
 			}
 			first = false
+			// A heading never goes more than one level below the one
+			// before it (the chapters jump from ## to ####): a reader
+			// navigating by headings finds no gap (WCAG 1.3.1).
+			if n.Level > prev+1 {
+				n.Level = prev + 1
+			}
+			prev = n.Level
 			if ids[label] && !placed[label] {
 				placed[label] = true
 				id := anchor(label)
@@ -149,7 +157,9 @@ func renderChapter(src []byte, ids map[string]bool) (*bookText, error) {
 	if err := md.Renderer().Render(&out, src, doc); err != nil {
 		return nil, err
 	}
-	html := out.String()
+	// A table whose first header cell is empty labels nothing there: a
+	// data cell says so to a screen reader.
+	html := strings.ReplaceAll(out.String(), "<th></th>", "<td></td>")
 	t := &bookText{Placed: placed}
 	for _, m := range marks {
 		open := strings.Index(html, ` id="`+template.HTMLEscapeString(m.id)+`"`)

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -30,14 +31,21 @@ func TestEveryChapterHasItsTextWithExperimentsPlaced(t *testing.T) {
 		html.WriteString(string(s.HTML))
 		if s.Exp != "" {
 			exps = append(exps, s.Exp)
-			require.True(t, strings.HasSuffix(strings.TrimSpace(string(s.HTML)), "</h4>"), "a run block follows its experiment's heading")
+			require.Regexp(t, `<h[2-6] id="exp-[^"]+"><code>`+s.Exp+`</code></h[2-6]>\s*$`, string(s.HTML), "a run block follows its experiment's heading")
 		}
 	}
 	require.Equal(t, []string{"points/concurrent-debits", "points/lost-response"}, exps, "in the text's order")
 	out := html.String()
 	require.NotContains(t, out, "<h1", "the page's own h1 carries the title")
 	require.NotContains(t, out, "<img", "pictures become their caption")
-	require.Contains(t, out, `<h4 id="text-PTS-I4">`, "an invariant's heading is marked for its live status")
+	require.Regexp(t, `<h[2-6] id="text-PTS-I4">`, out, "an invariant's heading is marked for its live status")
+	// Headings never skip a level.
+	prev := 1
+	for _, m := range regexp.MustCompile(`<h([1-6])[ >]`).FindAllStringSubmatch(out, -1) {
+		l := int(m[1][0] - '0')
+		require.LessOrEqual(t, l, prev+1, "a heading h%d after h%d", l, prev)
+		prev = l
+	}
 }
 
 // Raw HTML in a chapter never reaches the page (the page runs no script).

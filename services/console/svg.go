@@ -123,16 +123,22 @@ func swimlane(res *lab.Result) template.HTML {
 	for i := 0; i <= 4; i++ {
 		fmt.Fprintf(&b, `<span>+%.3fs</span>`, span.Seconds()*float64(i)/4)
 	}
-	b.WriteString(`</span></div><div class="lanes" tabindex="0" role="region" aria-label="lanes, one per actor">`)
+	version := "guarded"
+	if res.Naive {
+		version = "naive"
+	}
+	fmt.Fprintf(&b, `</span></div><div class="lanes" tabindex="0" role="region" aria-label="%s version: a lane per actor">`, version)
 	for i, a := range actors {
 		fmt.Fprintf(&b, `<div class="lane" data-actor="%s"><span class="actor" title="%s">%s</span>`, esc(a), esc(a), esc(trunc(a, 22)))
-		fmt.Fprintf(&b, `<svg class="track" width="100%%" height="%d" aria-hidden="true">`, laneH)
+		// The track's padding holds the markers' overhang at either end,
+		// so no marker ever covers the label beside it.
+		fmt.Fprintf(&b, `<span class="track"><svg width="100%%" height="%d" aria-hidden="true">`, laneH)
 		for _, s := range byLane[i] {
 			cls := outcomeClass(s.Outcome)
 			fmt.Fprintf(&b, `<svg x="%.2f%%" overflow="visible" class="step %s" data-outcome="%s"><title>%s</title>%s</svg>`,
 				pct(s.At), cls, esc(s.Outcome), esc(lab.FormatStep(s, t0)), markOf(cls).shape)
 		}
-		b.WriteString(`</svg></div>`)
+		b.WriteString(`</svg></span></div>`)
 	}
 	b.WriteString(`</div></div>`)
 	return template.HTML(b.String())
