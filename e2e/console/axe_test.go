@@ -98,7 +98,8 @@ func (b *tab) axe(src string) []string {
 func TestConsolePagesPassAxe(t *testing.T) {
 	t.Parallel()
 	src := axeSource(t)
-	a, b := start(t)
+	a := e2etest.Start(t, e2etest.Options{})
+	b := newTabWithin(t, a.URL, 20*time.Minute)
 	ctx := context.Background()
 	tok := a.Token(t, admin, httpx.RoleAdmin)
 
