@@ -19,6 +19,10 @@ import (
 	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
+// EnvConsoleShots names a directory where TestConsolePagesPassAxe saves a
+// screenshot of every page it checks (to look at them as a reader would).
+const EnvConsoleShots = "FENCELAB_CONSOLE_SHOTS"
+
 // axeSource is axe-core's browser bundle, from the pinned npm tools
 // (tools/npm/package.json).
 func axeSource(t *testing.T) string {
@@ -124,6 +128,9 @@ func TestConsolePagesPassAxe(t *testing.T) {
 		t.Helper()
 		b.open(path)
 		b.waitFor(`document.querySelector("main")`, 20*time.Second)
+		if dir := os.Getenv(EnvConsoleShots); dir != "" {
+			b.screenshot(filepath.Join(dir, strings.ReplaceAll(who, " ", "-")+strings.NewReplacer("/", "_").Replace(path)+".png"))
+		}
 		for _, f := range b.axe(src) {
 			failures = append(failures, fmt.Sprintf("%s %s: %s", who, path, f))
 		}
