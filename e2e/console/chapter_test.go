@@ -84,5 +84,12 @@ func TestConsoleRendersTheChapterText(t *testing.T) {
 		require.True(t, strings.Contains(page, `href="/console/chapters/`+slug+`#exp-`+strings.ReplaceAll(e.ID, "/", "--")+`"`), "the chapter list links %s", e.ID)
 	}
 	require.Contains(t, page, "CORE-I0: the schema is whole")
+
+	// Every browser asks for /favicon.ico; it is a small embedded icon.
+	status, icon, h := c.do(http.MethodGet, "/favicon.ico", nil, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "image/x-icon", h.Get("Content-Type"))
+	require.True(t, strings.HasPrefix(icon, "\x00\x00\x01\x00"), "an ICO file")
+	require.Less(t, len(icon), 4096)
 	require.Contains(t, page, "names its chapter and its number", "invariant IDs are explained in the text")
 }

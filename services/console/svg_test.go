@@ -65,3 +65,12 @@ func TestSchemaFactsAreToldFromDataRows(t *testing.T) {
 	require.False(t, schemaFact([]string{"negative balance", "acct-0042", "-20"}))
 	require.False(t, schemaFact(nil))
 }
+
+// The queue chart's waiting series is red only while jobs wait for a
+// person: a chart is not an alarm when nothing is wrong.
+func TestTheQueueChartIsRedOnlyWhenJobsWait(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "s3", waitingClass(nil))
+	require.Equal(t, "s3", waitingClass([]float64{3, 1, 0}), "they waited earlier, none now")
+	require.Equal(t, "trouble", waitingClass([]float64{0, 0, 2}))
+}
