@@ -21,9 +21,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -104,9 +106,9 @@ type side struct {
 	name     string
 	p        *app.Process
 	h        http.Handler
-	tok      string
-	reviewID int64 // a job waiting for review
-	oldID    int64 // the oldest job
+	tok      string // the console session's cookie value
+	reviewID int64  // a job waiting for review
+	oldID    int64  // the oldest job
 }
 
 func run(ctx context.Context, c config, urls [2]string, mods []app.Module) error {
@@ -132,7 +134,12 @@ func run(ctx context.Context, c config, urls [2]string, mods []app.Module) error
 		if _, err := p.Deps.Pool.Exec(ctx, sqlLive); err != nil {
 			return fmt.Errorf("bench console: live rows: %w", err)
 		}
-		sides[i] = &side{name: name, p: p, h: p.HTTP(), tok: tok}
+		h := p.HTTP()
+		session, err := signIn(h, tok)
+		if err != nil {
+			return err
+		}
+		sides[i] = &side{name: name, p: p, h: h, tok: session}
 	}
 	empty, hist := sides[0], sides[1]
 	pool := hist.p.Deps.Pool
@@ -216,6 +223,32 @@ func run(ctx context.Context, c config, urls [2]string, mods []app.Module) error
 	fmt.Printf("RESULT console history_jobs=%d pages=%d worst_p99_page=%q worst_p99_ms=%.2f worst_p50_ratio=%.2f worst_ratio_page=%q check_ms_empty=%.0f check_ms_history=%.0f\n",
 		finished, len(pages), worst, worstP99, worstRatio, worstRatioPage, checks[0], checks[1])
 	return nil
+}
+
+// signIn opens a console session with tok through the sign-in form, as
+// a browser does, and returns the session cookie's value (the console
+// keeps sessions on the server; the cookie is never the token).
+func signIn(h http.Handler, tok string) (string, error) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/console/signin", nil))
+	var pre string
+	for _, ck := range rec.Result().Cookies() {
+		if ck.Name == "fencelab_console_pre" {
+			pre = ck.Value
+		}
+	}
+	form := url.Values{"pre": {pre}, "token": {tok}, "next": {"/"}}
+	req := httptest.NewRequest(http.MethodPost, "/console/signin", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: "fencelab_console_pre", Value: pre})
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	for _, ck := range rec.Result().Cookies() {
+		if ck.Name == "fencelab_console" && ck.Value != "" {
+			return ck.Value, nil
+		}
+	}
+	return "", fmt.Errorf("bench console: sign-in answered %d without a session: %s", rec.Code, trunc(rec.Body.String(), 300))
 }
 
 type timing struct{ p50, p99, max float64 }

@@ -104,8 +104,15 @@ type tab struct {
 
 func newTab(t *testing.T, base string) *tab {
 	t.Helper()
+	return newTabWithin(t, base, 5*time.Minute)
+}
+
+// newTabWithin is newTab for a test that needs the tab longer than 5
+// minutes (one that walks every page after a lab run).
+func newTabWithin(t *testing.T, base string, d time.Duration) *tab {
+	t.Helper()
 	ctx, cancel := chromedp.NewContext(browser(t), chromedp.WithNewBrowserContext())
-	ctx, cancelT := context.WithTimeout(ctx, 5*time.Minute)
+	ctx, cancelT := context.WithTimeout(ctx, d)
 	tb := &tab{t: t, ctx: ctx, base: base}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -36,8 +36,11 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	t.Parallel()
 	a, b := start(t)
 
-	// Signed out, the console sends a person to the sign-in form.
+	// Signed out, the book reads (the chapter list, with a way to sign
+	// in); an operator's page sends a person to the sign-in form.
 	b.open("/")
+	b.waitFor(`document.querySelector("#signin-link") && document.querySelector("table.chapters")`, 10*time.Second)
+	b.open("/console/queue")
 	b.waitFor(`location.pathname === "/console/signin"`, 10*time.Second)
 
 	b.signIn(a.Token(t, admin, httpx.RoleAdmin))
@@ -52,7 +55,7 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	b.submit("#signout", `location.pathname === "/console/signin" && document.querySelector("#msg")`, 10*time.Second)
 	require.Contains(t, b.text("#msg"), "Signed out")
 	require.Nil(t, b.cookies()["fencelab_console"], "signing out removes the cookie")
-	b.open("/console/chapters/points")
+	b.open("/console/inbox")
 	b.waitFor(`location.pathname === "/console/signin"`, 10*time.Second)
 
 	// A token signed with another secret, and an expired one, are refused.
@@ -146,16 +149,20 @@ func TestConsoleRunsAnExperimentAndDrawsItsTimeline(t *testing.T) {
 	require.Contains(t, b.text("#naive-verdict"), "Caught", b.text("main"))
 	require.Contains(t, b.text("#naive-verdict"), "PTS-I1")
 	for _, v := range []string{"guarded", "naive"} {
-		lanes := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s svg.swimlane rect.lane").length`, v))
-		steps := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s svg.swimlane g.step[data-outcome]").length`, v))
-		require.Greater(t, lanes, 2, "%s: one lane per actor", v)
+		lanes := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s .swimlane .lanes .lane").length`, v))
+		steps := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s .swimlane svg.step[data-outcome]").length`, v))
+		require.Greater(t, lanes, 100, "%s: one lane per actor, every one of the 100 debitors drawn", v)
+		require.Equal(t, eval[int](b, fmt.Sprintf(`+document.querySelector("#%s .swimlane").dataset.actors`, v)), lanes, v)
 		require.Greater(t, steps, 100, "%s: a marker per step", v)
+		// The last lane is reachable: its group opens with one click.
+		b.click(fmt.Sprintf("#%s .more-lanes summary", v))
+		require.True(t, eval[bool](b, fmt.Sprintf(`(() => { const l = [...document.querySelectorAll("#%s .swimlane .lanes .lane")].pop(); l.scrollIntoView(); const r = l.getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight })()`, v)), v)
 	}
 	// Guarded: 33 accepted, 67 refused, nothing violating. Naive: the
 	// unguarded subtractions are drawn as violations and PTS-I1's rows shown.
-	require.Equal(t, 67, eval[int](b, `document.querySelectorAll('#guarded svg.swimlane g.step[data-outcome="refused"]').length`))
-	require.Zero(t, eval[int](b, `document.querySelectorAll('#guarded svg.swimlane g.step[data-outcome="violates"]').length`))
-	require.Greater(t, eval[int](b, `document.querySelectorAll('#naive svg.swimlane g.step[data-outcome="violates"]').length`), 33)
+	require.Equal(t, 67, eval[int](b, `document.querySelectorAll('#guarded .swimlane svg.step[data-outcome="refused"]').length`))
+	require.Zero(t, eval[int](b, `document.querySelectorAll('#guarded .swimlane svg.step[data-outcome="violates"]').length`))
+	require.Greater(t, eval[int](b, `document.querySelectorAll('#naive .swimlane svg.step[data-outcome="violates"]').length`), 33)
 	require.Contains(t, b.text(`#naive div.invariant[data-invariant="PTS-I1"]`), "acct-0042")
 
 	if p := os.Getenv("FENCELAB_CONSOLE_SCREENSHOT"); p != "" {
@@ -232,9 +239,10 @@ func TestConsoleUserCannotReachAdminPages(t *testing.T) {
 		b.open(p)
 		require.Contains(t, b.text("h1"), "403", p)
 	}
-	// No run button for a user on a chapter page.
+	// A user's Run buttons lead to signing in as admin; none starts a run.
 	b.open("/console/chapters/points")
-	require.Zero(t, eval[int](b, `document.querySelectorAll("button.run").length`))
+	require.Zero(t, eval[int](b, `document.querySelectorAll('form[action="/console/experiments/run"]').length`))
+	require.Positive(t, eval[int](b, `document.querySelectorAll('form[action="/console/signin"] button.run').length`))
 
 	// The actions, posted with the user's own valid session and CSRF token:
 	// refused for the role, not for the form.

@@ -6,13 +6,15 @@
 //
 // Pages are server-rendered html/template with embedded assets and no
 // script: everything reads with JavaScript off (a running experiment's page
-// refreshes itself with <meta http-equiv=refresh>). A person signs in by
-// pasting a bearer token; the console keeps it in an HttpOnly,
-// SameSite=Strict cookie and every request re-verifies it, so identity
-// comes from the verified token only, as on the API.
+// refreshes itself with <meta http-equiv=refresh>). The book's pages read
+// signed out. A person signs in by pasting a bearer token: the console
+// verifies it once and opens a session on the server (console_session),
+// whose random id goes into an HttpOnly, SameSite=Strict cookie; signing
+// out deletes the session, so a copied cookie dies with it.
 //
 // The console reads across modules, so it sits beside services.go; core/
-// never imports it. It owns no table. Actions call what the API already
+// never imports it. It owns one table, console_session, purged by
+// console.purge once a session expires. Actions call what the API already
 // has: a notify review decision and an order reconciliation go through the
 // module's own HTTP handler in-process, carrying the person's token, so the
 // decision is recorded with who and why exactly as through the API; a claim
@@ -33,6 +35,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/app"
+	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/services/flashsale/order"
@@ -67,16 +70,17 @@ type Options struct {
 
 // Console is the module's runtime.
 type Console struct {
-	d       app.Deps
-	o       Options
-	log     *slog.Logger
-	pages   map[string]*pageTemplate
-	csrfKey []byte
-	api     *echo.Echo // the deployable's own routes, for actions through the API
-	checks  *checker
-	runs    *Runner
-	samples *sampler
-	gauges  gaugeCache
+	d        app.Deps
+	o        Options
+	log      *slog.Logger
+	pages    map[string]*pageTemplate
+	csrfKey  []byte
+	api      *echo.Echo // the deployable's own routes, for actions through the API
+	checks   *checker
+	sessions *sessionStore
+	runs     *Runner
+	samples  *sampler
+	gauges   gaugeCache
 	// reconcileAfter is the orders' reconciliation delay: an order in
 	// PAYING or REFUNDING past it is shown as waiting for a person.
 	reconcileAfter time.Duration
@@ -122,6 +126,12 @@ func New(d app.Deps, o Options) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
+	ttl := DefaultSessionTTL
+	r := app.NewSettingsReader(d.Config, "console")
+	r.Duration("FENCELAB_CONSOLE_SESSION_TTL", &ttl, time.Minute, 30*24*time.Hour)
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
 	// The CSRF key derives from the token secret: every replica computes
 	// the same token for a session, and nothing new must be configured.
 	mac := hmac.New(sha256.New, []byte(d.Config.TokenSecret))
@@ -129,6 +139,7 @@ func New(d app.Deps, o Options) (*Console, error) {
 	c := &Console{
 		d: d, o: o, log: log, pages: pages, csrfKey: mac.Sum(nil),
 		checks:         newChecker(d.Pool, o.Invariants, o.CheckEvery),
+		sessions:       &sessionStore{pool: d.Pool, ttl: ttl},
 		runs:           o.Runner,
 		samples:        newSampler(o.Samples),
 		reconcileAfter: ocfg.ReconcileAfter,
@@ -137,10 +148,14 @@ func New(d app.Deps, o Options) (*Console, error) {
 }
 
 // Runtime is the console's part of one process: its routes, the charts'
-// sampler and, when it has a runner, the task that removes the lab's
-// scratch cluster when the process stops.
+// sampler, the sessions' retention purge and, when it has a runner, the
+// task that removes the lab's scratch cluster when the process stops.
 func (c *Console) Runtime() app.Runtime {
-	r := app.Runtime{Routes: c.routes, Tasks: []app.Task{{Name: "console-sampler", Run: c.sample}}}
+	r := app.Runtime{Routes: c.routes, Tasks: []app.Task{{Name: "console-sampler", Run: c.sample}},
+		Kinds: []claim.Kind{claim.RetentionKind(PurgeKindName, c.sessions.ttl, func(ctx context.Context) (any, error) {
+			n, err := c.sessions.purge(ctx)
+			return claim.Deleted(n), err
+		})}}
 	if c.runs != nil {
 		r.Tasks = append(r.Tasks, app.Task{Name: "console-lab", Run: func(ctx context.Context) error {
 			<-ctx.Done()

@@ -17,11 +17,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/services/flashsale/order"
+	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/notify"
 )
 
@@ -52,6 +54,7 @@ type chapterView struct {
 	lab.Chapter
 	Invariants  []invView
 	Experiments []lab.Experiment
+	Cluster     []clusterExperiment // experiments that need a whole cluster
 	Red         int
 }
 
@@ -68,7 +71,7 @@ func (c *Console) chapters(res *checkResult) []chapterView {
 	all := append(append([]lab.Chapter(nil), lab.Chapters...), lab.Chapter{N: 0, Slug: "", Title: "Foundation (no chapter)"})
 	out := make([]chapterView, 0, len(all))
 	for _, ch := range all {
-		cv := chapterView{Chapter: ch}
+		cv := chapterView{Chapter: ch, Cluster: clusterExperiments[ch.Slug]}
 		for _, inv := range c.o.Invariants.All() {
 			if chapterOf(inv) != ch.Slug {
 				continue
@@ -136,11 +139,34 @@ func (c *Console) chapter(ec echo.Context) error {
 		cv.Chapter, _ = lab.ChapterOf(slug)
 	}
 	runs := map[string][]*run{}
+	exps := map[string]lab.Experiment{}
+	ids := map[string]bool{}
 	for _, e := range cv.Experiments {
 		runs[e.ID] = c.runs.Recent(e.ID, 5)
+		exps[e.ID] = e
+		ids[e.ID] = true
+	}
+	invs := map[string]invView{}
+	for _, v := range cv.Invariants {
+		invs[v.ID] = v
+	}
+	var book *bookText
+	if slug != "" {
+		t, err := chapterText(slug, ids)
+		if err != nil {
+			return err
+		}
+		book = t
+	}
+	s := sessionOf(ec)
+	csrf := ""
+	if s != nil {
+		csrf = s.CSRF
 	}
 	return c.render(ec, http.StatusOK, "chapter.html", map[string]any{
 		"C": cv, "Check": res, "Runs": runs, "LabEnabled": c.runs.Enabled(), "Red": cv.Red,
+		"Book": book, "Exps": exps, "Invs": invs, "Admin": s.Admin(), "SignedIn": s != nil, "CSRF": csrf,
+		"Cluster": clusterExperiments[slug], "ExpCount": len(cv.Experiments) + len(clusterExperiments[slug]),
 	})
 }
 
@@ -174,7 +200,7 @@ type runView struct {
 	R       *lab.Result
 	Steps   []string
 	More    int
-	Red     []lab.InvariantView
+	Red     []redView
 	Refused int
 	Violate int
 }
@@ -198,10 +224,46 @@ func viewOf(title string, r *lab.Result) *runView {
 	v.More = max(0, len(r.Timeline)-stepsShown)
 	for _, iv := range r.Invariants {
 		if !iv.Holds {
-			v.Red = append(v.Red, iv)
+			rv := redView{InvariantView: iv}
+			for _, row := range iv.Rows {
+				cells := make([]string, len(row))
+				for i, x := range row {
+					cells[i] = fmt.Sprint(x)
+					if x == nil {
+						cells[i] = "—"
+					}
+				}
+				if schemaFact(cells) {
+					rv.Schema = append(rv.Schema, cells)
+				} else {
+					rv.Data = append(rv.Data, cells)
+				}
+			}
+			v.Red = append(v.Red, rv)
 		}
 	}
 	return v
+}
+
+// redView is an invariant that reported rows in a run, its rows split
+// into the data that breaks it and facts about the schema (a constraint
+// or trigger the naive version runs without): they answer different
+// questions and are shown apart.
+type redView struct {
+	lab.InvariantView
+	Data, Schema [][]string
+}
+
+// schemaFact reports whether an invariant's row states a fact about the
+// schema rather than naming data: the invariants word those rows "…
+// constraint missing …", "… trigger missing or not always enabled".
+func schemaFact(cells []string) bool {
+	if len(cells) == 0 {
+		return false
+	}
+	p := strings.ToLower(cells[0])
+	return strings.Contains(p, "missing") && (strings.Contains(p, "constraint") || strings.Contains(p, "trigger") ||
+		strings.Contains(p, "index") || strings.Contains(p, "check"))
 }
 
 func (c *Console) runPage(ec echo.Context) error {
@@ -284,9 +346,18 @@ func (c *Console) queue(ec echo.Context) error {
 	return c.render(ec, http.StatusOK, "queue.html", map[string]any{
 		"Table": table, "States": queueStates, "Review": review, "Unknown": unknown,
 		"Throughput": throughput(ss, time.Minute),
-		"Chart": chart("claim jobs: ready, running, waiting for a person", times,
-			series{"ready", "s1", ready}, series{"running", "s2", running}, series{"unknown + needs_review", "s3", waiting}),
+		"Chart": chart("Claim jobs over the last minutes: ready, running, waiting for a person", times,
+			series{"ready", "s1", ready}, series{"running", "s2", running}, series{"waiting for a person (unknown + needs_review)", waitingClass(waiting), waiting}),
 	})
+}
+
+// waitingClass colours the jobs waiting for a person red only while some
+// are: a chart is not an alarm when nothing is wrong.
+func waitingClass(waiting []float64) string {
+	if len(waiting) > 0 && waiting[len(waiting)-1] > 0 {
+		return "trouble"
+	}
+	return "s3"
 }
 
 // throughput is the attempts this process finished per second over the
@@ -508,7 +579,11 @@ func (c *Console) callAPI(ec echo.Context, method, path string, body []byte) (in
 	if err != nil {
 		return http.StatusInternalServerError, []byte(err.Error())
 	}
-	req.Header.Set("Authorization", "Bearer "+tokenOf(ec))
+	tok, err := c.apiToken(ec)
+	if err != nil {
+		return http.StatusInternalServerError, []byte(err.Error())
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -544,15 +619,19 @@ func (c *Console) outboxPage(ec echo.Context) error {
 	}
 	return c.render(ec, http.StatusOK, "outbox.html", map[string]any{
 		"Consumers": ss, "Now": time.Now(),
-		"ChartEvents":  chart("largest consumer lag (events)", times, series{"lag events", "s1", lagE}),
-		"ChartSeconds": chart("largest consumer lag (seconds)", times, series{"lag seconds", "s2", lagS}),
+		"ChartEvents":  chart("Largest consumer lag, in events", times, series{"events behind", "s1", lagE}),
+		"ChartSeconds": chart("Largest consumer lag, in seconds", times, series{"seconds behind", "s1", lagS}),
 	})
 }
 
-// gauge is one admission limiter as its metrics show it.
+// gauge is one admission limiter as its metrics show it, with its
+// configured limit and wait line (0: not known to the console).
 type gauge struct {
 	Limiter                  string
 	InUse, Waiting, Rejected float64
+	Limit, WaitLine          int
+	MaxWait                  time.Duration
+	Guards                   string // what it admits, in a reader's words
 }
 
 // admission reads the limiters' gauges from this process's metrics: the
@@ -564,7 +643,31 @@ func (c *Console) admission(ec echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.render(ec, http.StatusOK, "admission.html", map[string]any{"Gauges": list})
+	// The limits: the write limiter's from the process's own settings,
+	// the reservations' from flashsale's admission API (the same numbers
+	// GET /flashsale/admin/admission answers).
+	hs, _ := app.LoadHTTPSettings(c.d.Config)
+	var fs struct {
+		Limit    int `json:"limit"`
+		WaitLine int `json:"wait_line"`
+	}
+	if status, body := c.callAPI(ec, http.MethodGet, "/flashsale/admin/admission", nil); status == http.StatusOK {
+		_ = json.Unmarshal(body, &fs)
+	}
+	out := make([]gauge, 0, len(list))
+	for _, g := range list {
+		v := *g
+		switch v.Limiter {
+		case "write":
+			v.Limit, v.WaitLine, v.MaxWait = hs.AdmissionLimit, hs.AdmissionWaitLine, hs.AdmissionMaxWait
+			v.Guards = "every write request of the API (POST, PUT, PATCH, DELETE)"
+		case reserve.LimiterName:
+			v.Limit, v.WaitLine = fs.Limit, fs.WaitLine
+			v.Guards = "flash-sale reservations' work in the database"
+		}
+		out = append(out, v)
+	}
+	return c.render(ec, http.StatusOK, "admission.html", map[string]any{"Gauges": out})
 }
 
 func (c *Console) gatherGauges() ([]*gauge, error) {

@@ -55,7 +55,10 @@ var funcs = template.FuncMap{
 		}
 		return m
 	},
-	"depth": func(m map[claim.State]int64, s claim.State) int64 { return m[s] },
+	"depth":   func(m map[claim.State]int64, s claim.State) int64 { return m[s] },
+	"noNaive": func() string { return noNaive },
+	"anchor":  anchor,
+	"legend":  legend,
 }
 
 // parsePages parses each page with the layout.
@@ -110,4 +113,15 @@ func (c *Console) render(ec echo.Context, status int, page string, data map[stri
 // fail renders an error page with status.
 func (c *Console) fail(ec echo.Context, status int, title, detail string) error {
 	return c.render(ec, status, "error.html", map[string]any{"Title": title, "Detail": detail, "Status": status, "StatusText": http.StatusText(status)})
+}
+
+// favicon answers /favicon.ico, which every browser asks for, with the
+// small embedded icon (a 404 there fills logs and devtools with noise).
+func (c *Console) favicon(ec echo.Context) error {
+	b, err := fs.ReadFile(static(), "favicon.ico")
+	if err != nil {
+		return err
+	}
+	ec.Response().Header().Set("Cache-Control", "public, max-age=86400")
+	return ec.Blob(http.StatusOK, "image/x-icon", b)
 }

@@ -6,24 +6,25 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// routes is the console's route table. Reader pages need a signed-in
-// session of any role; operator pages and every lab run need role admin;
-// every POST carries the session's CSRF token and must come from this
-// origin.
+// routes is the console's route table. The book's pages (the chapter
+// list, a chapter, a run) read signed out too; operator pages and
+// starting a run need a session with role admin; every POST carries the
+// session's CSRF token and must come from this origin.
 func (c *Console) routes(e *echo.Echo) {
 	c.api = e
 	e.GET("/console/static/*", echo.WrapHandler(http.StripPrefix("/console/static/", http.FileServer(http.FS(static())))))
+	e.GET("/favicon.ico", c.favicon)
 	e.GET("/console/signin", c.signinForm)
 	e.POST("/console/signin", c.signin)
 
-	in, admin, csrf := c.signedIn, c.admin, c.csrf
+	read, in, admin, csrf := c.reader, c.signedIn, c.admin, c.csrf
 	e.POST("/console/signout", c.signout, in, csrf)
 
-	// Reader pages.
-	e.GET("/", c.index, in)
-	e.GET("/console", c.index, in)
-	e.GET("/console/chapters/:slug", c.chapter, in)
-	e.GET("/console/runs/:n", c.runPage, in)
+	// Reader pages: no token needed to read the book.
+	e.GET("/", c.index, read)
+	e.GET("/console", c.index, read)
+	e.GET("/console/chapters/:slug", c.chapter, read)
+	e.GET("/console/runs/:n", c.runPage, read)
 	e.POST("/console/check", c.checkNow, in, csrf)
 
 	// The lab: runs start a whole deployable on a scratch database.

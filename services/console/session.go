@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
@@ -17,8 +18,9 @@ import (
 )
 
 const (
-	// sessionCookie carries the bearer token the person pasted. HttpOnly:
-	// no script reads it; SameSite=Strict: no other site's request carries
+	// sessionCookie carries the session's random id (never the token the
+	// person pasted: that is checked once, at sign-in). HttpOnly: no
+	// script reads it; SameSite=Strict: no other site's request carries
 	// it; Secure whenever the console is served over TLS.
 	sessionCookie = "fencelab_console"
 	// preCookie is the sign-in form's double-submit token (there is no
@@ -27,7 +29,9 @@ const (
 	// MaxTokenLen bounds a pasted token (ours are ~200 bytes).
 	MaxTokenLen  = 4096
 	principalKey = "console.principal"
-	tokenKey     = "console.token"
+	// apiTokenTTL is the life of the token an action through the API
+	// carries: minted for the session's person for that one call.
+	apiTokenTTL = time.Minute
 )
 
 // session is the signed-in person as the pages see them.
@@ -43,49 +47,81 @@ func sessionOf(c echo.Context) *session {
 	return s
 }
 
-// tokenOf is the session's bearer token (for actions through the API).
-func tokenOf(c echo.Context) string {
-	t, _ := c.Get(tokenKey).(string)
-	return t
+// apiToken mints a short-lived bearer token for the session's person, for
+// one action through the API: the session keeps no token, and the API
+// records the same subject and role the session was opened with.
+func (c *Console) apiToken(ec echo.Context) (string, error) {
+	s := sessionOf(ec)
+	if s == nil {
+		return "", errors.New("console: no session")
+	}
+	return c.d.Auth.Mint(s.Principal.Subject, s.Principal.Role, apiTokenTTL)
 }
 
-// csrfFor is the session's CSRF token: a MAC of the session token, so it
+// csrfFor is the session's CSRF token: a MAC of the session id, so it
 // needs no storage, differs per session and cannot be computed by a page
 // that cannot read the HttpOnly cookie.
-func (c *Console) csrfFor(token string) string {
+func (c *Console) csrfFor(id string) string {
 	m := hmac.New(sha256.New, c.csrfKey)
-	m.Write([]byte(token))
+	m.Write([]byte(id))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// signedIn verifies the session cookie on every request: a missing,
-// forged or expired token sends a page view to the sign-in form and
-// refuses an action with 401.
+// resume looks the session cookie up on every request. It reports
+// whether the request may go on: with no cookie it goes on signed out; a
+// cookie whose session was signed out or has expired sends a page view to
+// the sign-in form (an old cookie never opens anything) and refuses an
+// action with 401.
+func (c *Console) resume(ec echo.Context) (bool, error) {
+	ck, err := ec.Cookie(sessionCookie)
+	if err != nil || ck.Value == "" {
+		return true, nil
+	}
+	p, err := c.sessions.get(ec.Request().Context(), ck.Value)
+	if err == nil {
+		ec.Set(principalKey, &session{Principal: p, CSRF: c.csrfFor(ck.Value)})
+		return true, nil
+	}
+	if !errors.Is(err, errNoSession) {
+		return false, err
+	}
+	clearCookie(ec, sessionCookie)
+	return false, c.toSignIn(ec, "Your session ended (signed out, or it expired). Sign in again.")
+}
+
+func (c *Console) toSignIn(ec echo.Context, msg string) error {
+	if ec.Request().Method != http.MethodGet && ec.Request().Method != http.MethodHead {
+		return c.fail(ec, http.StatusUnauthorized, "Sign in first", "This action needs a signed-in session.")
+	}
+	q := url.Values{"next": {ec.Request().URL.RequestURI()}}
+	if msg != "" {
+		q.Set("msg", msg)
+	}
+	return ec.Redirect(http.StatusSeeOther, "/console/signin?"+q.Encode())
+}
+
+// reader lets a page be read signed out (the book needs no token) and
+// shows it signed in when the cookie names a live session.
+func (c *Console) reader(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		if ok, err := c.resume(ec); !ok {
+			return err
+		}
+		return next(ec)
+	}
+}
+
+// signedIn needs a live session: anything else goes to the sign-in form
+// (an action: 401).
 func (c *Console) signedIn(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(ec echo.Context) error {
-		ck, err := ec.Cookie(sessionCookie)
-		msg := ""
-		if err == nil && ck.Value != "" {
-			p, verr := c.d.Auth.Verify(ck.Value)
-			if verr == nil {
-				ec.Set(principalKey, &session{Principal: p, CSRF: c.csrfFor(ck.Value)})
-				ec.Set(tokenKey, ck.Value)
-				return next(ec)
-			}
-			msg = "Your session ended: the token is no longer valid. Sign in again."
-			if errors.Is(verr, jwt.ErrTokenExpired) {
-				msg = "Your session ended: the token expired. Sign in again."
-			}
-			clearCookie(ec, sessionCookie)
+		if ok, err := c.resume(ec); !ok {
+			return err
 		}
-		if ec.Request().Method != http.MethodGet && ec.Request().Method != http.MethodHead {
-			return c.fail(ec, http.StatusUnauthorized, "Sign in first", "This action needs a signed-in session.")
+		if sessionOf(ec) == nil {
+			return c.toSignIn(ec, "")
 		}
-		q := url.Values{"next": {ec.Request().URL.RequestURI()}}
-		if msg != "" {
-			q.Set("msg", msg)
-		}
-		return ec.Redirect(http.StatusSeeOther, "/console/signin?"+q.Encode())
+		return next(ec)
 	}
 }
 
@@ -170,18 +206,36 @@ func (c *Console) signin(ec echo.Context) error {
 	case len(tok) > MaxTokenLen:
 		return again("That is not a token: it is longer than any token this server mints.")
 	}
-	if _, err := c.d.Auth.Verify(tok); err != nil {
+	p, err := c.d.Auth.Verify(tok)
+	if err != nil {
 		if errors.Is(err, jwt.ErrTokenExpired) {
 			return again("Token refused: it has expired. Mint a new one with `fencelab token`.")
 		}
 		return again("Token refused: it was not signed by this server (or is malformed).")
 	}
+	// The token is verified, so its expiry can be read as is: the session
+	// never outlives the token that opened it.
+	var rc jwt.RegisteredClaims
+	if _, _, err := jwt.NewParser().ParseUnverified(tok, &rc); err != nil || rc.ExpiresAt == nil {
+		return again("Token refused: it carries no expiry.")
+	}
+	id, err := c.sessions.create(ec.Request().Context(), p, rc.ExpiresAt.Time)
+	if err != nil {
+		return err
+	}
 	clearCookie(ec, preCookie)
-	setCookie(ec, sessionCookie, tok)
+	setCookie(ec, sessionCookie, id)
 	return ec.Redirect(http.StatusSeeOther, next)
 }
 
+// signout deletes the session on the server, so the cookie is dead
+// wherever a copy of it went, and clears it in this browser.
 func (c *Console) signout(ec echo.Context) error {
+	if ck, err := ec.Cookie(sessionCookie); err == nil && ck.Value != "" {
+		if err := c.sessions.delete(ec.Request().Context(), ck.Value); err != nil {
+			return err
+		}
+	}
 	clearCookie(ec, sessionCookie)
 	return ec.Redirect(http.StatusSeeOther, "/console/signin?msg="+url.QueryEscape("Signed out."))
 }

@@ -10,16 +10,41 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 )
 
-// Swimlane geometry.
-const (
-	laneW      = 760 // whole drawing
-	laneLeft   = 130 // actor labels
-	laneRight  = 24
-	laneTop    = 28 // time axis
-	laneH      = 22
-	maxLanes   = 20 // more actors fold into one lane
-	laneBottom = 34 // legend
-)
+// Swimlane geometry: a lane's drawing is laneH pixels tall. Every actor
+// has its own lane (a run of 100 clients draws 100 lanes).
+const laneH = 22
+
+// lanesShown lanes are drawn open; the other actors' lanes are one
+// collapsed group below them.
+const lanesShown = 24
+
+// mark is one outcome's look. Each differs by shape as well as colour,
+// so a reader who cannot tell the colours apart tells the shapes apart:
+// accepted a filled circle, refused a hollow square, violates a filled
+// triangle, replayed a hollow circle, a lost answer a filled diamond,
+// narration a short bar.
+type mark struct{ cls, label, shape string }
+
+var marks = []mark{
+	{"ok", "accepted", `<circle cx="0" cy="11" r="5"/>`},
+	{"refused", "refused", `<rect x="-5" y="6" width="10" height="10"/>`},
+	{"violates", "violates", `<path d="M0 4 L7 17 L-7 17 Z"/>`},
+	{"replayed", "replayed", `<circle cx="0" cy="11" r="5"/>`},
+	{"lost", "lost answer / other", `<path d="M0 4 L6 11 L0 18 L-6 11 Z"/>`},
+	{"say", "narration", `<rect x="-1.5" y="4" width="3" height="14"/>`},
+}
+
+func markOf(cls string) mark {
+	if cls == "other" {
+		cls = "lost"
+	}
+	for _, m := range marks {
+		if m.cls == cls {
+			return m
+		}
+	}
+	return marks[len(marks)-1]
+}
 
 // outcomeClass maps a step's outcome to its marker's class.
 func outcomeClass(o string) string {
@@ -40,12 +65,26 @@ func outcomeClass(o string) string {
 	return "other"
 }
 
-// swimlane draws a run's timeline: one lane per actor (in order of first
-// appearance), the database clock across, one marker per step shaped by
-// its outcome (refused and violating steps stand out), fences and versions
-// written beside their markers. Each marker's <title> is the step's line,
-// and the page lists the steps as a table too (the drawing is a picture of
-// the table, not the only copy of it).
+// legend is the key to the markers, as HTML text beside small drawings.
+func legend() template.HTML {
+	var b strings.Builder
+	b.WriteString(`<ul class="legend">`)
+	for _, m := range marks {
+		fmt.Fprintf(&b, `<li><svg class="key step %s" width="16" height="22" viewBox="-8 0 16 22" aria-hidden="true">%s</svg> %s</li>`, m.cls, m.shape, esc(m.label))
+	}
+	b.WriteString(`</ul>`)
+	return template.HTML(b.String())
+}
+
+// swimlane draws a run's timeline: one lane per actor, in order of first
+// appearance, every actor reachable (past lanesShown, in a group that
+// opens with one click),
+// the database clock across, one marker per step shaped by its outcome.
+// Labels and the time axis are HTML text on plain backgrounds, never SVG
+// text over drawn shapes, so they read at the page's size and their
+// contrast is decidable. Each marker's <title> is the step's line with its
+// fence, and the page lists the steps as text too (the drawing is a
+// picture of the table, not the only copy of it).
 func swimlane(res *lab.Result) template.HTML {
 	steps := res.Timeline
 	if len(steps) == 0 {
@@ -53,24 +92,13 @@ func swimlane(res *lab.Result) template.HTML {
 	}
 	var actors []string
 	lane := map[string]int{}
-	folded := 0
 	for _, s := range steps {
-		if _, ok := lane[s.Actor]; ok {
-			continue
-		}
-		if len(actors) < maxLanes-1 {
+		if _, ok := lane[s.Actor]; !ok {
 			lane[s.Actor] = len(actors)
 			actors = append(actors, s.Actor)
-			continue
 		}
-		lane[s.Actor] = maxLanes - 1
-		folded++
 	}
-	if folded > 0 {
-		actors = append(actors, fmt.Sprintf("+%d more actors", folded))
-	}
-	t0 := res.Started
-	t1 := t0
+	t0, t1 := res.Started, res.Started
 	for _, s := range steps {
 		if s.At.Before(t0) {
 			t0 = s.At
@@ -83,55 +111,45 @@ func swimlane(res *lab.Result) template.HTML {
 	if span <= 0 {
 		span = time.Millisecond
 	}
-	plotW := float64(laneW - laneLeft - laneRight)
-	xOf := func(t time.Time) float64 { return laneLeft + float64(t.Sub(t0))/float64(span)*plotW }
-	h := laneTop + len(actors)*laneH + laneBottom
-	var b strings.Builder
-	// The drawing scales to its column (two versions sit side by side);
-	// the viewBox keeps its proportions.
-	fmt.Fprintf(&b, `<svg class="swimlane" role="img" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg">`, laneW, h)
-	fmt.Fprintf(&b, `<title>%s</title>`, esc(fmt.Sprintf("timeline of %s%s: %d steps by %d actors", res.ID, naiveSuffix(res), len(steps), len(actors))))
-	// Time axis: five ticks in seconds from the first step.
-	for i := 0; i <= 4; i++ {
-		x := laneLeft + plotW*float64(i)/4
-		fmt.Fprintf(&b, `<line class="tick" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`, x, laneTop-4, x, laneTop+len(actors)*laneH)
-		fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%d" text-anchor="middle">+%.3fs</text>`, x, laneTop-8, span.Seconds()*float64(i)/4)
-	}
-	for i, a := range actors {
-		y := laneTop + i*laneH
-		fmt.Fprintf(&b, `<rect class="lane lane%d" x="0" y="%d" width="%d" height="%d"/>`, i%2, y, laneW, laneH)
-		fmt.Fprintf(&b, `<text class="actor" x="6" y="%d">%s</text>`, y+15, esc(trunc(a, 18)))
-	}
+	// Markers are placed in percent of the track's width (a nested <svg>
+	// at x="p%" carries its shape), so the drawing fits its column at any
+	// width without stretching the shapes.
+	pct := func(t time.Time) float64 { return 1 + 98*float64(t.Sub(t0))/float64(span) }
+	byLane := make([][]lab.Step, len(actors))
 	for _, s := range steps {
-		i := lane[s.Actor]
-		cy := float64(laneTop + i*laneH + laneH/2)
-		cx := xOf(s.At)
-		cls := outcomeClass(s.Outcome)
-		tip := esc(lab.FormatStep(s, t0))
-		fmt.Fprintf(&b, `<g class="step %s" data-outcome="%s"><title>%s</title>`, cls, esc(s.Outcome), tip)
-		switch cls {
-		case "refused":
-			fmt.Fprintf(&b, `<path d="M%.1f %.1fl8 8m0 -8l-8 8" />`, cx-4, cy-4)
-		case "violates":
-			fmt.Fprintf(&b, `<path d="M%.1f %.1fl6 6l-6 6l-6 -6z" />`, cx, cy-6)
-		case "lost", "other":
-			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="8" height="8"/>`, cx-4, cy-4)
-		default:
-			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="4"/>`, cx, cy)
-		}
-		if s.Fence != 0 && i < maxLanes-1 {
-			fmt.Fprintf(&b, `<text class="fence" x="%.1f" y="%.1f">f%d</text>`, cx+6, cy-3, s.Fence)
-		}
-		b.WriteString(`</g>`)
+		byLane[lane[s.Actor]] = append(byLane[lane[s.Actor]], s)
 	}
-	ly := laneTop + len(actors)*laneH + 22
-	x := laneLeft
-	for _, l := range []struct{ cls, label string }{{"ok", "accepted"}, {"refused", "refused"}, {"violates", "violates"},
-		{"replayed", "replayed"}, {"lost", "lost/other"}, {"say", "narration"}} {
-		fmt.Fprintf(&b, `<g class="step %s"><circle cx="%d" cy="%d" r="4"/></g><text class="axis" x="%d" y="%d">%s</text>`, l.cls, x, ly-4, x+8, ly, l.label)
-		x += 95
+	var b strings.Builder
+	fmt.Fprintf(&b, `<div class="swimlane" data-actors="%d" data-steps="%d">`, len(actors), len(steps))
+	fmt.Fprintf(&b, `<p class="lanes-caption">%d actors, %d steps; the database clock runs across, from the first step.</p>`, len(actors), len(steps))
+	b.WriteString(`<div class="lane axis"><span class="actor">actor</span><span class="ticks">`)
+	for i := 0; i <= 4; i++ {
+		fmt.Fprintf(&b, `<span>+%.3fs</span>`, span.Seconds()*float64(i)/4)
 	}
-	b.WriteString(`</svg>`)
+	b.WriteString(`</span></div><div class="lanes">`)
+	for i, a := range actors {
+		if i == lanesShown {
+			// The rest are one click away, drawn on the same clock: a
+			// collapsed group rather than a scrolling box, whose clipped
+			// labels neither a reader nor a contrast check can see whole.
+			fmt.Fprintf(&b, `<details class="more-lanes"><summary>Show the other %d actors' lanes (%s … %s)</summary>`,
+				len(actors)-lanesShown, esc(a), esc(actors[len(actors)-1]))
+		}
+		fmt.Fprintf(&b, `<div class="lane" data-actor="%s"><span class="actor" title="%s">%s</span>`, esc(a), esc(a), esc(trunc(a, 22)))
+		// The track's padding holds the markers' overhang at either end,
+		// so no marker ever covers the label beside it.
+		fmt.Fprintf(&b, `<span class="track"><svg width="100%%" height="%d" aria-hidden="true">`, laneH)
+		for _, s := range byLane[i] {
+			cls := outcomeClass(s.Outcome)
+			fmt.Fprintf(&b, `<svg x="%.2f%%" overflow="visible" class="step %s" data-outcome="%s"><title>%s</title>%s</svg>`,
+				pct(s.At), cls, esc(s.Outcome), esc(lab.FormatStep(s, t0)), markOf(cls).shape)
+		}
+		b.WriteString(`</svg></span></div>`)
+	}
+	if len(actors) > lanesShown {
+		b.WriteString(`</details>`)
+	}
+	b.WriteString(`</div></div>`)
 	return template.HTML(b.String())
 }
 
@@ -150,14 +168,17 @@ type series struct {
 }
 
 // chart draws a small line chart of samples taken at times (oldest
-// first), y from 0 to the largest value.
+// first), y from 0 to the largest value. Its title, scale and legend are
+// HTML text around the drawing (no SVG text: it reads at the page's size
+// and its contrast is decidable); colour says trouble only where a
+// series' trouble flag is set.
 func chart(title string, times []time.Time, ss ...series) template.HTML {
-	const w, h, left, top, bottom = 380, 110, 44, 16, 20
+	const w, h = 380, 90
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" role="img" viewBox="0 0 %d %d" width="%d" height="%d" xmlns="http://www.w3.org/2000/svg"><title>%s</title>`, w, h, w, h, esc(title))
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="11">%s</text>`, left, esc(title))
+	b.WriteString(`<figure class="chart">`)
+	fmt.Fprintf(&b, `<figcaption>%s</figcaption>`, esc(title))
 	if len(times) < 2 {
-		fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d">collecting samples…</text></svg>`, left, h/2)
+		b.WriteString(`<p class="muted">Collecting samples…</p></figure>`)
 		return template.HTML(b.String())
 	}
 	top0 := 1.0
@@ -166,25 +187,25 @@ func chart(title string, times []time.Time, ss ...series) template.HTML {
 			top0 = max(top0, v)
 		}
 	}
-	plotW, plotH := float64(w-left-8), float64(h-top-bottom)
 	t0, t1 := times[0], times[len(times)-1]
 	span := max(t1.Sub(t0), time.Second)
-	fmt.Fprintf(&b, `<line class="tick" x1="%d" y1="%d" x2="%d" y2="%d"/>`, left, h-bottom, w-8, h-bottom)
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d" text-anchor="end">%s</text>`, left-4, top+8, esc(short(top0)))
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d" text-anchor="end">0</text>`, left-4, h-bottom)
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d">-%s</text>`, left, h-4, esc(span.Round(time.Second).String()))
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d" text-anchor="end">now</text>`, w-8, h-4)
+	fmt.Fprintf(&b, `<div class="plot"><span class="ymax">%s</span><svg viewBox="0 0 %d %d" width="%d" height="%d" aria-hidden="true">`, esc(short(top0)), w, h, w, h)
+	fmt.Fprintf(&b, `<line class="tick" x1="0" y1="%d" x2="%d" y2="%d"/><line class="tick" x1="0" y1="2" x2="%d" y2="2"/>`, h-1, w, h-1, w)
 	for _, s := range ss {
 		var pts []string
 		for i, v := range s.Values {
-			x := float64(left) + float64(times[i].Sub(t0))/float64(span)*plotW
-			y := float64(top) + plotH - v/top0*plotH
+			x := float64(times[i].Sub(t0)) / float64(span) * w
+			y := 2 + float64(h-3) - v/top0*float64(h-3)
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
 		}
-		fmt.Fprintf(&b, `<polyline class="series %s" points="%s"><title>%s: now %s</title></polyline>`,
-			esc(s.Class), strings.Join(pts, " "), esc(s.Name), esc(short(s.Values[len(s.Values)-1])))
+		fmt.Fprintf(&b, `<polyline class="series %s" points="%s"/>`, esc(s.Class), strings.Join(pts, " "))
 	}
-	b.WriteString(`</svg>`)
+	fmt.Fprintf(&b, `</svg><span class="ymin">0</span></div><div class="xaxis"><span>−%s</span><span>now</span></div><ul class="legend">`, esc(span.Round(time.Second).String()))
+	for _, s := range ss {
+		fmt.Fprintf(&b, `<li><svg class="key" width="18" height="10" aria-hidden="true"><line class="series %s" x1="0" y1="5" x2="18" y2="5"/></svg> %s: now %s</li>`,
+			esc(s.Class), esc(s.Name), esc(short(s.Values[len(s.Values)-1])))
+	}
+	b.WriteString(`</ul></figure>`)
 	return template.HTML(b.String())
 }
 
