@@ -38,7 +38,8 @@ while :; do
   started=$SECONDS
   "$@" &
   child=$!
-  echo "$child" >"$dir/run/$name.pid"
+  # Written whole, then renamed: a reader never sees a half-written file.
+  echo "$child" >"$dir/run/$name.pid.tmp" && mv -f "$dir/run/$name.pid.tmp" "$dir/run/$name.pid"
   if [ "$restarts" -gt 0 ]; then log "restart #$restarts: pid $child"; fi
   # wait returns early when a trapped signal arrives: wait again until the
   # replica itself has exited, so its status is the real one.

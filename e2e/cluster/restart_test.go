@@ -54,8 +54,8 @@ func TestAKilledReplicaComesBack(t *testing.T) {
 	// The supervisor starts a new process, which answers on its own port.
 	var pid int
 	require.Eventually(t, func() bool {
-		pid = c.replicaPID(t, "serve0")
-		return pid != old && syscall.Kill(pid, 0) == nil && c.status(c.env["SERVE0_URL"]+"/readyz") == http.StatusOK
+		pid = c.currentPID("serve0")
+		return pid != 0 && pid != old && syscall.Kill(pid, 0) == nil && c.status(c.env["SERVE0_URL"]+"/readyz") == http.StatusOK
 	}, 60*time.Second, 100*time.Millisecond, "serve0 must be restarted and ready")
 	t.Logf("serve0: back as pid %d, ready %v after the kill", pid, time.Since(killed).Round(10*time.Millisecond))
 	b, err := os.ReadFile(c.env["SUPERVISOR_LOG"])
@@ -94,6 +94,20 @@ func TestAKilledReplicaComesBack(t *testing.T) {
 	}
 	require.Equal(t, 1, strings.Count(log, "restart #1: pid"), "the kill above is the only restart:\n%s", log)
 	require.Equal(t, 0, c.status(c.env["SERVE0_URL"]+"/healthz"), "serve0 is down after down.sh")
+}
+
+// currentPID is the pid in name's pid file now, 0 while there is none
+// (between a death and its restart).
+func (c *cluster) currentPID(name string) int {
+	b, err := os.ReadFile(filepath.Join(c.dir, "run", name+".pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return pid
 }
 
 // replicaPID is the pid of the process the supervisor runs for name now.
