@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/services"
-	"github.com/fencelab/fencelab/services/labenv"
+	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/program"
 )
 
 const labUsage = `Usage:
@@ -51,7 +51,7 @@ func labList(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	exps := services.Experiments()
+	exps := program.Experiments()
 	type expView struct {
 		ID         string   `json:"id"`
 		Test       string   `json:"test,omitempty"`
@@ -118,7 +118,7 @@ func labRun(args []string) error {
 		fmt.Fprint(os.Stderr, "fencelab lab run: which experiment? `fencelab lab list` shows them\n")
 		return errUsage
 	}
-	e, ok := lab.Find(services.Experiments(), id)
+	e, ok := lab.Find(program.Experiments(), id)
 	if !ok {
 		return fmt.Errorf("no experiment %q; `fencelab lab list` shows them", id)
 	}
@@ -132,7 +132,7 @@ func labRun(args []string) error {
 	if !*asJSON {
 		fmt.Fprintf(os.Stderr, "provisioning a scratch PostgreSQL for %s …\n", id)
 	}
-	cluster, err := labenv.NewCluster(ctx, *url)
+	cluster, err := labenv.NewCluster(ctx, *url, program.Lab())
 	if err != nil {
 		return err
 	}

@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/lab/labenv"
 )
 
 // Experiments are the lease chapter's runnable claims (fencelab lab run …).
@@ -147,7 +147,7 @@ func runPausedHolder(x *lab.X) {
 // out == nil is the product's fenced output.
 func labInstance(x *lab.X, a *lab.App, holder string, out Output) *Service {
 	x.Helper()
-	d := app.LabDeps(a)
+	d := labenv.Deps(a)
 	d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := NewService(d, Config{Holder: holder, TTL: time.Hour, Interval: time.Minute, Output: out})
 	require.NoError(x, err)

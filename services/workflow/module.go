@@ -24,8 +24,7 @@ func Module() app.Module {
 		Name: "workflow", Chapter: "failover",
 		// The claim chapter's experiments run this module's kind (their
 		// IDs place them in chapter 2).
-		Experiments: Experiments,
-		Build:       build,
+		Build: build,
 	}
 }
 

@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/lab/labenv"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -41,7 +41,7 @@ var RevokedOnNextRead = lab.Experiment{
 func runRevokedOnNextRead(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{Settings: map[string]string{EnvStrategy: "push", EnvResponseLog: "true"}})
-	people, err := rel.NewService(app.LabDeps(a))
+	people, err := rel.NewService(labenv.Deps(a))
 	require.NoError(x, err)
 	const author, reader = "user-0042", "user-0043"
 	for _, u := range []string{author, reader} {
@@ -55,7 +55,7 @@ func runRevokedOnNextRead(x *lab.X) {
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: author, Action: fmt.Sprintf("post %d", post.PostID), Outcome: lab.Accepted})
 
-	svc, err := NewService(app.LabDeps(a), Config{Strategy: Push{}, ResponseLog: true, ResponseLogRows: 100_000, CursorKey: CursorKey([]byte("the fan-out signs no cursor"))})
+	svc, err := NewService(labenv.Deps(a), Config{Strategy: Push{}, ResponseLog: true, ResponseLogRows: 100_000, CursorKey: CursorKey([]byte("the fan-out signs no cursor"))})
 	require.NoError(x, err)
 	fanout, err := outbox.NewRunner(a.Pool, svc.Consumer(), outbox.Options{})
 	require.NoError(x, err)

@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/lab/labenv"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -45,14 +45,14 @@ var RedeliveryCountedOnce = lab.Experiment{
 func runRedeliveryCountedOnce(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	people, err := rel.NewService(app.LabDeps(a))
+	people, err := rel.NewService(labenv.Deps(a))
 	require.NoError(x, err)
 	_, err = people.SetProfile(ctx, "user-0042", false)
 	require.NoError(x, err)
 	post, err := people.CreatePost(ctx, "user-0042", rel.PostRequest{Body: "a post to like", Visibility: rel.Public})
 	require.NoError(x, err)
 	item := post.PostID
-	likes, err := NewService(app.LabDeps(a), Config{})
+	likes, err := NewService(labenv.Deps(a), Config{})
 	require.NoError(x, err)
 	for i := range 20 {
 		user := fmt.Sprintf("user-%04d", 100+i)

@@ -24,6 +24,7 @@ import (
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/lab/labenv"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -62,7 +63,7 @@ func (l *Lab) Items(t lab.T, n int) []int64 {
 // Counter is a runner of the like counter on the app's pool and faults.
 func (l *Lab) Counter(t lab.T, owner string) *outbox.Runner {
 	t.Helper()
-	svc, err := NewService(app.LabDeps(l.App), Config{})
+	svc, err := NewService(labenv.Deps(l.App), Config{})
 	require.NoError(t, err)
 	r, err := outbox.NewRunner(l.Pool, svc.Counter(), outbox.Options{Owner: owner, Faults: l.Faults})
 	require.NoError(t, err)

@@ -11,11 +11,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/core/outbox"
+	"github.com/fencelab/fencelab/lab/labenv"
 )
 
 // Experiments are the relations chapter's runnable claims.
@@ -47,7 +48,7 @@ var ReplayDoesNotResurrect = lab.Experiment{
 func runReplayDoesNotResurrect(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	svc, err := NewService(app.LabDeps(a))
+	svc, err := NewService(labenv.Deps(a))
 	require.NoError(x, err)
 	for _, u := range []string{"user-a", "user-b"} {
 		_, err := svc.SetProfile(ctx, u, false)

@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/lab/labenv"
 )
 
 // OpResponse is an operation's HTTP answer.
@@ -73,7 +73,7 @@ func StartLab(x *lab.X) *Lab {
 	t := x
 	t.Helper()
 	a := x.Start(lab.Options{})
-	svc, err := NewService(app.LabDeps(a))
+	svc, err := NewService(labenv.Deps(a))
 	require.NoError(t, err)
 	e := &Lab{App: a, Svc: svc, Runners: map[string]*outbox.Runner{}, x: x}
 	for _, v := range Views {

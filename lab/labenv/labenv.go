@@ -1,8 +1,8 @@
 // Package labenv runs the book's experiments outside go test: it starts the
-// deployable exactly as `serve` builds it (every module of services.All) and
-// gives each experiment throwaway databases on a throwaway cluster — never
-// the live data. The e2e harness starts apps through Serve too, so what the
-// tests exercise, the lab shows.
+// deployable exactly as `serve` builds it (the program's modules, given by
+// the composition root) and gives each experiment throwaway databases on a
+// throwaway cluster — never the live data. The e2e harness starts apps
+// through Serve too, so what the tests exercise, the lab shows.
 package labenv
 
 import (
@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/labstack/echo/v4"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,8 +22,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
-	consolebench "github.com/fencelab/fencelab/bench/console"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -32,8 +32,6 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
-	"github.com/fencelab/fencelab/services/console"
 )
 
 // Secret is the token secret of every lab app and of its child processes.
@@ -56,10 +54,20 @@ func (p *Process) BadInput() *Process {
 	return &b
 }
 
-// Serve builds every module on dbURL exactly as `serve` does (app.Build
-// over services.Modules) and serves them on a loopback listener until t
-// ends. log receives the app's warnings.
-func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
+// Program is what the lab needs of the deployable, given by the composition
+// root (which imports the lab, so the lab cannot import it).
+type Program struct {
+	// Modules is the program's module list for one app that t owns (the
+	// console's runner it builds is closed when t ends).
+	Modules func(t lab.T, log *slog.Logger) []app.Module
+	// Invariants is the deployable's registry.
+	Invariants *invariant.Registry
+}
+
+// Serve builds the program's modules on dbURL exactly as `serve` does
+// (app.Build) and serves them on a loopback listener until t ends. log
+// receives the app's warnings.
+func Serve(t lab.T, prog Program, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	t.Helper()
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
@@ -74,9 +82,7 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 		cfg.MaxConns = o.MaxConns
 	}
 	fs := faults.New()
-	runner := NewRunner(log)
-	t.Cleanup(runner.Close)
-	p, err := app.Build(context.Background(), cfg, Modules(runner), app.BuildOptions{Faults: fs, Log: log, Role: "lab"})
+	p, err := app.Build(context.Background(), cfg, prog.Modules(t, log), app.BuildOptions{Faults: fs, Log: log, Role: "lab"})
 	if err != nil {
 		t.Fatalf("labenv: build the process: %v", err)
 	}
@@ -105,37 +111,18 @@ func Serve(t lab.T, dbURL string, o lab.Options, log *slog.Logger) *Process {
 	return &Process{App: a, Deps: d, Mods: p.Mods, Proc: p, Echo: e}
 }
 
-// Modules is the program: every module of services.Modules and the web
-// console, whose experiments run through runner (nil: the console lists
-// them but cannot run them). The console is listed here rather than in
-// services.Modules because running an experiment starts the whole
-// deployable: only the package that can build it can give the console a
-// lab, as benches receive the module list instead of importing it.
-func Modules(runner *console.Runner) []app.Module {
-	m := console.Module(console.Options{
-		Experiments: services.Experiments(),
-		Invariants:  services.Invariants(),
-		Runner:      runner,
-	})
-	m.Benches = append(m.Benches, consolebench.Bench)
-	return append(services.Modules(), m)
-}
-
 // EnvLabDatabaseURL names a PostgreSQL server the console's experiments
 // make their scratch databases on (its role must be able to create
 // databases); unset, they run on a throwaway local cluster.
 const EnvLabDatabaseURL = "FENCELAB_LAB_DATABASE_URL"
 
-// NewRunner is the console's runner of experiments on a Cluster of its own,
-// provisioned on the first run and removed by Close.
-func NewRunner(log *slog.Logger) *console.Runner {
-	return console.NewRunner(func(ctx context.Context) (lab.Env, func() error, error) {
-		cl, err := NewCluster(ctx, app.Env(EnvLabDatabaseURL, ""))
-		if err != nil {
-			return nil, nil, err
-		}
-		return cl, cl.Close, nil
-	}, 1, 4, log)
+// Deps returns app.Deps for a service built beside the app an experiment
+// started (a second report instance, a kit's direct calls): the app's
+// pool, fault points, claim engine and auth, the default logger and a
+// private metrics registry — the app's own modules have registered theirs.
+func Deps(a *lab.App) app.Deps {
+	return app.Deps{Config: app.Defaults(), Pool: a.Pool, Log: slog.Default(), Metrics: prometheus.NewRegistry(),
+		Auth: a.Auth, Faults: a.Faults, Jobs: a.Jobs}
 }
 
 // ChildEnv is the environment of a fencelab child process on dbURL, with
@@ -158,6 +145,7 @@ func ChildEnv(root, dbURL string, extra ...string) []string {
 // (or the server at a given URL, whose role may create databases), one
 // migrated template, and a database cloned from it per experiment.
 type Cluster struct {
+	prog     Program
 	srv      *pgserver.Server
 	own      bool
 	root     string // children's data directories
@@ -168,9 +156,9 @@ type Cluster struct {
 	tmplErr  error
 }
 
-// NewCluster provisions the lab's server: givenURL when set, else a local
-// throwaway cluster (removed by Close).
-func NewCluster(ctx context.Context, givenURL string) (*Cluster, error) {
+// NewCluster provisions the lab's server for prog: givenURL when set, else
+// a local throwaway cluster (removed by Close).
+func NewCluster(ctx context.Context, givenURL string, prog Program) (*Cluster, error) {
 	srv, err := pgserver.Provision(ctx, givenURL, pgserver.Options{Ephemeral: true, MaxConnections: 200})
 	if err != nil {
 		return nil, err
@@ -184,12 +172,12 @@ func NewCluster(ctx context.Context, givenURL string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{srv: srv, own: givenURL == "", root: root, binary: bin,
+	return &Cluster{prog: prog, srv: srv, own: givenURL == "", root: root, binary: bin,
 		template: fmt.Sprintf("fencelab_lab_tmpl_%d", os.Getpid())}, nil
 }
 
 // Invariants is the deployable's registry.
-func (c *Cluster) Invariants() *invariant.Registry { return services.Invariants() }
+func (c *Cluster) Invariants() *invariant.Registry { return c.prog.Invariants }
 
 // Close removes the template and, when the cluster is the lab's own, stops it.
 func (c *Cluster) Close() error {
@@ -231,7 +219,7 @@ func (c *Cluster) Start(t lab.T, o lab.Options) *lab.App {
 	if db == "" {
 		db = c.Database(t)
 	}
-	return Serve(t, db, o, slog.New(slog.NewTextHandler(io.Discard, nil))).App
+	return Serve(t, c.prog, db, o, slog.New(slog.NewTextHandler(io.Discard, nil))).App
 }
 
 // Binary is this very executable: the lab is the fencelab binary, so it

@@ -1,4 +1,4 @@
-package services_test
+package program_test
 
 import (
 	"testing"
@@ -7,13 +7,13 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 // The static part of the program is readable without a database: names,
 // chapters, invariants, error mappings and benches, all well formed.
 func TestModulesAreReadableWithoutADatabase(t *testing.T) {
-	mods := services.Modules()
+	mods := program.Modules(nil)
 	require.NotEmpty(t, mods)
 	names := map[string]bool{}
 	last := 0
@@ -28,7 +28,7 @@ func TestModulesAreReadableWithoutADatabase(t *testing.T) {
 			last = c.N
 		}
 	}
-	invs := services.Invariants().All()
+	invs := program.Invariants().All()
 	require.NotEmpty(t, invs)
 	ids := map[string]bool{}
 	for _, inv := range invs {
@@ -38,13 +38,12 @@ func TestModulesAreReadableWithoutADatabase(t *testing.T) {
 		require.True(t, ids[id], "invariant %s is not in the registry", id)
 	}
 	require.NotPanics(t, func() { app.Errors(mods) }, "every error mapping is complete")
-	benches, err := app.Benches(mods)
-	require.NoError(t, err)
+	benches := program.Benches()
 	var bnames []string
 	for _, b := range benches {
 		require.NotEmpty(t, b.Summary, b.Name)
 		require.NotNil(t, b.Run, b.Name)
 		bnames = append(bnames, b.Name)
 	}
-	require.ElementsMatch(t, []string{"claim", "growth", "outbox", "points", "flashsale", "feed", "shortlink", "upload"}, bnames)
+	require.ElementsMatch(t, []string{"claim", "growth", "outbox", "points", "flashsale", "feed", "shortlink", "upload", "console"}, bnames)
 }

@@ -1,4 +1,4 @@
-package services_test
+package program_test
 
 import (
 	"net/url"

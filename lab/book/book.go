@@ -1,0 +1,43 @@
+// Package book is the one list of the book's experiments, chapter by
+// chapter in reading order. `fencelab lab list|run`, the console and the
+// docs read it; a module knows nothing of its experiments, so the product
+// never imports the lab.
+package book
+
+import (
+	"slices"
+
+	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/services/flashsale/order"
+	"github.com/fencelab/fencelab/services/flashsale/reserve"
+	"github.com/fencelab/fencelab/services/notify"
+	"github.com/fencelab/fencelab/services/ops"
+	"github.com/fencelab/fencelab/services/points"
+	"github.com/fencelab/fencelab/services/report"
+	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/services/social/feed"
+	"github.com/fencelab/fencelab/services/social/like"
+	"github.com/fencelab/fencelab/services/social/rel"
+	"github.com/fencelab/fencelab/services/upload"
+	"github.com/fencelab/fencelab/services/workflow"
+)
+
+// Experiments is every experiment in the book's order: chapter by chapter,
+// each chapter's own order kept.
+func Experiments() []lab.Experiment {
+	return slices.Concat(
+		report.Experiments,    // 1 lease
+		workflow.Experiments,  // 2 claim
+		ops.IdemExperiments,   // 3 idem
+		ops.OutboxExperiments, // 4 outbox
+		points.Experiments,    // 5 points
+		reserve.Experiments,   // 6 reservations
+		order.Experiments,     // 7 orders
+		rel.Experiments,       // 8 relations
+		feed.Experiments,      // 9 feed
+		like.Experiments,      // 10 likes
+		notify.Experiments,    // 11 notify
+		shortlink.Experiments, // 12 shortlink
+		upload.Experiments,    // 13 upload
+	)
+}
