@@ -8,11 +8,11 @@ import (
 	"slices"
 
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/ops"
-	"github.com/fencelab/fencelab/services/points"
 	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social/feed"

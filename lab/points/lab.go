@@ -13,11 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/points"
 )
 
 // Experiments are the points chapter's runnable claims (fencelab lab run …).
@@ -71,14 +71,14 @@ func runConcurrentDebits(x *lab.X) {
 			<-release // all at once
 			actor := fmt.Sprintf("client-%03d", i+1)
 			r, err := a.Send(context.Background(), lab.Req{Method: "POST", Path: "/points/accounts/" + account + "/debits",
-				Token: tok, Body: PostingRequest{Amount: amount, Reason: "prize-17"},
+				Token: tok, Body: points.PostingRequest{Amount: amount, Reason: "prize-17"},
 				Headers: map[string]string{idem.Header: "k-" + rand.Text()}})
 			step := lab.Step{Actor: actor, Action: fmt.Sprintf("debit %d", amount)}
 			switch {
 			case err != nil:
 				step.Outcome, step.Note = "transport error", err.Error()
 			case r.Status == http.StatusCreated:
-				var txn Txn
+				var txn points.Txn
 				r.JSON(x, &txn)
 				step.Outcome, step.Note = lab.Accepted, fmt.Sprintf("balance %d", txn.Balance)
 			default:
@@ -210,7 +210,7 @@ func runLostResponse(x *lab.X) {
 	require.NoError(x, l.Pool.QueryRow(ctx,
 		`SELECT body FROM idem_request WHERE scope = 'points.debit' AND subject = 'user-0042' AND key = $1 AND state = 'done'`, key).Scan(&recorded))
 	require.Equal(x, string(recorded), string(r.Body), "the replay is the response the lost request recorded")
-	var txn Txn
+	var txn points.Txn
 	r.JSON(x, &txn)
 	x.Step(lab.Step{Actor: "client", Action: "retry: debit 30, same key", Outcome: lab.Replayed, Note: fmt.Sprintf("transaction %d, balance %d", txn.ID, txn.Balance)})
 	var id int64
@@ -429,9 +429,9 @@ func runCorruptedBalance(x *lab.X) {
 	// Recompute without repair reports and changes nothing.
 	r := l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute", Token: l.Admin})
 	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-	var rep RecomputeReport
+	var rep points.RecomputeReport
 	r.JSON(x, &rep)
-	require.Equal(x, RecomputeReport{Checked: 4, Drifted: 2, Accounts: []Drift{
+	require.Equal(x, points.RecomputeReport{Checked: 4, Drifted: 2, Accounts: []points.Drift{
 		{AccountID: "acct-0042", Kind: "user", Stored: 999, FromEntries: 970, Drift: 29},
 		{AccountID: "sys:redemption", Kind: "system", Stored: 23, FromEntries: 30, Drift: -7},
 	}}, rep)
@@ -441,7 +441,7 @@ func runCorruptedBalance(x *lab.X) {
 	// One account at a time, with repair.
 	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.Admin})
 	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-	rep = RecomputeReport{}
+	rep = points.RecomputeReport{}
 	r.JSON(x, &rep)
 	require.Equal(x, 1, rep.Checked)
 	require.Equal(x, 1, rep.Repaired)
@@ -454,11 +454,11 @@ func runCorruptedBalance(x *lab.X) {
 	// Then everything else.
 	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.Admin})
 	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-	rep = RecomputeReport{}
+	rep = points.RecomputeReport{}
 	r.JSON(x, &rep)
 	require.Equal(x, 1, rep.Repaired)
 	require.Equal(x, "sys:redemption", rep.Accounts[0].AccountID)
-	require.EqualValues(x, 30, l.Account(x, RedemptionAccount).Balance)
+	require.EqualValues(x, 30, l.Account(x, points.RedemptionAccount).Balance)
 	x.Step(lab.Step{Actor: "admin", Action: "recompute everything with repair", Outcome: "repaired", Note: "sys:redemption 23 → 30"})
 
 	// Each repair is on record, append-only.
@@ -478,9 +478,9 @@ func runCorruptedBalance(x *lab.X) {
 
 	// Nothing left to repair; the binary agrees.
 	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.Admin})
-	rep = RecomputeReport{}
+	rep = points.RecomputeReport{}
 	r.JSON(x, &rep)
-	require.Equal(x, RecomputeReport{Checked: 4, Accounts: []Drift{}}, rep)
+	require.Equal(x, points.RecomputeReport{Checked: 4, Accounts: []points.Drift{}}, rep)
 	out, code = check()
 	require.Equal(x, 0, code, "%s", out)
 	x.Step(lab.Step{Actor: "admin", Action: "fencelab check points", Outcome: "exit 0"})
@@ -585,7 +585,7 @@ func runInterleaved(x *lab.X) {
 		require.GreaterOrEqual(x, a.Balance, int64(0))
 		users += a.Balance
 	}
-	issuance, redemption := l.Account(x, IssuanceAccount), l.Account(x, RedemptionAccount)
+	issuance, redemption := l.Account(x, points.IssuanceAccount), l.Account(x, points.RedemptionAccount)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: users hold %d, issuance %d, redemption %d (sum %d)",
 		users, issuance.Balance, redemption.Balance, users+issuance.Balance+redemption.Balance)})
 	x.Figure("granted", granted)

@@ -8,11 +8,11 @@ import (
 	"crypto/rand"
 	"net/http"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/points"
 )
 
 // Lab is one running app with the admin token the chapter's experiments
@@ -37,15 +37,15 @@ func NewKey() string { return "k-" + rand.Text() }
 
 // OpenAccount creates a user account over HTTP and grants it balance
 // points (in grants of at most MaxAmount).
-func (l *Lab) OpenAccount(t lab.T, id, owner string, balance int64) Account {
+func (l *Lab) OpenAccount(t lab.T, id, owner string, balance int64) points.Account {
 	t.Helper()
 	r := l.Do(t, lab.Req{Method: "POST", Path: "/points/accounts", Token: l.Admin,
-		Body: CreateAccountRequest{ID: id, Owner: owner}})
+		Body: points.CreateAccountRequest{ID: id, Owner: owner}})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var a Account
+	var a points.Account
 	r.JSON(t, &a)
-	for left := balance; left > 0; left -= MaxAmount {
-		r := l.Grant(t, l.Admin, id, NewKey(), min(left, MaxAmount), "opening")
+	for left := balance; left > 0; left -= points.MaxAmount {
+		r := l.Grant(t, l.Admin, id, NewKey(), min(left, points.MaxAmount), "opening")
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	}
 	return a
@@ -55,7 +55,7 @@ func (l *Lab) OpenAccount(t lab.T, id, owner string, balance int64) Account {
 // none.
 func (l *Lab) Posting(ctx context.Context, kind, tok, id, key string, amount int64, reason string) (lab.Response, error) {
 	req := lab.Req{Method: "POST", Path: "/points/accounts/" + id + "/" + kind, Token: tok,
-		Body: PostingRequest{Amount: amount, Reason: reason}}
+		Body: points.PostingRequest{Amount: amount, Reason: reason}}
 	if key != "" {
 		req.Headers = map[string]string{idem.Header: key}
 	}
@@ -87,11 +87,11 @@ func (l *Lab) Grant(t lab.T, tok, id, key string, amount int64, reason string) l
 }
 
 // Account reads an account over HTTP as the admin.
-func (l *Lab) Account(t lab.T, id string) Account {
+func (l *Lab) Account(t lab.T, id string) points.Account {
 	t.Helper()
 	r := l.Do(t, lab.Req{Method: "GET", Path: "/points/accounts/" + id, Token: l.Admin})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var a Account
+	var a points.Account
 	r.JSON(t, &a)
 	return a
 }
