@@ -8,12 +8,12 @@ import (
 	"slices"
 
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/lease"
 	"github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/ops"
-	"github.com/fencelab/fencelab/services/report"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/like"
@@ -26,7 +26,7 @@ import (
 // each chapter's own order kept.
 func Experiments() []lab.Experiment {
 	return slices.Concat(
-		report.Experiments,    // 1 lease
+		lease.Experiments,     // 1 lease
 		workflow.Experiments,  // 2 claim
 		ops.IdemExperiments,   // 3 idem
 		ops.OutboxExperiments, // 4 outbox

@@ -1,4 +1,4 @@
-package report
+package lease
 
 import (
 	"context"
@@ -8,14 +8,16 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/report"
 )
 
 // Experiments are the lease chapter's runnable claims (fencelab lab run …).
@@ -48,8 +50,8 @@ var PausedHolder = lab.Experiment{
 func runPausedHolder(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	name := LeaseName(labDay)
-	var out Output // nil: the product's fenced output
+	name := report.LeaseName(labDay)
+	var out report.Output // nil: the product's fenced output
 	if x.Naive {
 		out = unfencedOutput{a.Pool}
 		x.Step(lab.Step{Actor: "db", Action: "report_output written without lease.Guard and without the row's fence condition", Outcome: lab.Violates,
@@ -96,7 +98,7 @@ func runPausedHolder(x *lab.X) {
 	require.NoError(x, err, "B takes the expired lease and writes")
 	require.Greater(x, wroteB.Fence, fenceA)
 	x.Step(lab.Step{Actor: "instance-b", Action: "acquire " + name, Outcome: lab.Accepted, Fence: wroteB.Fence})
-	x.Step(lab.Step{Actor: "instance-b", Action: "write report " + labDay.Format(DateLayout), Outcome: lab.Accepted, Fence: wroteB.Fence})
+	x.Step(lab.Step{Actor: "instance-b", Action: "write report " + labDay.Format(report.DateLayout), Outcome: lab.Accepted, Fence: wroteB.Fence})
 
 	stall.Release()
 	var lateA error
@@ -105,7 +107,7 @@ func runPausedHolder(x *lab.X) {
 	case <-time.After(30 * time.Second):
 		x.Fatalf("A did not finish after it was released")
 	}
-	step := lab.Step{Actor: "instance-a", Action: "resume: write report " + labDay.Format(DateLayout), Fence: fenceA}
+	step := lab.Step{Actor: "instance-a", Action: "resume: write report " + labDay.Format(report.DateLayout), Fence: fenceA}
 	switch {
 	case errors.Is(lateA, lease.ErrStaleFence):
 		step.Outcome, step.Note = lab.Refused, fmt.Sprintf("stale fence: %d has written", wroteB.Fence)
@@ -116,9 +118,9 @@ func runPausedHolder(x *lab.X) {
 	}
 	x.Step(step)
 
-	got, err := get(ctx, a.Pool, labDay)
+	got, err := readReport(ctx, a.Pool, labDay)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "re-read report " + labDay.Format(DateLayout) + ": written by " + got.WrittenBy, Fence: got.Fence})
+	x.Step(lab.Step{Actor: "db", Action: "re-read report " + labDay.Format(report.DateLayout) + ": written by " + got.WrittenBy, Fence: got.Fence})
 	x.Figure("fence_a", fenceA)
 	x.Figure("fence_b", wroteB.Fence)
 	x.Figure("stored_fence", got.Fence)
@@ -145,11 +147,11 @@ func runPausedHolder(x *lab.X) {
 // labInstance is one report-job instance, as a separate deployment would
 // run it: its own holder identity on the app's pool and fault points.
 // out == nil is the product's fenced output.
-func labInstance(x *lab.X, a *lab.App, holder string, out Output) *Service {
+func labInstance(x *lab.X, a *lab.App, holder string, out report.Output) *report.Service {
 	x.Helper()
 	d := labenv.Deps(a)
 	d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := NewService(d, Config{Holder: holder, TTL: time.Hour, Interval: time.Minute, Output: out})
+	svc, err := report.NewService(d, report.Config{Holder: holder, TTL: time.Hour, Interval: time.Minute, Output: out})
 	require.NoError(x, err)
 	return svc
 }
@@ -163,9 +165,9 @@ type unfencedOutput struct{ db pg.Querier }
 
 // UnfencedOutput returns the naive resource for experiments elsewhere (the
 // linearizability check's broken guard).
-func UnfencedOutput(db pg.Querier) Output { return unfencedOutput{db} }
+func UnfencedOutput(db pg.Querier) report.Output { return unfencedOutput{db} }
 
-func (o unfencedOutput) Write(ctx context.Context, l lease.Lease, r Report) (Report, error) {
+func (o unfencedOutput) Write(ctx context.Context, l lease.Lease, r report.Report) (report.Report, error) {
 	err := o.db.QueryRow(ctx, `
 		WITH written AS (
 		    INSERT INTO report_output (report_date, content, written_fence, written_by, written_at)
@@ -180,7 +182,7 @@ func (o unfencedOutput) Write(ctx context.Context, l lease.Lease, r Report) (Rep
 		)
 		SELECT written_at FROM written`, r.Date, r.Content, l.Fence, l.Holder).Scan(&r.WrittenAt)
 	if err != nil {
-		return Report{}, err
+		return report.Report{}, err
 	}
 	r.Fence, r.WrittenBy = l.Fence, l.Holder
 	return r, nil
@@ -204,11 +206,11 @@ func runTwoProcesses(x *lab.X) {
 	ctx := context.Background()
 	db := x.Database()
 	pool := labPool(x, db)
-	name := LeaseName(labDay)
+	name := report.LeaseName(labDay)
 	env := func(holder, level string) []string {
 		return x.Env.ChildEnv(db,
 			"FENCELAB_REPORT_HOLDER="+holder,
-			"FENCELAB_REPORT_DATE="+labDay.Format(DateLayout),
+			"FENCELAB_REPORT_DATE="+labDay.Format(report.DateLayout),
 			"FENCELAB_REPORT_INTERVAL=50ms",
 			"FENCELAB_REPORT_TTL=1h", // only the experiment's SQL ends A's lease
 			"FENCELAB_LOG_LEVEL="+level)
@@ -236,8 +238,8 @@ func runTwoProcesses(x *lab.X) {
 
 	workerB := x.Spawn("worker-b", env("worker-b", "debug"), "worker")
 	workerB.WaitStderr(x, "report lease held by another instance")
-	_, err := get(ctx, pool, labDay)
-	require.ErrorIs(x, err, ErrNoReport, "nobody has written while A holds the lease")
+	_, err := readReport(ctx, pool, labDay)
+	require.ErrorIs(x, err, report.ErrNoReport, "nobody has written while A holds the lease")
 	x.Step(lab.Step{Actor: "process-B", Action: fmt.Sprintf("pid %d: acquire %s", workerB.Pid(), name), Outcome: lab.Refused, Note: "held by worker-a"})
 
 	tag, err := pool.Exec(ctx, `UPDATE lease SET expires_at = now() WHERE name = $1 AND fence = $2`, name, fenceA)
@@ -245,21 +247,21 @@ func runTwoProcesses(x *lab.X) {
 	require.EqualValues(x, 1, tag.RowsAffected())
 	x.Step(lab.Step{Actor: "db", Action: "A's lease reaches its expiry (set to now() with SQL)", Fence: fenceA})
 
-	var got Report
+	var got report.Report
 	deadline := time.Now().Add(lab.ProcWait)
-	for got, err = get(ctx, pool, labDay); err != nil; got, err = get(ctx, pool, labDay) {
-		require.ErrorIs(x, err, ErrNoReport)
+	for got, err = readReport(ctx, pool, labDay); err != nil; got, err = readReport(ctx, pool, labDay) {
+		require.ErrorIs(x, err, report.ErrNoReport)
 		require.True(x, time.Now().Before(deadline), "B never took over")
 		time.Sleep(20 * time.Millisecond) // B's own 50 ms interval sets the pace
 	}
 	require.Equal(x, "worker-b", got.WrittenBy)
 	require.Greater(x, got.Fence, fenceA)
-	x.Step(lab.Step{Actor: "process-B", Action: "acquire, write report " + labDay.Format(DateLayout), Outcome: lab.Accepted, Fence: got.Fence})
+	x.Step(lab.Step{Actor: "process-B", Action: "acquire, write report " + labDay.Format(report.DateLayout), Outcome: lab.Accepted, Fence: got.Fence})
 
 	workerA.Release(x)
 	workerA.WaitStderr(x, "report write refused: stale fence")
 	require.Contains(x, workerA.Stderr(), fmt.Sprintf("fence %d is older", fenceA), "A's own fence was the one refused")
-	x.Step(lab.Step{Actor: "process-A", Action: "resume: write report " + labDay.Format(DateLayout), Outcome: lab.Refused, Fence: fenceA,
+	x.Step(lab.Step{Actor: "process-A", Action: "resume: write report " + labDay.Format(report.DateLayout), Outcome: lab.Refused, Fence: fenceA,
 		Note: fmt.Sprintf("stale fence: %d has written", got.Fence)})
 
 	for _, w := range []*lab.Proc{workerA, workerB} {
@@ -270,7 +272,7 @@ func runTwoProcesses(x *lab.X) {
 	}
 	x.Step(lab.Step{Actor: "admin", Action: "SIGTERM both processes", Outcome: "exited 0"})
 
-	final, err := get(ctx, pool, labDay)
+	final, err := readReport(ctx, pool, labDay)
 	require.NoError(x, err)
 	require.Equal(x, got, final, "the report row still holds the live holder's content")
 	require.Equal(x, []string{fmt.Sprintf("worker-a@%d", fenceA), fmt.Sprintf("worker-b@%d", got.Fence)}, grants())
@@ -439,4 +441,18 @@ func runWatchdogCancelsOnLoss(x *lab.X) {
 	}
 	x.Figure("losses", len(cases))
 	x.Figure("cancelled", len(cases))
+}
+
+// readReport reads day's report row as an operator would, with SQL: the
+// experiment checks what the database holds, not what the service says.
+func readReport(ctx context.Context, db pg.Querier, day time.Time) (report.Report, error) {
+	var r report.Report
+	err := db.QueryRow(ctx, `
+SELECT report_date, content, written_fence, written_by, written_at
+  FROM report_output
+ WHERE report_date = $1`, day).Scan(&r.Date, &r.Content, &r.Fence, &r.WrittenBy, &r.WrittenAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return report.Report{}, fmt.Errorf("%w: %s", report.ErrNoReport, day.Format(report.DateLayout))
+	}
+	return r, err
 }
