@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/fencelab/fencelab/core/lab"
+	claimlab "github.com/fencelab/fencelab/lab/claim"
 	"github.com/fencelab/fencelab/lab/lease"
 	"github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/services/flashsale/order"
@@ -19,7 +20,6 @@ import (
 	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
 	"github.com/fencelab/fencelab/services/upload"
-	"github.com/fencelab/fencelab/services/workflow"
 )
 
 // Experiments is every experiment in the book's order: chapter by chapter,
@@ -27,7 +27,7 @@ import (
 func Experiments() []lab.Experiment {
 	return slices.Concat(
 		lease.Experiments,     // 1 lease
-		workflow.Experiments,  // 2 claim
+		claimlab.Experiments,  // 2 claim
 		ops.IdemExperiments,   // 3 idem
 		ops.OutboxExperiments, // 4 outbox
 		points.Experiments,    // 5 points

@@ -1,4 +1,4 @@
-package workflow
+package claim
 
 import (
 	"context"
@@ -11,11 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/workflow"
 )
 
 // Experiments are the claim chapter's runnable claims (fencelab lab run …).
@@ -56,7 +57,7 @@ func (l claimLab) worker(x *lab.X, owner string, kinds ...claim.Kind) *claim.Cli
 	x.Helper()
 	c := claim.NewClient(l.pool, claim.Options{Owner: owner})
 	if len(kinds) == 0 {
-		kinds = []claim.Kind{NewKind(l.tool.Client())}
+		kinds = []claim.Kind{workflow.NewKind(l.tool.Client())}
 	}
 	require.NoError(x, c.Register(kinds...))
 	return c
@@ -122,13 +123,13 @@ func runTwoProcesses(x *lab.X) {
 	l := newClaimLab(x, bookTool)
 	ctx := context.Background()
 	const key = "wf-0001"
-	id := l.enqueue(x, claim.NewClient(l.pool, claim.Options{}), claim.NewJob{Kind: KindName, BusinessKey: key})
+	id := l.enqueue(x, claim.NewClient(l.pool, claim.Options{}), claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 	x.Step(lab.Step{Actor: "client", Action: fmt.Sprintf("enqueue workflow %s (job %d)", key, id), Outcome: lab.Accepted})
 
-	env := x.Env.ChildEnv(l.url, EnvToolURL+"="+l.tool.URL(), "FENCELAB_WORKERS=2")
+	env := x.Env.ChildEnv(l.url, workflow.EnvToolURL+"="+l.tool.URL(), "FENCELAB_WORKERS=2")
 	// Only the workflow kind: other modules' periodic jobs are not part of
 	// this experiment.
-	args := []string{"worker", "--start-gate", "--pause-at", "after_claim", "--exit-when-idle", "--kinds", KindName}
+	args := []string{"worker", "--start-gate", "--pause-at", "after_claim", "--exit-when-idle", "--kinds", workflow.KindName}
 	workers := []*lab.Proc{x.Spawn("process-A", env, args...), x.Spawn("process-B", env, args...)}
 	ready := map[int]bool{} // distinct OS processes at the gate
 	for _, w := range workers {
@@ -180,11 +181,11 @@ func runTwoProcesses(x *lab.X) {
 
 	winner.Release(x)
 	require.NoError(x, winner.Wait(x))
-	effects := l.tool.EffectsFor(IdempotencyKey(key))
+	effects := l.tool.EffectsFor(workflow.IdempotencyKey(key))
 	require.Equal(x, len(effects), l.tool.Posts(), "every POST made an effect: no retry hid a second call")
 	var state string
 	require.NoError(x, l.pool.QueryRow(ctx, `SELECT state FROM job WHERE id = $1`, id).Scan(&state))
-	x.Step(lab.Step{Actor: winner.Name, Action: "call the tool with key " + IdempotencyKey(key) + ", complete", Outcome: state, Fence: row.Fence})
+	x.Step(lab.Step{Actor: winner.Name, Action: "call the tool with key " + workflow.IdempotencyKey(key) + ", complete", Outcome: state, Fence: row.Fence})
 	claims := l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id)
 	x.Figure("os_processes", len(ready))
 	x.Figure("claims", claims)
@@ -227,7 +228,7 @@ func runTwoClaimers(x *lab.X) {
 	owners := map[string]int{}
 	for i := range rounds {
 		key := fmt.Sprintf("wf-%04d", i)
-		id := l.enqueue(x, a, claim.NewJob{Kind: KindName, BusinessKey: key})
+		id := l.enqueue(x, a, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 		start := make(chan struct{})
 		got := make([][]*claim.Job, 2)
 		errs := make([]error, 2)
@@ -235,7 +236,7 @@ func runTwoClaimers(x *lab.X) {
 		for n, c := range []*claim.Client{a, b} {
 			wg.Go(func() {
 				<-start
-				got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{KindName}, Limit: 1})
+				got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
 			})
 		}
 		close(start)
@@ -254,7 +255,7 @@ func runTwoClaimers(x *lab.X) {
 			x.Step(lab.Step{Actor: other(c.Owner()), Action: fmt.Sprintf("round %d: claim", i+1), Outcome: "empty", Note: "the row was locked: SKIP LOCKED skipped it"})
 		}
 		require.Equal(x, 1, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id))
-		require.Len(x, l.tool.EffectsFor(IdempotencyKey(key)), 1)
+		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1)
 	}
 	succeeded := l.count(x, `SELECT count(*) FROM job WHERE state = 'succeeded'`)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d jobs succeeded; claimer-a won %d rounds, claimer-b %d", succeeded, owners["claimer-a"], owners["claimer-b"])})
@@ -284,7 +285,7 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "drop the unique index on (job, fence) of claimed events: the naive schema", Outcome: lab.Violates})
 	const key = "wf-0000"
-	id := l.enqueue(x, enq, claim.NewJob{Kind: KindName, BusinessKey: key})
+	id := l.enqueue(x, enq, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 	tool := l.tool.Client()
 	var (
 		wg   sync.WaitGroup
@@ -315,7 +316,7 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 				return
 			}
 			x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("read job %d ready at fence %d, write it running as mine", id, fence-1), Outcome: lab.Violates, Fence: fence})
-			_, err = tool.Create(ctx, fakeprovider.CreateRequest{Key: IdempotencyKey(key), Reference: key})
+			_, err = tool.Create(ctx, fakeprovider.CreateRequest{Key: workflow.IdempotencyKey(key), Reference: key})
 			if err != nil {
 				x.Step(lab.Step{Actor: owner, Action: "call the tool", Outcome: "error", Note: err.Error()})
 				return
@@ -369,7 +370,7 @@ func runExpiredOwner(x *lab.X) {
 	l := newClaimLab(x, bookTool)
 	ctx := context.Background()
 	oldW, newW := l.worker(x, "worker-old"), l.worker(x, "worker-new")
-	id := l.enqueue(x, oldW, claim.NewJob{Kind: KindName, BusinessKey: "wf-0042", Payload: Input{Input: "report"}})
+	id := l.enqueue(x, oldW, claim.NewJob{Kind: workflow.KindName, BusinessKey: "wf-0042", Payload: workflow.Input{Input: "report"}})
 
 	claimed, err := oldW.Claim(ctx, claim.ClaimParams{})
 	require.NoError(x, err)
@@ -390,9 +391,9 @@ func runExpiredOwner(x *lab.X) {
 	require.NoError(x, err)
 	res, err := newW.ResolveUnknown(ctx, 100, 2)
 	require.NoError(x, err)
-	require.Equal(x, []claim.Resolved{{ID: id, Kind: KindName, State: claim.StateReady}}, res,
+	require.Equal(x, []claim.Resolved{{ID: id, Kind: workflow.KindName, State: claim.StateReady}}, res,
 		"the tool authoritatively has no effect for the key: claim again")
-	x.Step(lab.Step{Actor: "worker-new", Action: "ask the tool by key " + IdempotencyKey("wf-0042") + ": no effect", Outcome: string(claim.StateReady)})
+	x.Step(lab.Step{Actor: "worker-new", Action: "ask the tool by key " + workflow.IdempotencyKey("wf-0042") + ": no effect", Outcome: string(claim.StateReady)})
 
 	again, err := newW.Claim(ctx, claim.ClaimParams{})
 	require.NoError(x, err)
@@ -422,7 +423,7 @@ func runExpiredOwner(x *lab.X) {
 	x.Figure("old_fence", stalled.Fence)
 	x.Figure("new_fence", current.Fence)
 	x.Figure("old_write", step.Outcome)
-	x.Figure("effects", len(l.tool.EffectsFor(IdempotencyKey("wf-0042"))))
+	x.Figure("effects", len(l.tool.EffectsFor(workflow.IdempotencyKey("wf-0042"))))
 	if x.Naive {
 		return
 	}
@@ -435,7 +436,7 @@ func runExpiredOwner(x *lab.X) {
 	h := l.history(x, id)
 	x.Step(lab.Step{Actor: "db", Action: "job history: " + strings.Join(h, " "), Fence: row.Fence})
 	require.Equal(x, []string{"claimed:1", "recovered:2", "resolving:3", "resolved_absent:3", "claimed:4", "succeeded:4", "rejected_stale:1"}, h)
-	require.Len(x, l.tool.EffectsFor(IdempotencyKey("wf-0042")), 1, "one tool effect for the business key")
+	require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey("wf-0042")), 1, "one tool effect for the business key")
 	require.Equal(x, 2, l.tool.Requests(fakeprovider.OpCreate), "both owners called the tool; the key made it one effect")
 }
 
@@ -445,11 +446,11 @@ func runExpiredOwner(x *lab.X) {
 // its own, stale fence.
 func naiveComplete(x *lab.X, l claimLab, j *claim.Job) error {
 	ctx := context.Background()
-	var in Input
+	var in workflow.Input
 	if err := j.UnmarshalPayload(&in); err != nil {
 		return err
 	}
-	e, err := l.tool.Client().Create(ctx, fakeprovider.CreateRequest{Key: IdempotencyKey(j.BusinessKey), Reference: j.BusinessKey, Data: in.Input})
+	e, err := l.tool.Client().Create(ctx, fakeprovider.CreateRequest{Key: workflow.IdempotencyKey(j.BusinessKey), Reference: j.BusinessKey, Data: in.Input})
 	if err != nil {
 		return err
 	}
@@ -460,7 +461,7 @@ func naiveComplete(x *lab.X, l claimLab, j *claim.Job) error {
 		    RETURNING id, state)
 		INSERT INTO job_event (job_id, event, fence, owner, state)
 		SELECT id, 'succeeded', $4, $2, state FROM done`,
-		j.ID, "worker-old", Result{EffectID: e.ID, Status: e.Status}, j.Fence)
+		j.ID, "worker-old", workflow.Result{EffectID: e.ID, Status: e.Status}, j.Fence)
 	return err
 }
 
@@ -478,13 +479,13 @@ var UnknownToReview = lab.Experiment{
 func runUnknownToReview(x *lab.X) {
 	l := newClaimLab(x, fakeprovider.Capabilities{Name: "tool", IdempotencyKeys: true}) // no query
 	ctx := context.Background()
-	noResolve := NewKind(l.tool.Client())
+	noResolve := workflow.NewKind(l.tool.Client())
 	noResolve.Name, noResolve.Resolve = "workflow.blind", nil
-	w := l.worker(x, "worker-1", NewKind(l.tool.Client()), noResolve)
+	w := l.worker(x, "worker-1", workflow.NewKind(l.tool.Client()), noResolve)
 	l.tool.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, DropResponse: true})
 	x.Say("provider", "commits every effect and drops the response; cannot be queried")
 
-	for _, kind := range []string{KindName, "workflow.blind"} {
+	for _, kind := range []string{workflow.KindName, "workflow.blind"} {
 		id := l.enqueue(x, w, claim.NewJob{Kind: kind, BusinessKey: "wf-7-" + kind})
 		jobs, err := w.Claim(ctx, claim.ClaimParams{Kinds: []string{kind}})
 		require.NoError(x, err)
@@ -504,8 +505,8 @@ func runUnknownToReview(x *lab.X) {
 		require.Equal(x, 1, row.Attempts, "never re-run")
 		require.Equal(x, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2"}, l.history(x, id))
 	}
-	for _, kind := range []string{KindName, "workflow.blind"} {
-		require.Len(x, l.tool.EffectsFor(IdempotencyKey("wf-7-"+kind)), 1, "the effect happened once and was not repeated")
+	for _, kind := range []string{workflow.KindName, "workflow.blind"} {
+		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey("wf-7-"+kind)), 1, "the effect happened once and was not repeated")
 	}
 	require.Equal(x, 1, l.tool.Requests(fakeprovider.OpQuery), "only the kind with a Resolve asked (and was refused)")
 	x.Figure("needs_review", 2)
@@ -528,7 +529,7 @@ func runRetriesBackOff(x *lab.X) {
 	l.tool.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Status: 503})
 	ctx := context.Background()
 	w := l.worker(x, "worker-1")
-	id := l.enqueue(x, w, claim.NewJob{Kind: KindName, BusinessKey: "wf-9", MaxAttempts: 3})
+	id := l.enqueue(x, w, claim.NewJob{Kind: workflow.KindName, BusinessKey: "wf-9", MaxAttempts: 3})
 	x.Say("provider", "answers 503 to every call")
 
 	for attempt := 1; attempt <= 3; attempt++ {
