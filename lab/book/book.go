@@ -9,12 +9,13 @@ import (
 
 	"github.com/fencelab/fencelab/core/lab"
 	claimlab "github.com/fencelab/fencelab/lab/claim"
+	idemlab "github.com/fencelab/fencelab/lab/idem"
 	"github.com/fencelab/fencelab/lab/lease"
+	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 	"github.com/fencelab/fencelab/services/notify"
-	"github.com/fencelab/fencelab/services/ops"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/like"
@@ -28,8 +29,8 @@ func Experiments() []lab.Experiment {
 	return slices.Concat(
 		lease.Experiments,     // 1 lease
 		claimlab.Experiments,  // 2 claim
-		ops.IdemExperiments,   // 3 idem
-		ops.OutboxExperiments, // 4 outbox
+		idemlab.Experiments,   // 3 idem
+		outboxlab.Experiments, // 4 outbox
 		points.Experiments,    // 5 points
 		reserve.Experiments,   // 6 reservations
 		order.Experiments,     // 7 orders

@@ -1,4 +1,4 @@
-package ops
+package outbox
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/lab/require"
 )
 
-// OutboxExperiments are the outbox chapter's runnable claims.
-var OutboxExperiments = []lab.Experiment{OutboxRedelivery, OutboxTwoProcesses}
+// Experiments are the outbox chapter's runnable claims.
+var Experiments = []lab.Experiment{OutboxRedelivery, OutboxTwoProcesses}
 
 // OutboxRedelivery: ten events of the demo topic. The consumer's first
 // batch crashes before its commit (a fault point): its effects, its inbox

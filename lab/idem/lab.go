@@ -3,7 +3,7 @@
 // scratch database — a debit behind idem.Require — and runs the chapter's
 // timeline against it.
 
-package ops
+package idem
 
 import (
 	"context"
@@ -19,16 +19,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
 )
 
-// IdemExperiments are the idempotency chapter's runnable claims.
-var IdemExperiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest}
+// Experiments are the idempotency chapter's runnable claims.
+var Experiments = []lab.Experiment{IdemConcurrentSameKey, IdemCrashedRequest}
 
 // idemSchema is the demo's own effect: a debit that moves a balance and
 // writes one effect row. demo_effect has no unique key on purpose — if a
