@@ -11,10 +11,10 @@ import (
 	claimlab "github.com/fencelab/fencelab/lab/claim"
 	idemlab "github.com/fencelab/fencelab/lab/idem"
 	"github.com/fencelab/fencelab/lab/lease"
+	"github.com/fencelab/fencelab/lab/orders"
 	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/points"
-	"github.com/fencelab/fencelab/services/flashsale/order"
-	"github.com/fencelab/fencelab/services/flashsale/reserve"
+	"github.com/fencelab/fencelab/lab/reservations"
 	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/social/feed"
@@ -27,18 +27,18 @@ import (
 // each chapter's own order kept.
 func Experiments() []lab.Experiment {
 	return slices.Concat(
-		lease.Experiments,     // 1 lease
-		claimlab.Experiments,  // 2 claim
-		idemlab.Experiments,   // 3 idem
-		outboxlab.Experiments, // 4 outbox
-		points.Experiments,    // 5 points
-		reserve.Experiments,   // 6 reservations
-		order.Experiments,     // 7 orders
-		rel.Experiments,       // 8 relations
-		feed.Experiments,      // 9 feed
-		like.Experiments,      // 10 likes
-		notify.Experiments,    // 11 notify
-		shortlink.Experiments, // 12 shortlink
-		upload.Experiments,    // 13 upload
+		lease.Experiments,        // 1 lease
+		claimlab.Experiments,     // 2 claim
+		idemlab.Experiments,      // 3 idem
+		outboxlab.Experiments,    // 4 outbox
+		points.Experiments,       // 5 points
+		reservations.Experiments, // 6 reservations
+		orders.Experiments,       // 7 orders
+		rel.Experiments,          // 8 relations
+		feed.Experiments,         // 9 feed
+		like.Experiments,         // 10 likes
+		notify.Experiments,       // 11 notify
+		shortlink.Experiments,    // 12 shortlink
+		upload.Experiments,       // 13 upload
 	)
 }

@@ -1,4 +1,4 @@
-package order
+package orders
 
 // The kit the orders chapter's experiments drive the app with — a real fake
 // payment channel on loopback whose effect ledger is the ground truth for
@@ -19,12 +19,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
@@ -56,14 +57,14 @@ func StartLab(x *lab.X, settings map[string]string) *Lab {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	s := map[string]string{
-		EnvPayURL: srv.URL(), EnvCallbackSecret: LabSecret, EnvReconcileAfter: "0s",
+		order.EnvPayURL: srv.URL(), order.EnvCallbackSecret: LabSecret, order.EnvReconcileAfter: "0s",
 	}
 	for k, v := range settings {
 		s[k] = v
 	}
 	a := x.Start(lab.Options{Settings: s})
 	require.NoError(t, a.Seed(context.Background(), "flashsale"))
-	srv.SetCallbackURL(a.URL + CallbackPath)
+	srv.SetCallbackURL(a.URL + order.CallbackPath)
 	return &Lab{App: a, Pay: srv, x: x}
 }
 
@@ -91,13 +92,13 @@ func (l *Lab) Reserve(t lab.T, tok, sku, key string) reserve.Reservation {
 }
 
 // Order creates the order of a reservation.
-func (l *Lab) Order(t lab.T, tok string, reservationID int64) Order {
+func (l *Lab) Order(t lab.T, tok string, reservationID int64) order.Order {
 	t.Helper()
 	r := l.Do(t, CreateReq(tok, reservationID, nil))
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var o Order
+	var o order.Order
 	r.JSON(t, &o)
-	require.Equal(t, StateCreated, o.State)
+	require.Equal(t, order.StateCreated, o.State)
 	l.x.Step(lab.Step{Actor: "buyer", Action: fmt.Sprintf("order reservation %d", reservationID), Outcome: lab.Accepted,
 		Note: fmt.Sprintf("order %d CREATED", o.ID)})
 	return o
@@ -105,7 +106,7 @@ func (l *Lab) Order(t lab.T, tok string, reservationID int64) Order {
 
 func CreateReq(tok string, reservationID int64, headers map[string]string) lab.Req {
 	return lab.Req{Method: http.MethodPost, Path: "/flashsale/orders", Token: tok, Headers: headers,
-		Body: CreateRequest{ReservationID: reservationID}}
+		Body: order.CreateRequest{ReservationID: reservationID}}
 }
 
 func PayReq(tok string, id int64) lab.Req {
@@ -118,9 +119,9 @@ func (l *Lab) PayPending(t lab.T, tok string, id int64) fakeprovider.Effect {
 	t.Helper()
 	r := l.Do(t, PayReq(tok, id))
 	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	var o Order
+	var o order.Order
 	r.JSON(t, &o)
-	require.Equal(t, StatePaying, o.State)
+	require.Equal(t, order.StatePaying, o.State)
 	e := l.Charge(t, o)
 	require.Equal(t, fakeprovider.StatusPending, e.Status)
 	require.Equal(t, e.ID, o.EffectID, "the pay answer names the charge")
@@ -129,31 +130,31 @@ func (l *Lab) PayPending(t lab.T, tok string, id int64) fakeprovider.Effect {
 }
 
 // Charge is the order's one charge in the channel's ledger.
-func (l *Lab) Charge(t lab.T, o Order) fakeprovider.Effect {
+func (l *Lab) Charge(t lab.T, o order.Order) fakeprovider.Effect {
 	t.Helper()
 	effects := l.Pay.EffectsFor(o.PaymentRef)
 	require.Len(t, effects, 1, "one charge per order, whatever was retried")
 	require.Equal(t, o.ChargeKey(), effects[0].Key)
-	require.Equal(t, Price, effects[0].Amount)
+	require.Equal(t, order.Price, effects[0].Amount)
 	return effects[0]
 }
 
 // View reads GET /flashsale/orders/{id}.
-func (l *Lab) View(t lab.T, tok string, id int64) View {
+func (l *Lab) View(t lab.T, tok string, id int64) order.View {
 	t.Helper()
 	r := l.Do(t, lab.Req{Method: http.MethodGet, Path: "/flashsale/orders/" + itoa(id), Token: tok})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var v View
+	var v order.View
 	r.JSON(t, &v)
 	return v
 }
 
 // Reconcile runs POST /flashsale/admin/reconcile once.
-func (l *Lab) Reconcile(t lab.T) ReconcileResult {
+func (l *Lab) Reconcile(t lab.T) order.ReconcileResult {
 	t.Helper()
 	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: "/flashsale/admin/reconcile", Token: l.Admin(t)})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var res ReconcileResult
+	var res order.ReconcileResult
 	r.JSON(t, &res)
 	l.x.Step(lab.Step{Actor: "reconciler", Action: "query the channel for PAYING orders", Outcome: fmt.Sprint(res.Outcomes)})
 	return res
@@ -185,7 +186,7 @@ func (l *Lab) ExpireHold(t lab.T, reservationID int64) {
 func (l *Lab) RunRefundJobs(t lab.T) []*claim.Job {
 	t.Helper()
 	ctx := context.Background()
-	jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{RefundKind}, Limit: 10})
+	jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{order.RefundKind}, Limit: 10})
 	require.NoError(t, err)
 	for _, j := range jobs {
 		require.NoError(t, l.Jobs.Execute(ctx, j))
@@ -214,7 +215,7 @@ func (l *Lab) callback(t lab.T, body []byte, signature string, forged bool) lab.
 	if signature != "" {
 		h[fakeprovider.SignatureHeader] = signature
 	}
-	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: CallbackPath, Body: body, Headers: h, Invalid: forged})
+	r := l.Do(t, lab.Req{Method: http.MethodPost, Path: order.CallbackPath, Body: body, Headers: h, Invalid: forged})
 	var cb fakeprovider.Callback
 	_ = json.Unmarshal(body, &cb)
 	outcome := lab.Accepted
@@ -264,7 +265,7 @@ func (l *Lab) Capture(t lab.T) (got func() []Delivery, restore func()) {
 			defer mu.Unlock()
 			return append([]Delivery(nil), ds...)
 		}, func() {
-			l.Pay.SetCallbackURL(l.URL + CallbackPath)
+			l.Pay.SetCallbackURL(l.URL + order.CallbackPath)
 		}
 }
 
@@ -306,11 +307,11 @@ func (l *Lab) AssertSettled(t lab.T) {
 		require.Equal(t, taken, o.charged, "order %d (%s): charged vs the channel's ledger", o.id, o.state)
 		require.Equal(t, returned, o.refunded, "order %d (%s): refunded vs the channel's ledger", o.id, o.state)
 		net += taken - returned
-		if State(o.state).Confirmed() {
+		if order.State(o.state).Confirmed() {
 			confirmed++
 		}
 	}
-	require.Equal(t, Price*confirmed, net, "Σ(charged − refunded) over the ledger = 1990 × confirmed orders")
+	require.Equal(t, order.Price*confirmed, net, "Σ(charged − refunded) over the ledger = 1990 × confirmed orders")
 }
 
 // Snapshot renders every row the experiments' "nothing changes" is about
@@ -347,7 +348,7 @@ func (l *Lab) Count(t lab.T, sql string, args ...any) int {
 }
 
 // applied lists an order's applied moves as "FROM→TO".
-func Applied(v View) []string {
+func Applied(v order.View) []string {
 	var out []string
 	for _, tr := range v.Transitions {
 		if tr.Applied {
@@ -358,7 +359,7 @@ func Applied(v View) []string {
 }
 
 // units lists the inventory changes committed with an order's moves.
-func Units(v View) []string {
+func Units(v order.View) []string {
 	var out []string
 	for _, tr := range v.Transitions {
 		if tr.Unit != "" {
@@ -372,7 +373,7 @@ func itoa(id int64) string { return strconv.FormatInt(id, 10) }
 
 // PaidEvents counts the order_paid outbox events of an
 func (l *Lab) PaidEvents(t lab.T, id int64) int {
-	return l.Count(t, `SELECT count(*) FROM outbox_event WHERE topic = $1 AND key = $2`, TopicOrderPaid, itoa(id))
+	return l.Count(t, `SELECT count(*) FROM outbox_event WHERE topic = $1 AND key = $2`, order.TopicOrderPaid, itoa(id))
 }
 
 func (l *Lab) Reservation(t lab.T, id int64) reserve.Reservation {

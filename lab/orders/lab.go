@@ -1,4 +1,4 @@
-package order
+package orders
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/flashsale/order"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
@@ -45,18 +45,18 @@ var ChargeAnswerLost = lab.Experiment{
 		r := l.Do(t, PayReq(tok, o.ID))
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
 		v := l.View(t, tok, o.ID)
-		require.Equal(t, StatePaying, v.State, "no answer is not a failure (ORD-O2)")
+		require.Equal(t, order.StatePaying, v.State, "no answer is not a failure (ORD-O2)")
 		require.Empty(t, v.EffectID, "the answer naming the charge was lost")
 		require.Equal(t, reserve.StateHeld, l.Reservation(t, res.ID).State, "no answer never returns the unit (ORD-O2)")
 		require.Len(t, v.PaymentEvents, 1)
-		require.Equal(t, PayUnknown, v.PaymentEvents[0].Status)
+		require.Equal(t, order.PayUnknown, v.PaymentEvents[0].Status)
 		ch := l.Charge(t, o) // the channel did take it
 		require.Equal(t, fakeprovider.StatusPending, ch.Status)
 
 		out := l.Reconcile(t)
 		require.Equal(t, map[string]int{"pending": 1}, out.Outcomes)
 		v = l.View(t, tok, o.ID)
-		require.Equal(t, StatePaying, v.State)
+		require.Equal(t, order.StatePaying, v.State)
 		require.Equal(t, ch.ID, v.EffectID, "the query names the charge")
 
 		l.Pay.HoldCallbacks()
@@ -67,11 +67,11 @@ var ChargeAnswerLost = lab.Experiment{
 		require.Equal(t, 1, l.Pay.ReleaseCallbacks(false))
 		l.Pay.WaitCallbacks()
 		v = l.View(t, tok, o.ID)
-		require.Equal(t, StatePaid, v.State)
+		require.Equal(t, order.StatePaid, v.State)
 		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID"}, Applied(v))
 		require.Equal(t, []string{"confirm"}, Units(v))
 		last := v.PaymentEvents[len(v.PaymentEvents)-1]
-		require.Equal(t, SourceCallback, last.Source, "the late callback is recorded…")
+		require.Equal(t, order.SourceCallback, last.Source, "the late callback is recorded…")
 		require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM flashsale_order_transition WHERE order_id = $1 AND NOT applied AND event_id = $2`, o.ID, last.ID),
 			"…and its move refused")
 		require.Equal(t, reserve.StateConfirmed, l.Reservation(t, res.ID).State)
@@ -120,7 +120,7 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 
 			stale := ch
 			stale.Status = fakeprovider.StatusFailed
-			failBody, failSig := SignedCallback(t, "evt_pay_stale_failure_"+itoa(o.ID), CallbackFailed, stale)
+			failBody, failSig := SignedCallback(t, "evt_pay_stale_failure_"+itoa(o.ID), order.CallbackFailed, stale)
 			sends := []Delivery{{failBody, failSig}}
 			for range 5 {
 				// A redelivery is signed afresh, as the channel does.
@@ -128,7 +128,7 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 			}
 			rand.Shuffle(len(sends), func(a, b int) { sends[a], sends[b] = sends[b], sends[a] })
 
-			answers := make([]CallbackAnswer, len(sends))
+			answers := make([]order.CallbackAnswer, len(sends))
 			gate := make(chan struct{})
 			var wg sync.WaitGroup
 			for k, d := range sends {
@@ -144,7 +144,7 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 
 			firsts := 0
 			for k, a := range answers {
-				require.Equal(t, StatePaid, a.State, "every answer sees the order paid")
+				require.Equal(t, order.StatePaid, a.State, "every answer sees the order paid")
 				if !a.Duplicate {
 					firsts++
 				}
@@ -155,7 +155,7 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 			require.Equal(t, 2, firsts, "the success applied once, the failure recorded once; four duplicates")
 
 			v := l.View(t, tok, o.ID)
-			require.Equal(t, StatePaid, v.State)
+			require.Equal(t, order.StatePaid, v.State)
 			require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID"}, Applied(v), "one transition")
 			require.Equal(t, []string{"confirm"}, Units(v), "one confirmation")
 			require.Equal(t, 1, l.PaidEvents(t, o.ID), "one event")
@@ -196,7 +196,7 @@ var LateSuccessUnitResold = lab.Experiment{
 		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpRefund, DropResponse: true, Times: 1})
 		l.Settle(t, ch.ID, fakeprovider.StatusSucceeded)
 		v := l.View(t, tok, o.ID)
-		require.Equal(t, StateRefunding, v.State, "charged late, no unit free: the money is owed back")
+		require.Equal(t, order.StateRefunding, v.State, "charged late, no unit free: the money is owed back")
 		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID_LATE", "PAID_LATE→REFUNDING"}, Applied(v))
 
 		// The refund job's first attempt: the channel refunds, the answer is
@@ -205,7 +205,7 @@ var LateSuccessUnitResold = lab.Experiment{
 		l.Pay.HoldCallbacks()
 		jobs := l.RunRefundJobs(t)
 		require.Len(t, jobs, 1)
-		require.Equal(t, StateRefunding, l.View(t, tok, o.ID).State)
+		require.Equal(t, order.StateRefunding, l.View(t, tok, o.ID).State)
 		require.Len(t, l.Pay.Refunds(), 1)
 
 		// Reconciliation asks again with the same key: the channel answers with
@@ -222,10 +222,10 @@ var LateSuccessUnitResold = lab.Experiment{
 		l.Pay.WaitCallbacks()
 
 		v = l.View(t, tok, o.ID)
-		require.Equal(t, StateRefunded, v.State)
+		require.Equal(t, order.StateRefunded, v.State)
 		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID_LATE", "PAID_LATE→REFUNDING", "REFUNDING→REFUNDED"}, Applied(v))
-		require.Equal(t, Price, v.Charged)
-		require.Equal(t, Price, v.Refunded)
+		require.Equal(t, order.Price, v.Charged)
+		require.Equal(t, order.Price, v.Refunded)
 		require.Empty(t, Units(v), "no unit was confirmed for the late money")
 		require.Len(t, l.Pay.Refunds(), 1, "refunded once")
 		require.Equal(t, 2, l.Pay.Requests(fakeprovider.OpRefund), "asked twice, with one key")
@@ -260,7 +260,7 @@ var LateSuccessUnitFree = lab.Experiment{
 		l.Settle(t, ch.ID, fakeprovider.StatusSucceeded)
 
 		v := l.View(t, tok, o.ID)
-		require.Equal(t, StateConfirmedLate, v.State)
+		require.Equal(t, order.StateConfirmedLate, v.State)
 		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID_LATE", "PAID_LATE→CONFIRMED_LATE"}, Applied(v))
 		require.Equal(t, []string{"retake"}, Units(v))
 		got := l.Reservation(t, res.ID)
@@ -269,7 +269,7 @@ var LateSuccessUnitFree = lab.Experiment{
 		require.Equal(t, 0, l.Count(t, `SELECT available FROM flashsale_sku WHERE sku = 'sku-lab-02'`))
 		require.Equal(t, 1, l.PaidEvents(t, o.ID))
 		require.Empty(t, l.Pay.Refunds())
-		require.Equal(t, 0, l.Count(t, `SELECT count(*) FROM job WHERE kind = $1`, RefundKind))
+		require.Equal(t, 0, l.Count(t, `SELECT count(*) FROM job WHERE kind = $1`, order.RefundKind))
 		l.AssertSettled(t)
 	},
 }
@@ -297,7 +297,7 @@ var ForgedCallbacks = lab.Experiment{
 
 		paid := ch
 		paid.Status = fakeprovider.StatusSucceeded
-		body, sig := SignedCallback(t, "evt_pay_forged", CallbackSucceeded, paid)
+		body, sig := SignedCallback(t, "evt_pay_forged", order.CallbackSucceeded, paid)
 		altered := []byte(string(body[:len(body)-1]) + ` `) // one byte differs
 		altered = append(altered, '}')
 		stale := fakeprovider.Sign([]byte(LabSecret), time.Now().Add(-10*time.Minute), body)
@@ -319,7 +319,7 @@ var ForgedCallbacks = lab.Experiment{
 			require.Equal(t, tc.code, r.Code(), tc.name)
 		}
 		require.Equal(t, before, l.Snapshot(t), "forged callbacks change nothing")
-		require.Equal(t, StatePaying, l.View(t, tok, o.ID).State)
+		require.Equal(t, order.StatePaying, l.View(t, tok, o.ID).State)
 
 		got, restore := l.Capture(t)
 		require.NoError(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
@@ -327,15 +327,15 @@ var ForgedCallbacks = lab.Experiment{
 		restore()
 		r := l.Callback(t, real.Body, real.Signature)
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var first CallbackAnswer
+		var first order.CallbackAnswer
 		r.JSON(t, &first)
 		require.False(t, first.Duplicate)
-		require.Equal(t, StatePaid, first.State)
+		require.Equal(t, order.StatePaid, first.State)
 
 		before = l.Snapshot(t)
 		r = l.Callback(t, real.Body, real.Signature)
 		require.Equal(t, http.StatusOK, r.Status, "a replay inside the window is a redelivery: %s", r.Body)
-		var again CallbackAnswer
+		var again order.CallbackAnswer
 		r.JSON(t, &again)
 		require.True(t, again.Duplicate)
 		r = l.Callback(t, real.Body, fakeprovider.Sign([]byte(LabSecret), time.Now().Add(-time.Hour), real.Body))
@@ -343,7 +343,7 @@ var ForgedCallbacks = lab.Experiment{
 		require.Equal(t, "callback_signature_stale", r.Code())
 		var cb fakeprovider.Callback
 		require.NoError(t, json.Unmarshal(real.Body, &cb))
-		cb.Effect.Status, cb.Type = fakeprovider.StatusFailed, CallbackFailed
+		cb.Effect.Status, cb.Type = fakeprovider.StatusFailed, order.CallbackFailed
 		other, _ := json.Marshal(cb)
 		r = l.Callback(t, other, fakeprovider.Sign([]byte(LabSecret), time.Now(), other))
 		require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
@@ -374,7 +374,7 @@ var LateLandingCharge = lab.Experiment{
 	Run: func(x *lab.X) {
 		t := x
 		slow := NewSlowCreates(t)
-		l := StartLab(x, map[string]string{EnvCallTimeout: "200ms", EnvPayURL: slow.URL()})
+		l := StartLab(x, map[string]string{order.EnvCallTimeout: "200ms", order.EnvPayURL: slow.URL()})
 		slow.To(l.Pay.URL())
 		tok := l.User(t, "user-0042")
 		res := l.Reserve(t, tok, labSKU, "ord-late-0042")
@@ -385,7 +385,7 @@ var LateLandingCharge = lab.Experiment{
 		require.Empty(t, l.Pay.EffectsFor(o.PaymentRef), "the charge is still on its way")
 		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes)
 		v := l.View(t, tok, o.ID)
-		require.Equal(t, StateClosed, v.State)
+		require.Equal(t, order.StateClosed, v.State)
 		require.Equal(t, []string{"release"}, Units(v))
 		require.Equal(t, reserve.StateReleased, l.Reservation(t, res.ID).State)
 
@@ -393,7 +393,7 @@ var LateLandingCharge = lab.Experiment{
 		l.Settle(t, l.Charge(t, o).ID, fakeprovider.StatusSucceeded)
 
 		v = l.View(t, tok, o.ID)
-		require.Equal(t, StateConfirmedLate, v.State)
+		require.Equal(t, order.StateConfirmedLate, v.State)
 		require.Equal(t, []string{"CREATED→PAYING", "PAYING→CLOSED", "CLOSED→PAID_LATE", "PAID_LATE→CONFIRMED_LATE"}, Applied(v))
 		require.Equal(t, []string{"release", "retake"}, Units(v))
 		require.Equal(t, reserve.StateConfirmed, l.Reservation(t, res.ID).State)
@@ -422,7 +422,7 @@ var ReconcileCloses = lab.Experiment{
 		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes)
 		require.Equal(t, fakeprovider.StatusClosed, l.Charge(t, o).Status)
 		v := l.View(t, tok, o.ID)
-		require.Equal(t, StateClosed, v.State)
+		require.Equal(t, order.StateClosed, v.State)
 		require.Equal(t, []string{"release"}, Units(v))
 		require.Equal(t, reserve.StateReleased, l.Reservation(t, res.ID).State)
 		require.Error(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded), "a closed charge can no longer be paid")
@@ -433,7 +433,7 @@ var ReconcileCloses = lab.Experiment{
 		r := l.Do(t, PayReq(tok2, o2.ID))
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 		v2 := l.View(t, tok2, o2.ID)
-		require.Equal(t, StateFailed, v2.State, "the channel refused the charge: a definite failure")
+		require.Equal(t, order.StateFailed, v2.State, "the channel refused the charge: a definite failure")
 		require.Equal(t, []string{"release"}, Units(v2))
 		require.Equal(t, reserve.StateReleased, l.Reservation(t, res2.ID).State)
 
@@ -471,7 +471,7 @@ WITH moved AS (
     INSERT INTO flashsale_order_transition (order_id, from_state, to_state, applied, found_state, unit, cause)
     VALUES ($1, 'PAYING', 'PAID', true, 'PAYING', CASE WHEN $2 THEN 'confirm' END, 'naive callback')
 )
-INSERT INTO outbox_event (topic, key, payload) VALUES ($3, $1::text, '{}')`, o.ID, i == 0, TopicOrderPaid)
+INSERT INTO outbox_event (topic, key, payload) VALUES ($3, $1::text, '{}')`, o.ID, i == 0, order.TopicOrderPaid)
 		step := lab.Step{Actor: "channel", Action: fmt.Sprintf("callback succeeded (delivery %d)", i+1), Outcome: lab.Violates,
 			Note: "applied again: no inbox row to say it was seen"}
 		if err != nil {

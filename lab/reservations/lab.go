@@ -1,4 +1,4 @@
-package reserve
+package reservations
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
 // Experiments are the reservations chapter's runnable claims.
@@ -38,7 +38,7 @@ var FiveHundredBuyers = lab.Experiment{
 	ID:         "reservations/five-hundred-buyers",
 	Test:       "TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds",
 	Claim:      "500 buyers released at once on 40 units: exactly 40 holds, 460 sold_out, no oversell, admission bounded",
-	Invariants: []string{Module},
+	Invariants: []string{reserve.Module},
 	Naive:      "check-then-insert: read available, decide in Go, write available = read − 1 and insert the hold",
 	Catches:    []string{"FS-R1"},
 	Run:        runFiveHundredBuyers,
@@ -46,7 +46,7 @@ var FiveHundredBuyers = lab.Experiment{
 
 func runFiveHundredBuyers(x *lab.X) {
 	a := x.Start(lab.Options{})
-	_, err := NewInventory(InventoryOptions{}).CreateSKU(context.Background(), a.Pool, labSKU, labUnits)
+	_, err := reserve.NewInventory(reserve.InventoryOptions{}).CreateSKU(context.Background(), a.Pool, labSKU, labUnits)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("put %d units of %s on sale", labUnits, labSKU), Outcome: lab.Accepted})
 	if x.Naive {
@@ -75,7 +75,7 @@ func runFiveHundredBuyers(x *lab.X) {
 			<-gate
 			for {
 				r, err := a.Send(context.Background(), lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
-					Token: tok, Body: ReserveRequest{SKU: labSKU, RequestKey: key}})
+					Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
 				if err == nil && r.Status == http.StatusServiceUnavailable && r.Code() == "overloaded" && r.Header.Get("Retry-After") != "" {
 					out[i].overload++
 					time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
@@ -87,7 +87,7 @@ func runFiveHundredBuyers(x *lab.X) {
 				case err != nil:
 					step.Outcome, step.Note = "transport error", err.Error()
 				case r.Status == http.StatusCreated:
-					var res Reservation
+					var res reserve.Reservation
 					r.JSON(x, &res)
 					step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
 				default:
@@ -128,7 +128,7 @@ func runFiveHundredBuyers(x *lab.X) {
 	require.Equal(x, buyers-labUnits, soldOut)
 	require.Equal(x, labUnits, a.Count(x, `SELECT count(*) FROM flashsale_reservation`), "a refused request wrote nothing")
 	require.Zero(x, a.Count(x, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU))
-	require.LessOrEqual(x, peak, DefaultConfig().Limit)
+	require.LessOrEqual(x, peak, reserve.DefaultConfig().Limit)
 }
 
 // naiveHolds is check-then-insert, done by the experiment to the scratch
@@ -197,7 +197,7 @@ var ReleaseRacesItself = lab.Experiment{
 	ID:         "reservations/release-races-itself",
 	Test:       "TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce",
 	Claim:      "the expiry release racing itself (job, admin, rerun; then three at once) returns each expired unit exactly once",
-	Invariants: []string{Module},
+	Invariants: []string{reserve.Module},
 	Naive:      "read the expired holds, then mark them released and add their count to available — no state condition, no log",
 	Catches:    []string{"FS-R5"},
 	Run:        runReleaseRacesItself,
@@ -205,15 +205,15 @@ var ReleaseRacesItself = lab.Experiment{
 
 func runReleaseRacesItself(x *lab.X) {
 	ctx := context.Background()
-	a := x.Start(lab.Options{Settings: map[string]string{EnvReleaseBatch: "10"}})
-	_, err := NewInventory(InventoryOptions{}).CreateSKU(ctx, a.Pool, labSKU, labUnits)
+	a := x.Start(lab.Options{Settings: map[string]string{reserve.EnvReleaseBatch: "10"}})
+	_, err := reserve.NewInventory(reserve.InventoryOptions{}).CreateSKU(ctx, a.Pool, labSKU, labUnits)
 	require.NoError(x, err)
 	admin := a.Token(x, "admin-0001", httpx.RoleAdmin)
 	holdAll := func(round int) {
 		for i := range labUnits {
 			tok := a.Token(x, fmt.Sprintf("user-%04d", round*100+i+1), httpx.RoleUser)
 			r := a.Do(x, lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations", Token: tok,
-				Body: ReserveRequest{SKU: labSKU, RequestKey: fmt.Sprintf("fs05-%d-%02d", round, i+1)}})
+				Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: fmt.Sprintf("fs05-%d-%02d", round, i+1)}})
 			require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
 		}
 		// Expire them: the release sees what it would see a TTL later.
@@ -230,12 +230,12 @@ func runReleaseRacesItself(x *lab.X) {
 		return body.Released
 	}
 	releaseByJob := func(actor, slot string) int {
-		_, _, err := a.Jobs.Enqueue(ctx, a.Pool, claim.NewJob{Kind: ReleaseKind, BusinessKey: slot})
+		_, _, err := a.Jobs.Enqueue(ctx, a.Pool, claim.NewJob{Kind: reserve.ReleaseKind, BusinessKey: slot})
 		require.NoError(x, err)
-		jobs, err := a.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{ReleaseKind}})
+		jobs, err := a.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{reserve.ReleaseKind}})
 		require.NoError(x, err)
 		require.Len(x, jobs, 1)
-		x.Step(lab.Step{Actor: actor, Action: "claim " + ReleaseKind + " job", Outcome: lab.Accepted, Fence: jobs[0].Fence})
+		x.Step(lab.Step{Actor: actor, Action: "claim " + reserve.ReleaseKind + " job", Outcome: lab.Accepted, Fence: jobs[0].Fence})
 		require.NoError(x, a.Jobs.Execute(ctx, jobs[0]))
 		j, _, err := a.Jobs.Get(ctx, jobs[0].ID, 0)
 		require.NoError(x, err)
@@ -252,7 +252,7 @@ func runReleaseRacesItself(x *lab.X) {
 		naiveRelease(x, a)
 		return
 	}
-	gate := a.Faults.Pause(PointReleaseBeforeCommit, labSKU)
+	gate := a.Faults.Pause(reserve.PointReleaseBeforeCommit, labSKU)
 	byJob, byAdmin := make(chan int, 1), make(chan int, 1)
 	go func() { byJob <- releaseByJob("worker", "fs05-a") }()
 	<-gate.Reached()
@@ -355,14 +355,14 @@ func naiveRelease(x *lab.X, a *lab.App) {
 func labSale(x *lab.X, settings map[string]string) *lab.App {
 	x.Helper()
 	a := x.Start(lab.Options{Settings: settings})
-	_, err := NewInventory(InventoryOptions{}).CreateSKU(context.Background(), a.Pool, labSKU, labUnits)
+	_, err := reserve.NewInventory(reserve.InventoryOptions{}).CreateSKU(context.Background(), a.Pool, labSKU, labUnits)
 	require.NoError(x, err)
 	return a
 }
 
 func holdReq(tok, sku, key string) lab.Req {
 	return lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations", Token: tok,
-		Body: ReserveRequest{SKU: sku, RequestKey: key}}
+		Body: reserve.ReserveRequest{SKU: sku, RequestKey: key}}
 }
 
 func available(x *lab.X, a *lab.App, sku string) int {
@@ -370,11 +370,11 @@ func available(x *lab.X, a *lab.App, sku string) int {
 }
 
 func inUse(x *lab.X, a *lab.App) int {
-	return int(a.Gauge(x, "fencelab_admission_in_use", "limiter", LimiterName))
+	return int(a.Gauge(x, "fencelab_admission_in_use", "limiter", reserve.LimiterName))
 }
 
 func waiting(x *lab.X, a *lab.App) int {
-	return int(a.Gauge(x, "fencelab_admission_waiting", "limiter", LimiterName))
+	return int(a.Gauge(x, "fencelab_admission_waiting", "limiter", reserve.LimiterName))
 }
 
 // ClientLeavesMidHold is FS-02: a client hangs up in the middle of its
@@ -386,15 +386,15 @@ var ClientLeavesMidHold = lab.Experiment{
 	ID:         "reservations/client-leaves-mid-hold",
 	Test:       "TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation",
 	Claim:      "a client that hangs up mid-hold and retries with its key gets exactly one reservation; no permit or place in line is left behind",
-	Invariants: []string{Module},
+	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		for _, tc := range []struct {
 			name     string
 			point    string
 			survives bool // the hold committed before the client left
 		}{
-			{"before the commit", PointHoldBeforeCommit, false},
-			{"after the commit", PointHoldAfterCommit, true},
+			{"before the commit", reserve.PointHoldBeforeCommit, false},
+			{"after the commit", reserve.PointHoldAfterCommit, true},
 		} {
 			a := labSale(x, nil)
 			tok := a.Token(x, "user-0042", httpx.RoleUser)
@@ -438,21 +438,21 @@ var ClientLeavesMidHold = lab.Experiment{
 			}
 			require.Equal(x, http.StatusOK, again.Status, string(again.Body))
 			require.Equal(x, "true", again.Header.Get("Idempotent-Replayed"))
-			var r1, r2 Reservation
+			var r1, r2 reserve.Reservation
 			first.JSON(x, &r1)
 			again.JSON(x, &r2)
 			require.Equal(x, r1, r2, "the retry returns the same reservation")
-			require.Equal(x, StateHeld, r1.State)
+			require.Equal(x, reserve.StateHeld, r1.State)
 			require.Equal(x, 1, a.Count(x, `SELECT count(*) FROM flashsale_reservation`))
 			require.Equal(x, labUnits-1, available(x, a, labSKU))
-			x.Assert(a.Pool, Module) // each sale's own database
+			x.Assert(a.Pool, reserve.Module) // each sale's own database
 		}
 
 		// Leaving the wait line.
-		a := labSale(x, map[string]string{EnvLimit: "1", EnvWaitLine: "4", EnvMaxWait: "0s"})
+		a := labSale(x, map[string]string{reserve.EnvLimit: "1", reserve.EnvWaitLine: "4", reserve.EnvMaxWait: "0s"})
 		x.CheckOn(a.DBURL)
 		first, second := a.Token(x, "user-0001", httpx.RoleUser), a.Token(x, "user-0002", httpx.RoleUser)
-		gate := a.Faults.Pause(PointHoldBeforeCommit, "fs02-first")
+		gate := a.Faults.Pause(reserve.PointHoldBeforeCommit, "fs02-first")
 		defer gate.Release()
 		firstDone := make(chan lab.Response, 1)
 		go func() {
@@ -493,7 +493,7 @@ var KeyBelongsToItsReservation = lab.Experiment{
 	ID:         "reservations/key-belongs-to-its-reservation",
 	Test:       "TestFS03SameKeyFromAnotherUserOrSKUIs422",
 	Claim:      "a request key belongs to the reservation it made: from another user or for another SKU it is a 422 and writes nothing",
-	Invariants: []string{Module},
+	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		a := labSale(x, nil)
 		_, err := a.Pool.Exec(context.Background(), `INSERT INTO flashsale_sku (sku, total, available) VALUES ('sku-lab-02', 5, 5)`)
@@ -502,7 +502,7 @@ var KeyBelongsToItsReservation = lab.Experiment{
 		const key = "fs03-shared-key"
 		r := a.Do(x, holdReq(owner, labSKU, key))
 		require.Equal(x, http.StatusCreated, r.Status, string(r.Body))
-		var mine Reservation
+		var mine reserve.Reservation
 		r.JSON(x, &mine)
 		x.Step(lab.Step{Actor: "user-0042", Action: "hold with key " + key, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", mine.ID)})
 		for _, c := range []struct {
@@ -527,7 +527,7 @@ var KeyBelongsToItsReservation = lab.Experiment{
 		} {
 			r := a.Do(x, req)
 			require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-			var got Reservation
+			var got reserve.Reservation
 			r.JSON(x, &got)
 			require.Equal(x, mine, got)
 			x.Step(lab.Step{Actor: "user-0042", Action: "hold again with its key", Outcome: lab.Replayed, Note: fmt.Sprintf("reservation %d", got.ID)})
@@ -547,12 +547,12 @@ var BoundedAdmission = lab.Experiment{
 	ID:         "reservations/bounded-admission",
 	Test:       "TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce",
 	Claim:      "limit 8, line 16, 200 buyers at once: 8 in the database, 16 waiting, 176 answered 503 at once; never more than 8 in the database",
-	Invariants: []string{Module},
+	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		const limit, line, buyers = 8, 16, 200
-		a := labSale(x, map[string]string{EnvLimit: fmt.Sprint(limit), EnvWaitLine: fmt.Sprint(line), EnvMaxWait: "0s"})
+		a := labSale(x, map[string]string{reserve.EnvLimit: fmt.Sprint(limit), reserve.EnvWaitLine: fmt.Sprint(line), reserve.EnvMaxWait: "0s"})
 		proceed := make(chan struct{})
-		a.Faults.ArmFunc(PointHoldBeforeCommit, func(ctx context.Context, _ string) error {
+		a.Faults.ArmFunc(reserve.PointHoldBeforeCommit, func(ctx context.Context, _ string) error {
 			select { // every hold waits here, its unit taken, until the experiment says go
 			case <-proceed:
 				return nil
