@@ -9,17 +9,17 @@ import (
 
 	"github.com/fencelab/fencelab/core/lab"
 	claimlab "github.com/fencelab/fencelab/lab/claim"
+	"github.com/fencelab/fencelab/lab/feed"
 	idemlab "github.com/fencelab/fencelab/lab/idem"
 	"github.com/fencelab/fencelab/lab/lease"
+	"github.com/fencelab/fencelab/lab/likes"
 	"github.com/fencelab/fencelab/lab/orders"
 	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/points"
+	"github.com/fencelab/fencelab/lab/relations"
 	"github.com/fencelab/fencelab/lab/reservations"
 	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/shortlink"
-	"github.com/fencelab/fencelab/services/social/feed"
-	"github.com/fencelab/fencelab/services/social/like"
-	"github.com/fencelab/fencelab/services/social/rel"
 	"github.com/fencelab/fencelab/services/upload"
 )
 
@@ -34,9 +34,9 @@ func Experiments() []lab.Experiment {
 		points.Experiments,       // 5 points
 		reservations.Experiments, // 6 reservations
 		orders.Experiments,       // 7 orders
-		rel.Experiments,          // 8 relations
+		relations.Experiments,    // 8 relations
 		feed.Experiments,         // 9 feed
-		like.Experiments,         // 10 likes
+		likes.Experiments,        // 10 likes
 		notify.Experiments,       // 11 notify
 		shortlink.Experiments,    // 12 shortlink
 		upload.Experiments,       // 13 upload

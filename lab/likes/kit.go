@@ -1,4 +1,4 @@
-package like
+package likes
 
 // The kit the like counters chapter's experiments (and its e2e tests)
 // drive the app with: liked items, counter runners, a like/unlike storm
@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
@@ -25,6 +24,8 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -63,7 +64,7 @@ func (l *Lab) Items(t lab.T, n int) []int64 {
 // Counter is a runner of the like counter on the app's pool and faults.
 func (l *Lab) Counter(t lab.T, owner string) *outbox.Runner {
 	t.Helper()
-	svc, err := NewService(labenv.Deps(l.App), Config{})
+	svc, err := like.NewService(labenv.Deps(l.App), like.Config{})
 	require.NoError(t, err)
 	r, err := outbox.NewRunner(l.Pool, svc.Counter(), outbox.Options{Owner: owner, Faults: l.Faults})
 	require.NoError(t, err)
@@ -127,7 +128,7 @@ func InboxRows(t lab.T, pool *pgxpool.Pool) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM outbox_inbox WHERE consumer = $1`, ConsumerName).Scan(&n))
+		`SELECT count(*) FROM outbox_inbox WHERE consumer = $1`, like.ConsumerName).Scan(&n))
 	return n
 }
 
@@ -265,7 +266,7 @@ func (s *Storm) click(t lab.T, p pair, liked bool) {
 		return
 	}
 	s.OK.Add(1)
-	var f Fact
+	var f like.Fact
 	if err := json.Unmarshal(resp.Body, &f); err != nil { // on a click goroutine: report, never FailNow
 		t.Errorf("%s %v: body %s: %v", op, p, resp.Body, err)
 		return
@@ -333,12 +334,12 @@ func (l *Lab) CheckCounts(t lab.T, items []int64) (total int64) {
 	for _, id := range items {
 		resp := l.Do(t, lab.Req{Method: http.MethodGet, Path: fmt.Sprintf("/social/items/%d/likes", id), Token: tok})
 		require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
-		var got Likes
+		var got like.Likes
 		resp.JSON(t, &got)
 		var truth int64
 		require.NoError(t, l.Pool.QueryRow(context.Background(),
 			`SELECT count(*) FROM social_like WHERE item_id = $1 AND liked`, id).Scan(&truth))
-		require.Equal(t, Likes{ItemID: id, Count: truth}, got, "item %d once caught up", id)
+		require.Equal(t, like.Likes{ItemID: id, Count: truth}, got, "item %d once caught up", id)
 		total += truth
 	}
 	l.x.Step(lab.Step{Actor: "client", Action: fmt.Sprintf("read the likes of %d items", len(items)), Outcome: "exact",
@@ -354,7 +355,7 @@ func EventsOnce(t lab.T, pool *pgxpool.Pool) int64 {
 	require.NoError(t, pool.QueryRow(context.Background(), `
 		SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (
 		         SELECT 1 FROM outbox_inbox i WHERE i.consumer = $1 AND i.event_id = e.id))
-		  FROM outbox_event e WHERE e.topic = 'social.like'`, ConsumerName).Scan(&events, &missing))
+		  FROM outbox_event e WHERE e.topic = 'social.like'`, like.ConsumerName).Scan(&events, &missing))
 	require.Zero(t, missing, "events the counter never consumed")
 	require.Equal(t, events, InboxRows(t, pool))
 	return events
@@ -365,8 +366,8 @@ func EventsOnce(t lab.T, pool *pgxpool.Pool) int64 {
 func (l *Lab) StartWorker(t lab.T, name string, args ...string) *lab.Proc {
 	t.Helper()
 	p := l.x.Spawn(name, l.x.Env.ChildEnv(l.DBURL),
-		append([]string{"worker", "--tasks", "outbox:" + ConsumerName}, args...)...)
-	l.x.Step(lab.Step{Actor: name, Action: "start `fencelab worker --tasks outbox:" + ConsumerName + "` " + strings.Join(args, " "), Outcome: "running",
+		append([]string{"worker", "--tasks", "outbox:" + like.ConsumerName}, args...)...)
+	l.x.Step(lab.Step{Actor: name, Action: "start `fencelab worker --tasks outbox:" + like.ConsumerName + "` " + strings.Join(args, " "), Outcome: "running",
 		Note: fmt.Sprintf("pid %d", p.Pid())})
 	return p
 }
@@ -376,7 +377,7 @@ func (l *Lab) StartWorker(t lab.T, name string, args ...string) *lab.Proc {
 func ExpireLease(t lab.T, pool *pgxpool.Pool) {
 	t.Helper()
 	_, err := pool.Exec(context.Background(),
-		`UPDATE outbox_consumer SET lease_until = now() WHERE name = $1 AND owner IS NOT NULL`, ConsumerName)
+		`UPDATE outbox_consumer SET lease_until = now() WHERE name = $1 AND owner IS NOT NULL`, like.ConsumerName)
 	require.NoError(t, err)
 }
 
@@ -403,11 +404,11 @@ func (l *Lab) CountsAndInbox(t lab.T) Snapshot {
 	require.NoError(t, l.Pool.QueryRow(context.Background(), `
 		SELECT coalesce(string_agg(item_id || '=' || n, ',' ORDER BY item_id), ''),
 		       (SELECT count(*) FROM outbox_inbox WHERE consumer = $1)
-		  FROM social_like_count`, ConsumerName).Scan(&s.Counts, &s.Inbox))
+		  FROM social_like_count`, like.ConsumerName).Scan(&s.Counts, &s.Inbox))
 	return s
 }
 
-func (l *Lab) Recompute(t lab.T, token, query string) Recount {
+func (l *Lab) Recompute(t lab.T, token, query string) like.Recount {
 	t.Helper()
 	rc := RecountOf(t, l.Do(t, RecomputeReq(token, query)))
 	l.x.Step(lab.Step{Actor: "admin", Action: "recompute" + query, Outcome: lab.Accepted,
@@ -419,10 +420,10 @@ func RecomputeReq(token, query string) lab.Req {
 	return lab.Req{Method: http.MethodPost, Path: "/social/admin/likes/recompute" + query, Token: token}
 }
 
-func RecountOf(t lab.T, resp lab.Response) Recount {
+func RecountOf(t lab.T, resp lab.Response) like.Recount {
 	t.Helper()
 	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
-	var rc Recount
+	var rc like.Recount
 	resp.JSON(t, &rc)
 	return rc
 }

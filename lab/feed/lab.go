@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -40,7 +40,7 @@ var RevokedOnNextRead = lab.Experiment{
 
 func runRevokedOnNextRead(x *lab.X) {
 	ctx := context.Background()
-	a := x.Start(lab.Options{Settings: map[string]string{EnvStrategy: "push", EnvResponseLog: "true"}})
+	a := x.Start(lab.Options{Settings: map[string]string{feed.EnvStrategy: "push", feed.EnvResponseLog: "true"}})
 	people, err := rel.NewService(labenv.Deps(a))
 	require.NoError(x, err)
 	const author, reader = "user-0042", "user-0043"
@@ -55,7 +55,7 @@ func runRevokedOnNextRead(x *lab.X) {
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: author, Action: fmt.Sprintf("post %d", post.PostID), Outcome: lab.Accepted})
 
-	svc, err := NewService(labenv.Deps(a), Config{Strategy: Push{}, ResponseLog: true, ResponseLogRows: 100_000, CursorKey: CursorKey([]byte("the fan-out signs no cursor"))})
+	svc, err := feed.NewService(labenv.Deps(a), feed.Config{Strategy: feed.Push{}, ResponseLog: true, ResponseLogRows: 100_000, CursorKey: feed.CursorKey([]byte("the fan-out signs no cursor"))})
 	require.NoError(x, err)
 	fanout, err := outbox.NewRunner(a.Pool, svc.Consumer(), outbox.Options{})
 	require.NoError(x, err)
@@ -68,10 +68,10 @@ func runRevokedOnNextRead(x *lab.X) {
 	x.Step(lab.Step{Actor: "fan-out", Action: fmt.Sprintf("push post %d into %s's inbox", post.PostID, reader), Outcome: lab.Accepted})
 
 	tok := a.Token(x, reader, httpx.RoleUser)
-	page := func() Page {
+	page := func() feed.Page {
 		r := a.Do(x, lab.Req{Method: http.MethodGet, Path: "/social/feed", Token: tok})
 		require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-		var p Page
+		var p feed.Page
 		r.JSON(x, &p)
 		return p
 	}

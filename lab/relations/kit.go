@@ -1,4 +1,4 @@
-package rel
+package relations
 
 // The kit the relations chapter's experiments (and its e2e tests) drive
 // the app with: the app with its tasks off (the experiment drives the
@@ -14,26 +14,27 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/social/rel"
 )
 
 // OpResponse is an operation's HTTP answer.
 type OpResponse struct {
 	Status int
-	Res    Result
+	Res    rel.Result
 }
 
 // HTTPOp is POST of op on other as sub (safe from racing goroutines).
-func (e *Lab) HTTPOp(t lab.T, sub string, op Op, other string) OpResponse {
+func (e *Lab) HTTPOp(t lab.T, sub string, op rel.Op, other string) OpResponse {
 	t.Helper()
 	path := fmt.Sprintf("/social/users/%s/%s", other, op)
-	if op == OpApprove || op == OpReject {
+	if op == rel.OpApprove || op == rel.OpReject {
 		path = fmt.Sprintf("/social/requests/%s/%s", other, op)
 	}
 	// Called from racing goroutines: report with Errorf, never FailNow.
@@ -64,7 +65,7 @@ func (e *Lab) HTTPOp(t lab.T, sub string, op Op, other string) OpResponse {
 // per view.
 type Lab struct {
 	*lab.App
-	Svc     *Service
+	Svc     *rel.Service
 	Runners map[string]*outbox.Runner
 	x       *lab.X
 }
@@ -73,16 +74,16 @@ func StartLab(x *lab.X) *Lab {
 	t := x
 	t.Helper()
 	a := x.Start(lab.Options{})
-	svc, err := NewService(labenv.Deps(a))
+	svc, err := rel.NewService(labenv.Deps(a))
 	require.NoError(t, err)
 	e := &Lab{App: a, Svc: svc, Runners: map[string]*outbox.Runner{}, x: x}
-	for _, v := range Views {
+	for _, v := range rel.Views {
 		e.Runners[v.Name] = e.NewRunner(t, v)
 	}
 	return e
 }
 
-func (e *Lab) NewRunner(t lab.T, v *View) *outbox.Runner {
+func (e *Lab) NewRunner(t lab.T, v *rel.View) *outbox.Runner {
 	t.Helper()
 	r, err := outbox.NewRunner(e.Pool, v.Consumer(), outbox.Options{Faults: e.Faults})
 	require.NoError(t, err)
@@ -94,7 +95,7 @@ func (e *Lab) CatchUp(t lab.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, v := range Views {
+	for _, v := range rel.Views {
 		n, err := e.Runners[v.Name].CatchUp(ctx)
 		require.NoError(t, err, v.Name)
 		e.x.Step(lab.Step{Actor: v.Name + " view", Action: fmt.Sprintf("catch up: %d events", n), Outcome: lab.Accepted})
@@ -110,7 +111,7 @@ func (e *Lab) Users(t lab.T, ids ...string) {
 	}
 }
 
-func (e *Lab) DoOp(t lab.T, op Op, actor, other string) Result {
+func (e *Lab) DoOp(t lab.T, op rel.Op, actor, other string) rel.Result {
 	t.Helper()
 	r, err := e.Svc.Do(context.Background(), op, actor, other)
 	require.NoError(t, err, "%s %s %s", op, actor, other)
@@ -120,7 +121,7 @@ func (e *Lab) DoOp(t lab.T, op Op, actor, other string) Result {
 
 // step narrates one answered operation: who did what to whom, whether it
 // changed the row, and the row's version.
-func (e *Lab) step(actor string, op Op, other string, r Result) {
+func (e *Lab) step(actor string, op rel.Op, other string, r rel.Result) {
 	out := "no change"
 	if r.Changed {
 		out = lab.Accepted
@@ -128,9 +129,9 @@ func (e *Lab) step(actor string, op Op, other string, r Result) {
 	e.x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("%s %s", op, other), Outcome: out, Fence: r.Version, Note: string(r.State)})
 }
 
-func (e *Lab) Post(t lab.T, author string, v Visibility) Post {
+func (e *Lab) Post(t lab.T, author string, v rel.Visibility) rel.Post {
 	t.Helper()
-	p, err := e.Svc.CreatePost(context.Background(), author, PostRequest{Body: "post by " + author, Visibility: v})
+	p, err := e.Svc.CreatePost(context.Background(), author, rel.PostRequest{Body: "post by " + author, Visibility: v})
 	require.NoError(t, err)
 	return p
 }
@@ -169,7 +170,7 @@ type Snapshot struct {
 	Counts map[string]int64
 }
 
-func ReadView(t lab.T, q pg.Querier, v *View) Snapshot {
+func ReadView(t lab.T, q pg.Querier, v *rel.View) Snapshot {
 	t.Helper()
 	ctx := context.Background()
 	s := Snapshot{Rows: map[Pair]ViewRow{}, Counts: map[string]int64{}}
@@ -180,7 +181,7 @@ func ReadView(t lab.T, q pg.Querier, v *View) Snapshot {
 		r          ViewRow
 	)
 	_, err = pgx.ForEachRow(rows, []any{&user, &peer, &r.Active, &r.Version}, func() error {
-		if v == FollowersView {
+		if v == rel.FollowersView {
 			s.Rows[Pair{peer, user}] = r
 		} else {
 			s.Rows[Pair{user, peer}] = r
@@ -197,12 +198,12 @@ func ReadView(t lab.T, q pg.Querier, v *View) Snapshot {
 }
 
 // Truth reads the truth table.
-func Truth(t lab.T, q pg.Querier) map[Pair]Relation {
+func Truth(t lab.T, q pg.Querier) map[Pair]rel.Relation {
 	t.Helper()
 	rows, err := q.Query(context.Background(), "SELECT follower, followee, state, version, updated_at FROM social_relation")
 	require.NoError(t, err)
-	out := map[Pair]Relation{}
-	var r Relation
+	out := map[Pair]rel.Relation{}
+	var r rel.Relation
 	_, err = pgx.ForEachRow(rows, []any{&r.Follower, &r.Followee, &r.State, &r.Version, &r.UpdatedAt}, func() error {
 		out[Pair{r.Follower, r.Followee}] = r
 		return nil
@@ -214,15 +215,15 @@ func Truth(t lab.T, q pg.Querier) map[Pair]Relation {
 // ExpectedView is what a caught-up view must hold: one row per pair that
 // ever changed, active iff the truth says so, at the truth's version; and
 // the counts of active rows.
-func ExpectedView(tr map[Pair]Relation, v *View) Snapshot {
+func ExpectedView(tr map[Pair]rel.Relation, v *rel.View) Snapshot {
 	s := Snapshot{Rows: map[Pair]ViewRow{}, Counts: map[string]int64{}}
 	for p, r := range tr {
 		if r.Version == 0 {
 			continue
 		}
-		s.Rows[p] = ViewRow{Active: r.State == StateActive, Version: r.Version}
-		if r.State == StateActive {
-			if v == FollowersView {
+		s.Rows[p] = ViewRow{Active: r.State == rel.StateActive, Version: r.Version}
+		if r.State == rel.StateActive {
+			if v == rel.FollowersView {
 				s.Counts[p.Followee]++
 			} else {
 				s.Counts[p.Follower]++
@@ -253,7 +254,7 @@ SELECT id, tx_id, topic, key, payload, created_at FROM outbox_event
 
 // Deliver applies evs to v directly (no outbox runner, no inbox), in
 // batches of the given sizes, one transaction per batch.
-func Deliver(t lab.T, q pg.TxBeginner, v *View, evs []outbox.Event, batch func() int) {
+func Deliver(t lab.T, q pg.TxBeginner, v *rel.View, evs []outbox.Event, batch func() int) {
 	t.Helper()
 	ctx := context.Background()
 	for len(evs) > 0 {
@@ -264,7 +265,7 @@ func Deliver(t lab.T, q pg.TxBeginner, v *View, evs []outbox.Event, batch func()
 }
 
 // ResetView empties a view and its counts (a view rebuilt from nothing).
-func ResetView(t lab.T, q pg.Querier, v *View) {
+func ResetView(t lab.T, q pg.Querier, v *rel.View) {
 	t.Helper()
 	_, err := q.Exec(context.Background(), "TRUNCATE "+v.Table+", "+v.CountTable)
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package rel
+package relations
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/social/rel"
 )
 
 // Experiments are the relations chapter's runnable claims.
@@ -48,20 +48,20 @@ var ReplayDoesNotResurrect = lab.Experiment{
 func runReplayDoesNotResurrect(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	svc, err := NewService(labenv.Deps(a))
+	svc, err := rel.NewService(labenv.Deps(a))
 	require.NoError(x, err)
 	for _, u := range []string{"user-a", "user-b"} {
 		_, err := svc.SetProfile(ctx, u, false)
 		require.NoError(x, err)
 	}
 	for range 3 {
-		for _, op := range []Op{OpFollow, OpUnfollow} {
+		for _, op := range []rel.Op{rel.OpFollow, rel.OpUnfollow} {
 			r, err := svc.Do(ctx, op, "user-a", "user-b")
 			require.NoError(x, err)
 			x.Step(lab.Step{Actor: "user-a", Action: string(op) + " user-b", Outcome: lab.Accepted, Fence: r.Version, Note: "version"})
 		}
 	}
-	v := FollowersView
+	v := rel.FollowersView
 	runner, err := outbox.NewRunner(a.Pool, v.Consumer(), outbox.Options{})
 	require.NoError(x, err)
 	n, err := runner.CatchUp(ctx)
@@ -109,7 +109,7 @@ func runReplayDoesNotResurrect(x *lab.X) {
 // every event in order and then the first one once more (a redelivery),
 // and records its position at the end of the stream: the view's last word
 // is the first follow, and the ended follow is back for good.
-func naiveReplay(x *lab.X, pool *pgxpool.Pool, v *View) {
+func naiveReplay(x *lab.X, pool *pgxpool.Pool, v *rel.View) {
 	ctx := context.Background()
 	rows, err := pool.Query(ctx, `SELECT payload FROM outbox_event WHERE topic = 'social.rel' ORDER BY id`)
 	require.NoError(x, err)
@@ -117,10 +117,10 @@ func naiveReplay(x *lab.X, pool *pgxpool.Pool, v *View) {
 	require.NoError(x, err)
 	require.NotEmpty(x, payloads)
 	for i, payload := range append(payloads, payloads[0]) {
-		var ev RelEvent
+		var ev rel.RelEvent
 		require.NoError(x, json.Unmarshal(payload, &ev))
 		_, err := pool.Exec(ctx, `UPDATE `+v.Table+` SET active = $3, version = $4 WHERE user_id = $1 AND peer_id = $2`,
-			ev.Followee, ev.Follower, ev.State == StateActive, ev.Version)
+			ev.Followee, ev.Follower, ev.State == rel.StateActive, ev.Version)
 		require.NoError(x, err)
 		action := fmt.Sprintf("replay event %d (%s) without comparing versions", i+1, ev.State)
 		if i == len(payloads) {
@@ -186,7 +186,7 @@ func RandomOps(t lab.T, e *Lab, rng *rand.Rand, users []string, n int) {
 		if a == b {
 			continue
 		}
-		_, _ = e.Svc.Do(context.Background(), Ops[rng.IntN(len(Ops))], a, b)
+		_, _ = e.Svc.Do(context.Background(), rel.Ops[rng.IntN(len(rel.Ops))], a, b)
 	}
 }
 
@@ -216,12 +216,12 @@ func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 	e.Users(t, "user-a", "user-b")
 
 	// Forced: follow #1 pauses holding both rows' locks.
-	gate := e.Faults.Pause(PointLocked, "user-a>user-b")
+	gate := e.Faults.Pause(rel.PointLocked, "user-a>user-b")
 	first := make(chan OpResponse, 1)
-	go func() { first <- e.HTTPOp(t, "user-a", OpFollow, "user-b") }()
+	go func() { first <- e.HTTPOp(t, "user-a", rel.OpFollow, "user-b") }()
 	<-gate.Reached()
 	second := make(chan OpResponse, 1)
-	go func() { second <- e.HTTPOp(t, "user-a", OpFollow, "user-b") }()
+	go func() { second <- e.HTTPOp(t, "user-a", rel.OpFollow, "user-b") }()
 	lab.WaitForLockWaiters(t, e.Pool, "", 1) // the second operation is queued behind the first
 	select {
 	case r := <-second:
@@ -234,11 +234,11 @@ func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 	require.Equal(t, http.StatusOK, r2.Status)
 	require.True(t, r1.Res.Changed, "the first follow changes the row")
 	require.False(t, r2.Res.Changed, "the second finds it active and changes nothing")
-	require.Equal(t, StateActive, r2.Res.State)
+	require.Equal(t, rel.StateActive, r2.Res.State)
 	require.EqualValues(t, 1, r2.Res.Version)
 
 	rng := rand.New(rand.NewPCG(1, 1))
-	ops := [][2]Op{{OpFollow, OpFollow}, {OpUnfollow, OpUnfollow}, {OpFollow, OpUnfollow}, {OpUnfollow, OpFollow}}
+	ops := [][2]rel.Op{{rel.OpFollow, rel.OpFollow}, {rel.OpUnfollow, rel.OpUnfollow}, {rel.OpFollow, rel.OpUnfollow}, {rel.OpUnfollow, rel.OpFollow}}
 	changes := int64(1)
 	for round := range 60 {
 		pairOps := ops[round%len(ops)]
@@ -283,7 +283,7 @@ func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 		`SELECT count(*) FROM outbox_event WHERE topic = 'social.rel' AND key = 'user-b'`).Scan(&events))
 	require.Equal(t, changes, events, "one event per change (REL-I1)")
 	e.CatchUp(t)
-	for _, v := range Views {
+	for _, v := range rel.Views {
 		require.Equal(t, ExpectedView(Truth(t, e.Pool), v), ReadView(t, e.Pool, v), v.Name)
 	}
 }
@@ -304,20 +304,20 @@ func runREL02ShuffledDuplicatedDeliveryGivesTheInOrderView(x *lab.X) {
 	RandomOps(t, e, rng, users, 400)
 	// Whatever the random stream did, end with one live follow, so the
 	// comparisons below are never between two empty views.
-	_, _ = e.Svc.Do(context.Background(), OpUnblock, "user-a", "user-f")
-	_, _ = e.Svc.Do(context.Background(), OpUnblock, "user-f", "user-a")
-	require.Equal(t, StateActive, e.DoOp(t, OpFollow, "user-a", "user-f").State)
+	_, _ = e.Svc.Do(context.Background(), rel.OpUnblock, "user-a", "user-f")
+	_, _ = e.Svc.Do(context.Background(), rel.OpUnblock, "user-f", "user-a")
+	require.Equal(t, rel.StateActive, e.DoOp(t, rel.OpFollow, "user-a", "user-f").State)
 
 	e.CatchUp(t)
-	inOrder := ReadView(t, e.Pool, FollowersView)
-	require.Equal(t, ExpectedView(Truth(t, e.Pool), FollowersView), inOrder, "seed %d", seed)
+	inOrder := ReadView(t, e.Pool, rel.FollowersView)
+	require.Equal(t, ExpectedView(Truth(t, e.Pool), rel.FollowersView), inOrder, "seed %d", seed)
 	require.NotEmpty(t, inOrder.Counts, "seed %d: the stream should leave someone followed", seed)
 
 	evs := RelEvents(t, e.Pool, 0)
 	for round := range 5 {
-		ResetView(t, e.Pool, FollowersView)
-		Deliver(t, e.Pool, FollowersView, ShuffledWithDuplicates(rng, evs), func() int { return 1 + rng.IntN(40) })
-		require.Equal(t, inOrder, ReadView(t, e.Pool, FollowersView), "seed %d, round %d", seed, round)
+		ResetView(t, e.Pool, rel.FollowersView)
+		Deliver(t, e.Pool, rel.FollowersView, ShuffledWithDuplicates(rng, evs), func() int { return 1 + rng.IntN(40) })
+		require.Equal(t, inOrder, ReadView(t, e.Pool, rel.FollowersView), "seed %d, round %d", seed, round)
 	}
 }
 
@@ -337,14 +337,14 @@ func runREL03BlockRevokesReadsTheMomentItCommits(x *lab.X) {
 	for round := range 20 {
 		requester := fmt.Sprintf("user-r%02d", round)
 		e.Users(t, requester)
-		require.Equal(t, StatePending, e.DoOp(t, OpFollow, requester, "user-ownerp").State)
-		p := e.Post(t, "user-ownerp", Followers)
+		require.Equal(t, rel.StatePending, e.DoOp(t, rel.OpFollow, requester, "user-ownerp").State)
+		p := e.Post(t, "user-ownerp", rel.Followers)
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		var approve, block OpResponse
 		wg.Add(2)
-		go func() { defer wg.Done(); <-start; approve = e.HTTPOp(t, "user-ownerp", OpApprove, requester) }()
-		go func() { defer wg.Done(); <-start; block = e.HTTPOp(t, "user-ownerp", OpBlock, requester) }()
+		go func() { defer wg.Done(); <-start; approve = e.HTTPOp(t, "user-ownerp", rel.OpApprove, requester) }()
+		go func() { defer wg.Done(); <-start; block = e.HTTPOp(t, "user-ownerp", rel.OpBlock, requester) }()
 		close(start)
 		wg.Wait()
 		require.Equal(t, http.StatusOK, block.Status)
@@ -354,22 +354,22 @@ func runREL03BlockRevokesReadsTheMomentItCommits(x *lab.X) {
 		RequireStatus(t, e.Call(t, "user-ownerp", "POST", "/social/requests/"+requester+"/approve", nil), http.StatusConflict, "not_pending")
 		ab, ba, err := e.Svc.Relations(ctx, requester, "user-ownerp")
 		require.NoError(t, err)
-		require.Equal(t, StateNone, ab.State)
-		require.Equal(t, StateBlocked, ba.State)
+		require.Equal(t, rel.StateNone, ab.State)
+		require.Equal(t, rel.StateBlocked, ba.State)
 	}
 
 	// (2) an approved follower, views caught up: they say user-a follows.
-	e.DoOp(t, OpFollow, "user-a", "user-ownerp")
-	e.DoOp(t, OpApprove, "user-ownerp", "user-a")
-	followersOnly, public := e.Post(t, "user-ownerp", Followers), e.Post(t, "user-ownerp", Public)
+	e.DoOp(t, rel.OpFollow, "user-a", "user-ownerp")
+	e.DoOp(t, rel.OpApprove, "user-ownerp", "user-a")
+	followersOnly, public := e.Post(t, "user-ownerp", rel.Followers), e.Post(t, "user-ownerp", rel.Public)
 	e.CatchUp(t)
-	require.True(t, ReadView(t, e.Pool, FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active)
+	require.True(t, ReadView(t, e.Pool, rel.FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active)
 	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusOK, "")
 
 	// The block pauses before its commit: readers still see the grant.
-	gate := e.Faults.Pause(PointBeforeCommit, "user-ownerp>user-a")
+	gate := e.Faults.Pause(rel.PointBeforeCommit, "user-ownerp>user-a")
 	blocked := make(chan OpResponse, 1)
-	go func() { blocked <- e.HTTPOp(t, "user-ownerp", OpBlock, "user-a") }()
+	go func() { blocked <- e.HTTPOp(t, "user-ownerp", rel.OpBlock, "user-a") }()
 	<-gate.Reached()
 	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusOK, "")
 	gate.Release()
@@ -379,18 +379,18 @@ func runREL03BlockRevokesReadsTheMomentItCommits(x *lab.X) {
 	// "follows" — the read path never consults them.
 	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusForbidden, "forbidden")
 	RequireStatus(t, e.Read(t, "user-a", public.PostID), http.StatusForbidden, "forbidden")
-	var page PostPage
+	var page rel.PostPage
 	r := e.Call(t, "user-a", "GET", "/social/users/user-ownerp/posts", nil)
 	RequireStatus(t, r, http.StatusOK, "")
 	r.JSON(t, &page)
 	require.Empty(t, page.Posts)
-	require.True(t, ReadView(t, e.Pool, FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active, "the view is stale")
-	require.True(t, ReadView(t, e.Pool, FollowingView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active, "the view is stale")
+	require.True(t, ReadView(t, e.Pool, rel.FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active, "the view is stale")
+	require.True(t, ReadView(t, e.Pool, rel.FollowingView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active, "the view is stale")
 	// REL-I4 holds meanwhile: the disagreement is covered by a pending event.
 	x.Assert(e.Pool, "social")
 
 	e.CatchUp(t)
-	require.False(t, ReadView(t, e.Pool, FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active)
+	require.False(t, ReadView(t, e.Pool, rel.FollowersView).Rows[Pair{Follower: "user-a", Followee: "user-ownerp"}].Active)
 	RequireStatus(t, e.Read(t, "user-a", followersOnly.PostID), http.StatusForbidden, "forbidden")
 }
 
@@ -407,18 +407,18 @@ func runREL04ResetOffsetAndReplayDoesNotResurrect(x *lab.X) {
 	e := StartLab(x)
 	e.Users(t, "user-a", "user-b", "user-cp", "user-d")
 	for range 3 {
-		e.DoOp(t, OpFollow, "user-a", "user-b")
-		e.DoOp(t, OpUnfollow, "user-a", "user-b")
+		e.DoOp(t, rel.OpFollow, "user-a", "user-b")
+		e.DoOp(t, rel.OpUnfollow, "user-a", "user-b")
 	}
-	e.DoOp(t, OpFollow, "user-d", "user-cp")
-	e.DoOp(t, OpApprove, "user-cp", "user-d")
-	e.DoOp(t, OpBlock, "user-cp", "user-d")
-	e.DoOp(t, OpFollow, "user-b", "user-cp")
-	e.DoOp(t, OpReject, "user-cp", "user-b")
-	e.DoOp(t, OpFollow, "user-b", "user-a") // one follow that stays
+	e.DoOp(t, rel.OpFollow, "user-d", "user-cp")
+	e.DoOp(t, rel.OpApprove, "user-cp", "user-d")
+	e.DoOp(t, rel.OpBlock, "user-cp", "user-d")
+	e.DoOp(t, rel.OpFollow, "user-b", "user-cp")
+	e.DoOp(t, rel.OpReject, "user-cp", "user-b")
+	e.DoOp(t, rel.OpFollow, "user-b", "user-a") // one follow that stays
 	e.CatchUp(t)
 	want := map[string]Snapshot{}
-	for _, v := range Views {
+	for _, v := range rel.Views {
 		want[v.Name] = ReadView(t, e.Pool, v)
 		require.Equal(t, ExpectedView(Truth(t, e.Pool), v), want[v.Name])
 	}
@@ -432,20 +432,20 @@ func runREL04ResetOffsetAndReplayDoesNotResurrect(x *lab.X) {
 	}
 	for _, step := range []struct {
 		name  string
-		reset func(v *View)
+		reset func(v *rel.View)
 	}{
-		{"position to zero, inbox kept", func(*View) {}},
-		{"position to zero, inbox lost", func(v *View) {
+		{"position to zero, inbox kept", func(*rel.View) {}},
+		{"position to zero, inbox lost", func(v *rel.View) {
 			exec(`DELETE FROM outbox_inbox WHERE consumer = $1`, v.ConsumerName)
 		}},
-		{"view lost, rebuilt from the truth table", func(v *View) {
+		{"view lost, rebuilt from the truth table", func(v *rel.View) {
 			exec(`DELETE FROM outbox_inbox WHERE consumer = $1`, v.ConsumerName)
 			ResetView(t, e.Pool, v)
 			require.NoError(t, v.Rebuild(ctx, e.Pool))
 			require.Equal(t, want[v.Name], ReadView(t, e.Pool, v), "rebuilt %s", v.Name)
 		}},
 	} {
-		for _, v := range Views {
+		for _, v := range rel.Views {
 			step.reset(v)
 			// The consumer "restarts": its lease ends, its position is zero.
 			exec(`UPDATE outbox_consumer SET position_tx = '0', position_id = 0, lease_until = now() WHERE name = $1`, v.ConsumerName)
@@ -468,10 +468,10 @@ func runREL04ResetOffsetAndReplayDoesNotResurrect(x *lab.X) {
 			require.NoError(t, err)
 			e.Runners[v.Name] = r
 		}
-		for _, v := range Views {
+		for _, v := range rel.Views {
 			require.Equal(t, want[v.Name], ReadView(t, e.Pool, v), "%s: %s", step.name, v.Name)
 		}
 		x.Assert(e.Pool, "social")
 	}
-	RequireStatus(t, e.Read(t, "user-d", e.Post(t, "user-cp", Public).PostID), http.StatusForbidden, "forbidden")
+	RequireStatus(t, e.Read(t, "user-d", e.Post(t, "user-cp", rel.Public).PostID), http.StatusForbidden, "forbidden")
 }

@@ -1,4 +1,4 @@
-package like
+package likes
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -52,7 +53,7 @@ func runRedeliveryCountedOnce(x *lab.X) {
 	post, err := people.CreatePost(ctx, "user-0042", rel.PostRequest{Body: "a post to like", Visibility: rel.Public})
 	require.NoError(x, err)
 	item := post.PostID
-	likes, err := NewService(labenv.Deps(a), Config{})
+	likes, err := like.NewService(labenv.Deps(a), like.Config{})
 	require.NoError(x, err)
 	for i := range 20 {
 		user := fmt.Sprintf("user-%04d", 100+i)
@@ -80,7 +81,7 @@ func runRedeliveryCountedOnce(x *lab.X) {
 	require.EqualValues(x, 15, count())
 
 	// The counter loses its position: the whole stream comes again.
-	_, err = a.Pool.Exec(ctx, `UPDATE outbox_consumer SET position_tx = '0', position_id = 0, lease_until = now() WHERE name = $1`, ConsumerName)
+	_, err = a.Pool.Exec(ctx, `UPDATE outbox_consumer SET position_tx = '0', position_id = 0, lease_until = now() WHERE name = $1`, like.ConsumerName)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "counter", Action: "restart at position 0", Outcome: lab.Lost})
 	if x.Naive {
@@ -105,12 +106,12 @@ func runRedeliveryCountedOnce(x *lab.X) {
 // does.
 func naiveRecount(x *lab.X, a *lab.App, item int64) {
 	ctx := context.Background()
-	rows, err := a.Pool.Query(ctx, `SELECT payload FROM outbox_event WHERE topic = $1 ORDER BY id`, Topic)
+	rows, err := a.Pool.Query(ctx, `SELECT payload FROM outbox_event WHERE topic = $1 ORDER BY id`, like.Topic)
 	require.NoError(x, err)
 	payloads, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	require.NoError(x, err)
 	for _, p := range payloads {
-		var e Event
+		var e like.Event
 		require.NoError(x, json.Unmarshal(p, &e))
 		delta := -1
 		if e.Liked {
@@ -121,7 +122,7 @@ func naiveRecount(x *lab.X, a *lab.App, item int64) {
 	}
 	_, err = a.Pool.Exec(ctx, `UPDATE outbox_consumer c SET position_tx = e.tx_id, position_id = e.id
 	                           FROM (SELECT tx_id, id FROM outbox_event WHERE topic = $2 ORDER BY id DESC LIMIT 1) e
-	                          WHERE c.name = $1`, ConsumerName, Topic)
+	                          WHERE c.name = $1`, like.ConsumerName, like.Topic)
 	require.NoError(x, err)
 	var n int64
 	require.NoError(x, a.Pool.QueryRow(ctx, `SELECT n FROM social_like_count WHERE item_id = $1`, item).Scan(&n))
@@ -203,7 +204,7 @@ func runLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(x *lab.X) {
 		// previous one, so it redelivers a real backlog.
 		want := int64(300 * (resets + 1))
 		require.Eventually(t, func() bool { return InboxRows(t, l.Pool) >= want }, time.Minute, 5*time.Millisecond)
-		_, err := l.Pool.Exec(ctx, `UPDATE outbox_consumer SET position_tx = '0', position_id = 0 WHERE name = $1`, ConsumerName)
+		_, err := l.Pool.Exec(ctx, `UPDATE outbox_consumer SET position_tx = '0', position_id = 0 WHERE name = $1`, like.ConsumerName)
 		require.NoError(t, err)
 		resets++
 	}
@@ -250,8 +251,8 @@ func runLIKE02CounterProcessKilledMidBatch(x *lab.X) {
 	afterKill1 := InboxRows(t, l.Pool)
 
 	// 2. Paused inside a batch transaction, then killed.
-	w2 := l.StartWorker(t, "process-B", "--pause-at", PointApplied)
-	require.Equal(t, "PAUSED "+PointApplied+" "+ConsumerName, w2.Expect(t, "PAUSED"))
+	w2 := l.StartWorker(t, "process-B", "--pause-at", like.PointApplied)
+	require.Equal(t, "PAUSED "+like.PointApplied+" "+like.ConsumerName, w2.Expect(t, "PAUSED"))
 	ctx := context.Background()
 	var open int
 	require.NoError(t, l.Pool.QueryRow(ctx, `
@@ -273,7 +274,7 @@ func runLIKE02CounterProcessKilledMidBatch(x *lab.X) {
 	bound.Stop()
 
 	var fences int64
-	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT fence FROM outbox_consumer WHERE name = $1`, ConsumerName).Scan(&fences))
+	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT fence FROM outbox_consumer WHERE name = $1`, like.ConsumerName).Scan(&fences))
 	require.Equal(t, int64(3), fences, "three processes held the lease in turn")
 	s.CheckFacts(t, l.Pool)
 	events := EventsOnce(t, l.Pool)
@@ -313,7 +314,7 @@ func runLIKE03DatabaseStoppedImmediatelyMidStorm(x *lab.X) {
 	go func() { defer close(stormDone); s.Run(t, 4, 60) }()
 	require.Eventually(t, func() bool { return InboxRows(t, l.Pool) >= 400 }, time.Minute, 5*time.Millisecond)
 
-	gate := l.Faults.Pause(PointApplied, ConsumerName)
+	gate := l.Faults.Pause(like.PointApplied, like.ConsumerName)
 	<-gate.Reached()
 	inFlight := l.CountsAndInbox(t)
 	require.NoError(t, srv.Stop("immediate"))
@@ -353,7 +354,7 @@ func runLIKE03DatabaseStoppedImmediatelyMidStorm(x *lab.X) {
 func runLIKE04RecomputeBesideOnlineIncrements(x *lab.X) {
 	t := x
 	l := StartLab(x, lab.Options{
-		Settings: map[string]string{EnvRecomputeChunk: "3"},
+		Settings: map[string]string{like.EnvRecomputeChunk: "3"},
 	})
 	ids := l.Items(t, 10)
 	s := l.NewStorm(t, 50, ids)
@@ -367,20 +368,20 @@ func runLIKE04RecomputeBesideOnlineIncrements(x *lab.X) {
 	require.Eventually(t, func() bool { return InboxRows(t, l.Pool) >= 300 }, time.Minute, 5*time.Millisecond)
 
 	// Hold the counter between batches until a backlog builds up.
-	held := l.Faults.Pause(outbox.PointBeforeBatch, ConsumerName)
+	held := l.Faults.Pause(outbox.PointBeforeBatch, like.ConsumerName)
 	<-held.Reached()
 	require.Eventually(t, func() bool { n, err := Unapplied(ctx, l.Pool); return err == nil && n >= 50 },
 		time.Minute, 5*time.Millisecond)
 
 	// A like of the first item, written and not committed.
 	late := "user-0300"
-	lateGate := l.Faults.Pause(PointBeforeCommit, fmt.Sprintf("%d>%s", ids[0], late))
+	lateGate := l.Faults.Pause(like.PointBeforeCommit, fmt.Sprintf("%d>%s", ids[0], late))
 	lateDone := l.Go(lab.Req{Method: http.MethodPost, Path: fmt.Sprintf("/social/items/%d/like", ids[0]),
 		Token: l.Token(t, late, httpx.RoleUser)})
 	<-lateGate.Reached()
 
 	// The recompute's first chunk counts (without the late like) and waits.
-	chunkGate := l.Faults.Pause(PointRecounted, "")
+	chunkGate := l.Faults.Pause(like.PointRecounted, "")
 	recountDone := l.Go(RecomputeReq(admin, ""))
 	<-chunkGate.Reached()
 	held.Release()
