@@ -13,12 +13,12 @@ import (
 	idemlab "github.com/fencelab/fencelab/lab/idem"
 	"github.com/fencelab/fencelab/lab/lease"
 	"github.com/fencelab/fencelab/lab/likes"
+	"github.com/fencelab/fencelab/lab/notify"
 	"github.com/fencelab/fencelab/lab/orders"
 	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/lab/relations"
 	"github.com/fencelab/fencelab/lab/reservations"
-	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/shortlink"
 	"github.com/fencelab/fencelab/services/upload"
 )

@@ -11,12 +11,13 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/notify"
 )
 
 // Lab is one experiment's world: the app on a fresh database, pointed at
@@ -37,13 +38,13 @@ func StartLab(x *lab.X, settings map[string]string, o lab.Options) Lab {
 	for k, v := range settings {
 		s[k] = v
 	}
-	for _, ch := range Channels {
+	for _, ch := range notify.Channels {
 		srv, err := fakeprovider.Start(ch.Capabilities())
 		require.NoError(t, err)
 		t.Cleanup(srv.Close)
 		l.Channels[ch.Name] = srv
-		s[map[string]string{ChannelEmail: EnvEmailURL, ChannelSMS: EnvSMSURL,
-			ChannelPush: EnvPushURL}[ch.Name]] = srv.URL()
+		s[map[string]string{notify.ChannelEmail: notify.EnvEmailURL, notify.ChannelSMS: notify.EnvSMSURL,
+			notify.ChannelPush: notify.EnvPushURL}[ch.Name]] = srv.URL()
 	}
 	for k, v := range o.Settings {
 		s[k] = v
@@ -55,28 +56,28 @@ func StartLab(x *lab.X, settings map[string]string, o lab.Options) Lab {
 	return l
 }
 
-func (l Lab) Email() *fakeprovider.Server { return l.Channels[ChannelEmail] }
-func (l Lab) Sms() *fakeprovider.Server   { return l.Channels[ChannelSMS] }
-func (l Lab) Push() *fakeprovider.Server  { return l.Channels[ChannelPush] }
+func (l Lab) Email() *fakeprovider.Server { return l.Channels[notify.ChannelEmail] }
+func (l Lab) Sms() *fakeprovider.Server   { return l.Channels[notify.ChannelSMS] }
+func (l Lab) Push() *fakeprovider.Server  { return l.Channels[notify.ChannelPush] }
 
 // Prefs stores a user's channel set as the user.
 func (l Lab) Prefs(t lab.T, user string, channels map[string]bool) {
 	t.Helper()
 	r := l.Do(t, lab.Req{Method: "PUT", Path: "/notify/users/" + user + "/preferences",
-		Token: l.Token(t, user, httpx.RoleUser), Body: PreferencesRequest{Channels: channels}})
+		Token: l.Token(t, user, httpx.RoleUser), Body: notify.PreferencesRequest{Channels: channels}})
 	require.Equal(t, 200, r.Status, string(r.Body))
 }
 
-var AllChannels = map[string]bool{ChannelEmail: true, ChannelSMS: true, ChannelPush: true}
+var AllChannels = map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true, notify.ChannelPush: true}
 
 // LabEvent is the experiments' order_shipped event.
-func LabEvent(user, key string) EventRequest {
-	return EventRequest{UserID: user, EventKey: key, Template: "order_shipped",
+func LabEvent(user, key string) notify.EventRequest {
+	return notify.EventRequest{UserID: user, EventKey: key, Template: "order_shipped",
 		Data: []byte(`{"order":"ord-1001","carrier":"example-post"}`)}
 }
 
 // Submit posts an event as the service and returns the notification.
-func (l Lab) Submit(t lab.T, ev EventRequest) Notification {
+func (l Lab) Submit(t lab.T, ev notify.EventRequest) notify.Notification {
 	t.Helper()
 	n, err := l.SubmitErr(ev)
 	require.NoError(t, err)
@@ -84,8 +85,8 @@ func (l Lab) Submit(t lab.T, ev EventRequest) Notification {
 }
 
 // SubmitErr is submit for goroutines: it reports instead of failing.
-func (l Lab) SubmitErr(ev EventRequest) (Notification, error) {
-	var n Notification
+func (l Lab) SubmitErr(ev notify.EventRequest) (notify.Notification, error) {
+	var n notify.Notification
 	r, err := l.Send(context.Background(), lab.Req{Method: "POST", Path: "/notify/events", Token: l.Svc, Body: ev})
 	if err != nil {
 		return n, err
@@ -97,16 +98,16 @@ func (l Lab) SubmitErr(ev EventRequest) (Notification, error) {
 }
 
 // Get reads a notification with its tasks and attempts (as admin).
-func (l Lab) Get(t lab.T, id int64) Notification {
+func (l Lab) Get(t lab.T, id int64) notify.Notification {
 	t.Helper()
 	r := l.Do(t, lab.Req{Method: "GET", Path: fmt.Sprintf("/notify/notifications/%d", id), Token: l.Admin})
 	require.Equal(t, 200, r.Status, string(r.Body))
-	var n Notification
+	var n notify.Notification
 	r.JSON(t, &n)
 	return n
 }
 
-func LabTask(t lab.T, n Notification, channel string) Task {
+func LabTask(t lab.T, n notify.Notification, channel string) notify.Task {
 	t.Helper()
 	for _, tk := range n.Tasks {
 		if tk.Channel == channel {
@@ -114,7 +115,7 @@ func LabTask(t lab.T, n Notification, channel string) Task {
 		}
 	}
 	t.Fatalf("notification %d has no %s task", n.ID, channel)
-	return Task{}
+	return notify.Task{}
 }
 
 // ClaimAs claims one job of channel's kind under owner.
@@ -126,13 +127,13 @@ func (l Lab) ClaimAs(t lab.T, channel, owner string) []*claim.Job {
 	return jobs
 }
 
-func channelNamed(name string) (Channel, bool) {
-	for _, c := range Channels {
+func channelNamed(name string) (notify.Channel, bool) {
+	for _, c := range notify.Channels {
 		if c.Name == name {
 			return c, true
 		}
 	}
-	return Channel{}, false
+	return notify.Channel{}, false
 }
 
 // DueNow moves a job's due time to now: the exact boundary instead of a wait
@@ -161,7 +162,7 @@ func (l Lab) History(t lab.T, jobID int64) []string {
 }
 
 // LabCalls summarises a task's attempts as "op:outcome@fence".
-func LabCalls(tk Task) []string {
+func LabCalls(tk notify.Task) []string {
 	out := []string{}
 	for _, a := range tk.Attempts {
 		out = append(out, fmt.Sprintf("%s:%s@%d", a.Op, a.Outcome, a.Fence))

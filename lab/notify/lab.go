@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/notify"
 )
 
 // Experiments are the notification chapter's runnable claims.
@@ -35,13 +35,13 @@ var SameEventFiftyTimes = lab.Experiment{
 			return
 		}
 		ctx := context.Background()
-		l.Prefs(t, "user-0042", map[string]bool{ChannelEmail: true, ChannelPush: true}) // sms off
+		l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true, notify.ChannelPush: true}) // sms off
 		ev := LabEvent("user-0042", "order:ord-1001:shipped")
 
 		const n = 50
 		start := make(chan struct{})
 		statuses := make([]int, n)
-		got := make([]Notification, n)
+		got := make([]notify.Notification, n)
 		var wg sync.WaitGroup
 		errs := lab.NewErrors(n)
 		for i := range n {
@@ -73,7 +73,7 @@ var SameEventFiftyTimes = lab.Experiment{
 		require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM notify_notification`))
 		require.Equal(t, 2, l.Count(t, `SELECT count(*) FROM notify_task`))
 		require.Equal(t, 2, l.Count(t, `SELECT count(*) FROM job WHERE kind LIKE 'notify.%'`))
-		require.Equal(t, []string{ChannelEmail, ChannelPush}, []string{got[0].Tasks[0].Channel, got[0].Tasks[1].Channel})
+		require.Equal(t, []string{notify.ChannelEmail, notify.ChannelPush}, []string{got[0].Tasks[0].Channel, got[0].Tasks[1].Channel})
 
 		jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10,
 			Kinds: []string{"notify.email", "notify.sms", "notify.push"}})
@@ -85,7 +85,7 @@ var SameEventFiftyTimes = lab.Experiment{
 		again := l.Submit(t, ev)
 		require.Equal(t, got[0].ID, again.ID)
 		for _, tk := range l.Get(t, again.ID).Tasks {
-			require.Equal(t, TaskDelivered, tk.State)
+			require.Equal(t, notify.TaskDelivered, tk.State)
 			require.Len(t, l.Channels[tk.Channel].EffectsFor(tk.DeliveryKey), 1)
 		}
 		require.Equal(t, 1, l.Email().Posts())
@@ -119,17 +119,17 @@ var CommitThenDrop = lab.Experiment{
 		resolver := l.Jobs.Owner()
 
 		// email: no answer → retried after backoff with the same key.
-		email := LabTask(t, n, ChannelEmail)
-		first := l.ClaimAs(t, ChannelEmail, "worker-1")
+		email := LabTask(t, n, notify.ChannelEmail)
+		first := l.ClaimAs(t, notify.ChannelEmail, "worker-1")
 		require.Len(t, first, 1)
 		require.NoError(t, l.Jobs.Execute(ctx, first[0]))
-		require.Equal(t, TaskQueued, LabTask(t, l.Get(t, n.ID), ChannelEmail).State, "retry scheduled, not unknown")
+		require.Equal(t, notify.TaskQueued, LabTask(t, l.Get(t, n.ID), notify.ChannelEmail).State, "retry scheduled, not unknown")
 		l.DueNow(t, email.JobID)
-		second := l.ClaimAs(t, ChannelEmail, "worker-2")
+		second := l.ClaimAs(t, notify.ChannelEmail, "worker-2")
 		require.Len(t, second, 1)
 		require.NoError(t, l.Jobs.Execute(ctx, second[0]))
-		email = LabTask(t, l.Get(t, n.ID), ChannelEmail)
-		require.Equal(t, TaskDelivered, email.State)
+		email = LabTask(t, l.Get(t, n.ID), notify.ChannelEmail)
+		require.Equal(t, notify.TaskDelivered, email.State)
 		require.Equal(t, []string{"send:unknown@1", "send:success@2"}, LabCalls(email))
 		for _, a := range email.Attempts {
 			require.Equal(t, email.DeliveryKey, a.KeySent, "the same key on every attempt")
@@ -140,17 +140,17 @@ var CommitThenDrop = lab.Experiment{
 		require.Equal(t, l.Email().Effects()[0].ID, email.Attempts[1].EffectID)
 
 		// sms: no answer → unknown → the resolver asks, finds it, done.
-		sms := LabTask(t, n, ChannelSMS)
-		jobs := l.ClaimAs(t, ChannelSMS, "worker-1")
+		sms := LabTask(t, n, notify.ChannelSMS)
+		jobs := l.ClaimAs(t, notify.ChannelSMS, "worker-1")
 		require.Len(t, jobs, 1)
 		require.NoError(t, l.Jobs.Execute(ctx, jobs[0]))
-		require.Equal(t, TaskUnknown, LabTask(t, l.Get(t, n.ID), ChannelSMS).State)
+		require.Equal(t, notify.TaskUnknown, LabTask(t, l.Get(t, n.ID), notify.ChannelSMS).State)
 		l.DueNow(t, sms.JobID)
 		res, err := l.Jobs.ResolveUnknown(ctx, 10, 1)
 		require.NoError(t, err)
 		require.Equal(t, []claim.Resolved{{ID: sms.JobID, Kind: "notify.sms", State: claim.StateSucceeded}}, res)
-		sms = LabTask(t, l.Get(t, n.ID), ChannelSMS)
-		require.Equal(t, TaskDelivered, sms.State)
+		sms = LabTask(t, l.Get(t, n.ID), notify.ChannelSMS)
+		require.Equal(t, notify.TaskDelivered, sms.State)
 		require.Equal(t, []string{"send:unknown@1", "query:success@2"}, LabCalls(sms))
 		require.Equal(t, resolver, sms.Attempts[1].Worker)
 		require.Len(t, l.Sms().Effects(), 1)
@@ -159,34 +159,34 @@ var CommitThenDrop = lab.Experiment{
 		require.Equal(t, 1, l.Sms().Requests(fakeprovider.OpQuery))
 
 		// push: no answer → unknown → nothing to ask → needs_review.
-		push := LabTask(t, n, ChannelPush)
-		jobs = l.ClaimAs(t, ChannelPush, "worker-1")
+		push := LabTask(t, n, notify.ChannelPush)
+		jobs = l.ClaimAs(t, notify.ChannelPush, "worker-1")
 		require.Len(t, jobs, 1)
 		require.NoError(t, l.Jobs.Execute(ctx, jobs[0]))
 		l.DueNow(t, push.JobID)
 		res, err = l.Jobs.ResolveUnknown(ctx, 10, 1)
 		require.NoError(t, err)
 		require.Equal(t, []claim.Resolved{{ID: push.JobID, Kind: "notify.push", State: claim.StateNeedsReview}}, res)
-		push = LabTask(t, l.Get(t, n.ID), ChannelPush)
-		require.Equal(t, TaskNeedsReview, push.State)
+		push = LabTask(t, l.Get(t, n.ID), notify.ChannelPush)
+		require.Equal(t, notify.TaskNeedsReview, push.State)
 		require.Equal(t, []string{"send:unknown@1"}, LabCalls(push))
 		require.Equal(t, 1, l.Push().Posts(), "exactly one send")
 		require.Len(t, l.Push().Effects(), 1)
-		require.Empty(t, l.ClaimAs(t, ChannelPush, "worker-2"), "automatic handling has stopped")
+		require.Empty(t, l.ClaimAs(t, notify.ChannelPush, "worker-2"), "automatic handling has stopped")
 
 		// The admin's way out: the review queue, and a decision with who and why.
 		r := l.Do(t, lab.Req{Method: "GET", Path: "/notify/review", Token: l.Admin})
 		require.Equal(t, 200, r.Status, string(r.Body))
-		var page ReviewPage
+		var page notify.ReviewPage
 		r.JSON(t, &page)
 		require.Len(t, page.Items, 1)
 		require.Equal(t, push.ID, page.Items[0].Task.ID)
 		require.Equal(t, "user-0042", page.Items[0].UserID)
 		r = l.Do(t, lab.Req{Method: "POST", Path: fmt.Sprintf("/notify/review/%d/resolve", push.ID), Token: l.Admin,
-			Body: ResolveRequest{Action: ActionDelivered, Reason: "push console shows push_1 delivered"}})
+			Body: notify.ResolveRequest{Action: notify.ActionDelivered, Reason: "push console shows push_1 delivered"}})
 		require.Equal(t, 200, r.Status, string(r.Body))
-		push = LabTask(t, l.Get(t, n.ID), ChannelPush)
-		require.Equal(t, TaskDelivered, push.State)
+		push = LabTask(t, l.Get(t, n.ID), notify.ChannelPush)
+		require.Equal(t, notify.TaskDelivered, push.State)
 		require.Len(t, push.Decisions, 1)
 		require.Equal(t, "admin-0001", push.Decisions[0].DecidedBy)
 		require.Equal(t, "push console shows push_1 delivered", push.Decisions[0].Reason)
@@ -214,10 +214,10 @@ var StalledWorkerSuperseded = lab.Experiment{
 		n := l.Submit(t, LabEvent("user-0042", "order:ord-1003:shipped"))
 		resolver := l.Jobs.Owner()
 
-		for _, ch := range Channels {
+		for _, ch := range notify.Channels {
 			tk := LabTask(t, n, ch.Name)
 			srv := l.Channels[ch.Name]
-			gate := l.Faults.Pause(PointAfterCall, tk.DeliveryKey)
+			gate := l.Faults.Pause(notify.PointAfterCall, tk.DeliveryKey)
 			old := l.ClaimAs(t, ch.Name, "worker-old")
 			require.Len(t, old, 1)
 			done := make(chan error, 1)
@@ -254,21 +254,21 @@ var StalledWorkerSuperseded = lab.Experiment{
 			require.Len(t, srv.EffectsFor(tk.DeliveryKey), 1, "%s: one message", ch.Name)
 			require.Equal(t, "worker-old", tk.Attempts[0].Worker)
 			switch ch.Name {
-			case ChannelEmail:
-				require.Equal(t, TaskDelivered, tk.State)
+			case notify.ChannelEmail:
+				require.Equal(t, notify.TaskDelivered, tk.State)
 				require.Equal(t, []string{"send:success@1", "send:success@3"}, LabCalls(tk), "attempts show both holders")
 				require.Equal(t, "worker-new", tk.Attempts[1].Worker)
 				require.Equal(t, tk.Attempts[0].EffectID, tk.Attempts[1].EffectID, "the same message, replayed by key")
 				require.Equal(t, []string{"claimed:1", "recovered:2", "claimed:3", "succeeded:3", "rejected_stale:1"}, hist)
 				require.Equal(t, 2, srv.Requests(fakeprovider.OpCreate))
-			case ChannelSMS:
-				require.Equal(t, TaskDelivered, tk.State)
+			case notify.ChannelSMS:
+				require.Equal(t, notify.TaskDelivered, tk.State)
 				require.Equal(t, []string{"send:success@1", "query:success@3"}, LabCalls(tk), "attempts show both holders")
 				require.Equal(t, resolver, tk.Attempts[1].Worker)
 				require.Equal(t, []string{"claimed:1", "recovered:2", "resolving:3", "resolved_found:3", "rejected_stale:1"}, hist)
 				require.Equal(t, 1, srv.Requests(fakeprovider.OpCreate), "found: not resent")
-			case ChannelPush:
-				require.Equal(t, TaskNeedsReview, tk.State)
+			case notify.ChannelPush:
+				require.Equal(t, notify.TaskNeedsReview, tk.State)
 				require.Equal(t, []string{"send:success@1"}, LabCalls(tk), "the old holder's call is on record")
 				require.Equal(t, []string{"claimed:1", "recovered:2", "resolving:3", "needs_review:3", "rejected_stale:1"}, hist)
 				require.Equal(t, 1, srv.Posts())
@@ -295,7 +295,7 @@ var PreferenceOffCancels = lab.Experiment{
 		l.Prefs(t, "user-0042", AllChannels)
 		n := l.Submit(t, LabEvent("user-0042", "order:ord-1004:shipped"))
 		require.Len(t, n.Tasks, 3)
-		l.Prefs(t, "user-0042", map[string]bool{ChannelEmail: true}) // sms and push off
+		l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true}) // sms and push off
 
 		kinds := []string{"notify.email", "notify.sms", "notify.push"}
 		jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10, Kinds: kinds})
@@ -310,10 +310,10 @@ var PreferenceOffCancels = lab.Experiment{
 		require.Empty(t, none, "cancelled is final")
 
 		got := l.Get(t, n.ID)
-		require.Equal(t, TaskDelivered, LabTask(t, got, ChannelEmail).State)
-		for _, name := range []string{ChannelSMS, ChannelPush} {
+		require.Equal(t, notify.TaskDelivered, LabTask(t, got, notify.ChannelEmail).State)
+		for _, name := range []string{notify.ChannelSMS, notify.ChannelPush} {
 			tk := LabTask(t, got, name)
-			require.Equal(t, TaskCancelled, tk.State, name)
+			require.Equal(t, notify.TaskCancelled, tk.State, name)
 			require.Contains(t, tk.LastError, "turned "+name+" off")
 			require.Empty(t, tk.Attempts, name)
 			require.Equal(t, []string{"claimed:1", "cancelled:1"}, l.History(t, tk.JobID), name)
