@@ -19,7 +19,7 @@ import (
 	"github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/lab/relations"
 	"github.com/fencelab/fencelab/lab/reservations"
-	"github.com/fencelab/fencelab/services/shortlink"
+	"github.com/fencelab/fencelab/lab/shortlink"
 	"github.com/fencelab/fencelab/services/upload"
 )
 

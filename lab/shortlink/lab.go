@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/shortlink"
 )
 
 // Experiments are the short-links chapter's runnable claims.
@@ -56,7 +57,7 @@ var HundredCreatorsOneAlias = lab.Experiment{
 				ready.Done()
 				<-gate
 				results[i], errs[i] = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/shortlink/links", Token: tokens[i],
-					Body: CreateRequest{Target: targets[i], Alias: "launch"}})
+					Body: shortlink.CreateRequest{Target: targets[i], Alias: "launch"}})
 			}()
 		}
 		ready.Wait()
@@ -79,10 +80,10 @@ var HundredCreatorsOneAlias = lab.Experiment{
 		require.NotEqual(t, -1, winner, "nobody won")
 		t.Logf("SL-01: creator %d won; %d losers got 409 alias_taken", winner+1, n-1)
 
-		var told Link
+		var told shortlink.Link
 		results[winner].JSON(t, &told)
 		require.Equal(t, targets[winner], told.Target)
-		var stored Link
+		var stored shortlink.Link
 		a.Do(t, lab.Req{Method: "GET", Path: "/shortlink/links/launch", Token: tokens[winner]}).JSON(t, &stored)
 		require.Equal(t, targets[winner], stored.Target)
 		require.Equal(t, fmt.Sprintf("user-%04d", winner+1), stored.Owner)
@@ -123,7 +124,7 @@ var RevokeWithinOneTTL = lab.Experiment{
 			func() {
 				writer := StartLab(x, LabOptions{})
 				reader := StartLab(x, LabOptions{Tasks: true, DBURL: writer.DBURL, Settings: map[string]string{
-					EnvCacheTTL: ttl.String(), EnvListen: strconv.FormatBool(tc.listen)}})
+					shortlink.EnvCacheTTL: ttl.String(), shortlink.EnvListen: strconv.FormatBool(tc.listen)}})
 				ctx := context.Background()
 				if tc.listen {
 					require.Eventually(t, func() bool {
@@ -134,7 +135,7 @@ var RevokeWithinOneTTL = lab.Experiment{
 					}, 10*time.Second, 5*time.Millisecond, "the reader's listener never started")
 				}
 				tok := writer.UserToken(t, "user-0042")
-				l := writer.MustCreate(t, tok, CreateRequest{Target: "https://example.test/old"})
+				l := writer.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/old"})
 
 				const pollers = 4
 				var (
@@ -237,18 +238,18 @@ var RedirectsOutliveStats = lab.Experiment{
 	Run: func(x *lab.X) {
 		t := x
 		sick := map[string]string{
-			EnvClickQueue: "256", EnvClickBatch: "32", EnvClickInterval: "10ms",
-			EnvStatsTimeout: "100ms", EnvStatsAttempts: "2",
+			shortlink.EnvClickQueue: "256", shortlink.EnvClickBatch: "32", shortlink.EnvClickInterval: "10ms",
+			shortlink.EnvStatsTimeout: "100ms", shortlink.EnvStatsAttempts: "2",
 		}
 		a := StartLab(x, LabOptions{Tasks: true, Settings: sick})
-		deadSettings := map[string]string{EnvStatsURL: deadPortURL(t, a.DBURL)}
+		deadSettings := map[string]string{shortlink.EnvStatsURL: deadPortURL(t, a.DBURL)}
 		for k, v := range sick {
 			deadSettings[k] = v
 		}
 		dead := StartLab(x, LabOptions{Tasks: true, DBURL: a.DBURL, Settings: deadSettings})
 		ctx := context.Background()
 		tok := a.UserToken(t, "user-0042")
-		l := a.MustCreate(t, tok, CreateRequest{Target: "https://example.test/busy"})
+		l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/busy"})
 		path := "/s/" + l.Code
 		const n, c = 1000, 16
 
@@ -301,7 +302,7 @@ var RedirectsOutliveStats = lab.Experiment{
 		// time out, one batch after another: on a loaded machine (or under
 		// -race, where a refused dial can itself time out) that backlog
 		// takes tens of seconds to settle.
-		var st Stats
+		var st shortlink.Stats
 		require.Eventually(t, func() bool {
 			st = a.Stats(t, tok, l.Code)
 			return st.Clicks+st.Dropped == 3*n
@@ -330,17 +331,17 @@ var ClickBatchRetried = lab.Experiment{
 	Run: func(x *lab.X) {
 		t := x
 		a := StartLab(x, LabOptions{Tasks: true, Settings: map[string]string{
-			EnvClickBatch: "50", EnvClickInterval: "20ms", EnvStatsAttempts: "3",
-			EnvStatsTimeout: "5s"}}) // only the injected fault fails a batch, however busy the machine
+			shortlink.EnvClickBatch: "50", shortlink.EnvClickInterval: "20ms", shortlink.EnvStatsAttempts: "3",
+			shortlink.EnvStatsTimeout: "5s"}}) // only the injected fault fails a batch, however busy the machine
 		var commits atomic.Int32
 		a.Faults.ArmFunc(faults.AfterCommit, func(_ context.Context, key string) error {
-			if key == FaultClicksCommitted && commits.Add(1) <= 2 {
+			if key == shortlink.FaultClicksCommitted && commits.Add(1) <= 2 {
 				return faults.ErrInjected // committed, but the writer never hears so
 			}
 			return nil
 		})
 		tok := a.UserToken(t, "user-0042")
-		l := a.MustCreate(t, tok, CreateRequest{Target: "https://example.test/counted"})
+		l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/counted"})
 		const n = 200
 		require.Equal(t, map[int]int{http.StatusFound: n}, Statuses(a.Hammer("/s/"+l.Code, n, 8)))
 
@@ -356,7 +357,7 @@ var ClickBatchRetried = lab.Experiment{
 			`SELECT count(*), count(DISTINCT id) FROM shortlink_clicks WHERE code = $1`, l.Code).Scan(&rows, &ids))
 		require.Equal(t, n, rows, "each click is one row")
 		require.Equal(t, n, ids)
-		require.Equal(t, Stats{Code: l.Code, Clicks: n}, a.Stats(t, tok, l.Code))
+		require.Equal(t, shortlink.Stats{Code: l.Code, Clicks: n}, a.Stats(t, tok, l.Code))
 		x.Assert(a.Pool, "shortlink")
 	},
 }

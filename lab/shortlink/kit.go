@@ -9,11 +9,11 @@ import (
 	"sort"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/promx"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/shortlink"
 )
 
 // Lab is one replica of the app as the chapter's experiments (and its e2e
@@ -48,11 +48,11 @@ func (a *Lab) Create(t lab.T, tok string, body any) lab.Response {
 }
 
 // MustCreate creates a link and returns it.
-func (a *Lab) MustCreate(t lab.T, tok string, req CreateRequest) Link {
+func (a *Lab) MustCreate(t lab.T, tok string, req shortlink.CreateRequest) shortlink.Link {
 	t.Helper()
 	r := a.Create(t, tok, req)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var l Link
+	var l shortlink.Link
 	r.JSON(t, &l)
 	return l
 }
@@ -67,11 +67,11 @@ func (a *Lab) Revoke(t lab.T, tok, code string) lab.Response {
 	return a.Do(t, lab.Req{Method: "POST", Path: "/shortlink/links/" + code + "/revoke", Token: tok})
 }
 
-func (a *Lab) Stats(t lab.T, tok, code string) Stats {
+func (a *Lab) Stats(t lab.T, tok, code string) shortlink.Stats {
 	t.Helper()
 	r := a.Do(t, lab.Req{Method: "GET", Path: "/shortlink/links/" + code + "/stats", Token: tok})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var s Stats
+	var s shortlink.Stats
 	r.JSON(t, &s)
 	return s
 }
