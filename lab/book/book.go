@@ -20,7 +20,7 @@ import (
 	"github.com/fencelab/fencelab/lab/relations"
 	"github.com/fencelab/fencelab/lab/reservations"
 	"github.com/fencelab/fencelab/lab/shortlink"
-	"github.com/fencelab/fencelab/services/upload"
+	"github.com/fencelab/fencelab/lab/upload"
 )
 
 // Experiments is every experiment in the book's order: chapter by chapter,

@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/upload"
 )
 
 // Experiments are the upload chapter's runnable claims.
@@ -105,7 +105,7 @@ var ChunksInRandomOrder = lab.Experiment{
 		r = l.Complete(t, l.Alice, s.ID)
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 		r.JSON(t, &s)
-		require.Equal(t, SessionCompleted, s.State)
+		require.Equal(t, upload.SessionCompleted, s.State)
 		again := l.Complete(t, l.Alice, s.ID)
 		require.Equal(t, http.StatusOK, again.Status, "completing twice is idempotent: %s", again.Body)
 		r = l.Put(t, l.Alice, s.ID, 0, parts[0], nil)
@@ -114,11 +114,11 @@ var ChunksInRandomOrder = lab.Experiment{
 
 		r = l.Commit(t, l.Alice, s.ID, "lab-notes.bin")
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		var f File
+		var f upload.File
 		r.JSON(t, &f)
 		retry := l.Commit(t, l.Alice, s.ID, "lab-notes.bin")
 		require.Equal(t, http.StatusOK, retry.Status, "a retried commit returns the same file: %s", retry.Body)
-		var f2 File
+		var f2 upload.File
 		retry.JSON(t, &f2)
 		require.Equal(t, f.ID, f2.ID)
 		l.Publish(t, f)
@@ -281,11 +281,11 @@ var ReadBeforePublish = lab.Experiment{
 
 		r = l.Read(t, l.Bob, f.ID, nil)
 		require.Equal(t, http.StatusForbidden, r.Status, "another user's file")
-		var info File
+		var info upload.File
 		r = l.Do(t, lab.Req{Method: "GET", Path: "/upload/files/" + f.ID + "/info", Token: l.Alice})
 		require.Equal(t, http.StatusOK, r.Status)
 		r.JSON(t, &info)
-		require.Equal(t, FilePublished, info.State)
+		require.Equal(t, upload.FilePublished, info.State)
 		require.Equal(t, "application/octet-stream", info.ContentType)
 		require.EqualValues(t, len(data), info.Summary.Bytes)
 		require.Equal(t, "1.0 MiB", info.Summary.Human)
@@ -316,7 +316,7 @@ var WrongDeclaredSHA256 = lab.Experiment{
 		r := l.Complete(t, l.Alice, s.ID)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 		require.Equal(t, "sha256_mismatch", r.Code())
-		require.Equal(t, SessionFailed, l.SessionState(t, s.ID))
+		require.Equal(t, upload.SessionFailed, l.SessionState(t, s.ID))
 
 		r = l.Complete(t, l.Alice, s.ID)
 		require.Equal(t, http.StatusConflict, r.Status, "a failed session stays failed")

@@ -13,18 +13,18 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/upload"
 )
 
 // Lab is one experiment's app, its blob store and two users' tokens.
 type Lab struct {
 	*lab.App
 	Dir   string // the store's root
-	Store *LocalStore
+	Store *upload.LocalStore
 	Alice string // user-0042
 	Bob   string // user-0043
 	Admin string
@@ -45,14 +45,14 @@ func StartLab(x *lab.X, o LabOptions) *Lab {
 		settings[k] = v
 	}
 	if o.Dir != "" {
-		settings[EnvDir] = o.Dir
+		settings[upload.EnvDir] = o.Dir
 	}
 	a := x.Start(lab.Options{DBURL: o.DBURL, Settings: settings})
 	dir := o.Dir
 	if dir == "" {
 		dir = filepath.Join(a.DataDir, "upload")
 	}
-	store, err := NewLocalStore(dir)
+	store, err := upload.NewLocalStore(dir)
 	require.NoError(t, err)
 	return &Lab{App: a, Dir: dir, Store: store,
 		Alice: a.Token(t, "user-0042", httpx.RoleUser), Bob: a.Token(t, "user-0043", httpx.RoleUser),
@@ -85,21 +85,21 @@ func Chunks(data []byte, chunkSize int) [][]byte {
 	return out
 }
 
-func (l *Lab) Create(t lab.T, tok string, req CreateSessionRequest) lab.Response {
+func (l *Lab) Create(t lab.T, tok string, req upload.CreateSessionRequest) lab.Response {
 	t.Helper()
 	return l.Do(t, lab.Req{Method: "POST", Path: "/upload/sessions", Token: tok, Body: req})
 }
 
 // Open creates a session for data in chunks of chunkSize and returns it.
-func (l *Lab) Open(t lab.T, tok string, data []byte, chunkSize int, declared string) Session {
+func (l *Lab) Open(t lab.T, tok string, data []byte, chunkSize int, declared string) upload.Session {
 	t.Helper()
-	req := CreateSessionRequest{TotalSize: int64(len(data)), ChunkCount: len(Chunks(data, chunkSize)), SHA256: declared}
+	req := upload.CreateSessionRequest{TotalSize: int64(len(data)), ChunkCount: len(Chunks(data, chunkSize)), SHA256: declared}
 	if len(data) > 0 {
 		req.ChunkSize = int64(chunkSize)
 	}
 	r := l.Create(t, tok, req)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var s Session
+	var s upload.Session
 	r.JSON(t, &s)
 	return s
 }
@@ -130,7 +130,7 @@ func (l *Lab) Commit(t lab.T, tok, id, name string) lab.Response {
 
 func CommitReq(tok, id, name string) lab.Req {
 	return lab.Req{Method: "POST", Path: "/upload/sessions/" + id + "/commit", Token: tok,
-		Body: CommitRequest{Name: name, Metadata: []byte(`{"album":"lab"}`)}}
+		Body: upload.CommitRequest{Name: name, Metadata: []byte(`{"album":"lab"}`)}}
 }
 
 func (l *Lab) Read(t lab.T, tok, fileID string, headers map[string]string) lab.Response {
@@ -138,7 +138,7 @@ func (l *Lab) Read(t lab.T, tok, fileID string, headers map[string]string) lab.R
 	return l.Do(t, lab.Req{Method: "GET", Path: "/upload/files/" + fileID, Token: tok, Headers: headers})
 }
 
-func (l *Lab) Gc(t lab.T) GCReport {
+func (l *Lab) Gc(t lab.T) upload.GCReport {
 	t.Helper()
 	return GCReportOf(t, l.Do(t, l.GcReq()))
 }
@@ -147,16 +147,16 @@ func (l *Lab) GcReq() lab.Req {
 	return lab.Req{Method: "POST", Path: "/upload/gc", Token: l.Admin}
 }
 
-func GCReportOf(t lab.T, r lab.Response) GCReport {
+func GCReportOf(t lab.T, r lab.Response) upload.GCReport {
 	t.Helper()
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var rep GCReport
+	var rep upload.GCReport
 	r.JSON(t, &rep)
 	return rep
 }
 
 // UploadAll sends every chunk in order and completes the session.
-func (l *Lab) UploadAll(t lab.T, tok string, data []byte, chunkSize int) Session {
+func (l *Lab) UploadAll(t lab.T, tok string, data []byte, chunkSize int) upload.Session {
 	t.Helper()
 	s := l.Open(t, tok, data, chunkSize, SHA256Hex(data))
 	for n, c := range Chunks(data, chunkSize) {
@@ -166,26 +166,26 @@ func (l *Lab) UploadAll(t lab.T, tok string, data []byte, chunkSize int) Session
 	r := l.Complete(t, tok, s.ID)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	r.JSON(t, &s)
-	require.Equal(t, SessionCompleted, s.State)
+	require.Equal(t, upload.SessionCompleted, s.State)
 	return s
 }
 
 // Committed uploads data and commits it as name; it returns the file.
-func (l *Lab) Committed(t lab.T, tok string, data []byte, chunkSize int, name string) File {
+func (l *Lab) Committed(t lab.T, tok string, data []byte, chunkSize int, name string) upload.File {
 	t.Helper()
 	s := l.UploadAll(t, tok, data, chunkSize)
 	r := l.Commit(t, tok, s.ID, name)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var f File
+	var f upload.File
 	r.JSON(t, &f)
-	require.Equal(t, FileProcessing, f.State)
+	require.Equal(t, upload.FileProcessing, f.State)
 	return f
 }
 
 // ClaimProcess claims the file's processing job as owner.
 func (l *Lab) ClaimProcess(t lab.T, owner string, jobID int64) *claim.Job {
 	t.Helper()
-	jobs, err := l.Jobs.Claim(context.Background(), claim.ClaimParams{Kinds: []string{KindProcess}, Owner: owner, Limit: 1})
+	jobs, err := l.Jobs.Claim(context.Background(), claim.ClaimParams{Kinds: []string{upload.KindProcess}, Owner: owner, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1, "%s found no processing job to claim", owner)
 	require.Equal(t, jobID, jobs[0].ID)
@@ -193,7 +193,7 @@ func (l *Lab) ClaimProcess(t lab.T, owner string, jobID int64) *claim.Job {
 }
 
 // Publish runs the file's processing job to completion.
-func (l *Lab) Publish(t lab.T, f File) {
+func (l *Lab) Publish(t lab.T, f upload.File) {
 	t.Helper()
 	j := l.ClaimProcess(t, "runner-"+f.ID[:8], f.JobID)
 	require.NoError(t, l.Jobs.Execute(context.Background(), j))
@@ -212,11 +212,11 @@ func (l *Lab) Exec(t lab.T, sql string, args ...any) {
 	require.NoError(t, err)
 }
 
-func (l *Lab) SessionState(t lab.T, id string) SessionState {
+func (l *Lab) SessionState(t lab.T, id string) upload.SessionState {
 	t.Helper()
 	var st string
 	require.NoError(t, l.Pool.QueryRow(context.Background(), `SELECT state FROM upload_session WHERE id = $1`, id).Scan(&st))
-	return SessionState(st)
+	return upload.SessionState(st)
 }
 
 // BlobFiles lists the files in the blob directory.
