@@ -8,14 +8,14 @@ import (
 	"slices"
 
 	"github.com/fencelab/fencelab/core/lab"
-	claimlab "github.com/fencelab/fencelab/lab/claim"
+	"github.com/fencelab/fencelab/lab/claim"
 	"github.com/fencelab/fencelab/lab/feed"
-	idemlab "github.com/fencelab/fencelab/lab/idem"
+	"github.com/fencelab/fencelab/lab/idem"
 	"github.com/fencelab/fencelab/lab/lease"
 	"github.com/fencelab/fencelab/lab/likes"
 	"github.com/fencelab/fencelab/lab/notify"
 	"github.com/fencelab/fencelab/lab/orders"
-	outboxlab "github.com/fencelab/fencelab/lab/outbox"
+	"github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/lab/relations"
 	"github.com/fencelab/fencelab/lab/reservations"
@@ -28,9 +28,9 @@ import (
 func Experiments() []lab.Experiment {
 	return slices.Concat(
 		lease.Experiments,        // 1 lease
-		claimlab.Experiments,     // 2 claim
-		idemlab.Experiments,      // 3 idem
-		outboxlab.Experiments,    // 4 outbox
+		claim.Experiments,        // 2 claim
+		idem.Experiments,         // 3 idem
+		outbox.Experiments,       // 4 outbox
 		points.Experiments,       // 5 points
 		reservations.Experiments, // 6 reservations
 		orders.Experiments,       // 7 orders
