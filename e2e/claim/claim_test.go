@@ -1,5 +1,5 @@
-// Package claim_test runs the claim chapter's experiments (services/workflow
-// lab.go) against real PostgreSQL, real worker processes and a fake tool
+// Package claim_test runs the claim chapter's experiments (lab/claim/lab.go)
+// against real PostgreSQL, real worker processes and a fake tool
 // whose ledger is the ground truth.
 package claim_test
 

@@ -1,5 +1,5 @@
 // Package idem_test runs the idempotency chapter's experiments
-// (services/ops/idemlab.go); core/idem's own tests cover the library's
+// (lab/idem/lab.go); core/idem's own tests cover the library's
 // validation and bookkeeping.
 package idem_test
 

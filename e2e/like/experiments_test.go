@@ -7,7 +7,7 @@ import (
 	likeslab "github.com/fencelab/fencelab/lab/likes"
 )
 
-// The like counters chapter's experiments: services/social/like/lab.go.
+// The like counters chapter's experiments: lab/likes/lab.go.
 
 func TestLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(t *testing.T) {
 	t.Parallel()

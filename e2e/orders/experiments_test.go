@@ -1,5 +1,5 @@
 // Package orders_test runs the orders chapter's experiments (defined in
-// services/flashsale/order/lab.go) against the real app, real PostgreSQL
+// lab/orders/lab.go) against the real app, real PostgreSQL
 // and a real fake payment channel on loopback.
 package orders_test
 

@@ -7,7 +7,7 @@ import (
 	relations "github.com/fencelab/fencelab/lab/relations"
 )
 
-// The relations chapter's experiments: services/social/rel/lab.go.
+// The relations chapter's experiments: lab/relations/lab.go.
 
 func TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(t *testing.T) {
 	t.Parallel()

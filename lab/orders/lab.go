@@ -18,7 +18,7 @@ import (
 )
 
 // Experiments are the orders chapter's runnable claims, driven through the
-// Lab kit (labkit.go) against a real fake payment channel on loopback.
+// Lab kit (kit.go) against a real fake payment channel on loopback.
 var Experiments = []lab.Experiment{ChargeAnswerLost, SuccessDeliveredFiveTimes, LateSuccessUnitResold,
 	LateSuccessUnitFree, ForgedCallbacks, LateLandingCharge, ReconcileCloses}
 
