@@ -19,7 +19,7 @@ import (
 // notification, task or job.
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	user42 := l.Token(t, "user-0042", httpx.RoleUser)
 	big := `{"blob":"` + strings.Repeat("x", notify.MaxDataBytes) + `"}`
 
@@ -83,7 +83,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 // them); a notification is visible to its user, admins and services.
 func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing.T) {
 	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	user42, user43 := l.Token(t, "user-0042", httpx.RoleUser), l.Token(t, "user-0043", httpx.RoleUser)
 	r := l.Do(t, e2etest.Req{Method: "PUT", Path: "/notify/users/user-0042/preferences", Token: l.Admin,
 		Body: `{"channels":{"email":true,"push":true}}`})
@@ -134,7 +134,7 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 // with an Idempotency-Key replays.
 func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelPush: true})
 	l.Push().Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: 3, DropResponse: true})

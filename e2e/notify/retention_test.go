@@ -20,7 +20,7 @@ import (
 // Outside the purge the attempts stay append-only (NTF-I3).
 func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
 	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true})
 	done := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-5001:shipped"))

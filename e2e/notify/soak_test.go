@@ -33,7 +33,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 		t.Skip("soak")
 	}
 	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}, e2etest.Options{MaxConns: 16})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{MaxConns: 16, Settings: map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}})
 	ctx := context.Background()
 	const users, events, dupEvery, submitters = 100, 2000, 10, 16
 

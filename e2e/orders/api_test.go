@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestOrderLifecycleOverHTTP(t *testing.T) {
 	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), nil)
+	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
 	tok := l.User(t, "user-0042")
 	res := l.Reserve(t, tok, flashsale.DemoSKU, "lifecycle-0042")
 
@@ -80,7 +80,7 @@ func TestOrderLifecycleOverHTTP(t *testing.T) {
 // a callback for an unknown order, a malformed or mismatched callback.
 func TestOrderBadInputIs4xxAndChangesNothing(t *testing.T) {
 	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), nil)
+	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
 	owner, other := l.User(t, "user-0042"), l.User(t, "user-0043")
 	admin := l.Admin(t)
 	res := l.Reserve(t, owner, flashsale.DemoSKU, "bad-0042")
@@ -165,7 +165,7 @@ func TestOrderBadInputIs4xxAndChangesNothing(t *testing.T) {
 // hold_ended) and returns the unit if the release job has not yet.
 func TestOrderPayAfterHoldEndedClosesTheOrder(t *testing.T) {
 	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), nil)
+	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
 	tok := l.User(t, "user-0042")
 	res := l.Reserve(t, tok, flashsale.DemoSKU, "ended-0042")
 	o := l.Order(t, tok, res.ID)

@@ -19,7 +19,7 @@ import (
 // triggers that normally refuse them — are each reported.
 func TestORDInvariantsReportRowsThatBreakThem(t *testing.T) {
 	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), nil)
+	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	tok, tok2 := l.User(t, "user-0042"), l.User(t, "user-0043")
 	paid := l.Order(t, tok, l.Reserve(t, tok, flashsale.DemoSKU, "inv-0042").ID)

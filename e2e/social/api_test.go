@@ -22,7 +22,7 @@ import (
 // (401); nobody follows, approves or edits on another's behalf.
 func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 	t.Parallel()
-	e := relations.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	for _, u := range []string{"user-ownerp", "user-fan", "user-stranger", "user-c"} {
 		relations.RequireStatus(t, e.Call(t, u, "PUT", "/social/me", map[string]any{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}
@@ -114,7 +114,7 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 // visibility changes, the admin view-lag endpoint and the metrics.
 func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
 	t.Parallel()
-	e := relations.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	for _, u := range []string{"user-a", "user-b", "user-cp"} {
 		relations.RequireStatus(t, e.Call(t, u, "PUT", "/social/me", map[string]bool{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}

@@ -19,7 +19,7 @@ import (
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 	t.Parallel()
-	e := relations.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	e.Users(t, "user-a", "user-b", "user-c")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-c", "user-b")
@@ -74,7 +74,7 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 // version and every view would ignore the pair's new events).
 func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 	t.Parallel()
-	e := relations.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	ctx := context.Background()
@@ -96,7 +96,7 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 // so a feed that re-checks a page with it gets index scans and joins.
 func TestRELReadablePostsIsInlined(t *testing.T) {
 	t.Parallel()
-	e := relations.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	p := e.Post(t, "user-b", rel.Public)
 	rows, err := e.Pool.Query(context.Background(),

@@ -137,7 +137,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 			t.Logf("reproduce with FENCELAB_SOCIAL_SEED=%d", seed)
 		}
 	}()
-	e := relations.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 40))
 	m := &model{private: map[string]bool{}, state: map[relations.Pair]rel.State{}, posts: map[int64]rel.Post{}}

@@ -22,7 +22,7 @@ import (
 // file_object.
 func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{Settings: map[string]string{
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{
 		upload.EnvMaxFileSize: "8MiB", upload.EnvMaxChunkSize: "1MiB", upload.EnvMaxChunks: "100",
 	}})
 	const chunkSize = 200 << 10
@@ -171,7 +171,7 @@ func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 // Retry-After; once the lock is gone the same PUT stores it.
 func TestChunkBeingWrittenElsewhereIs409InProgress(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	data, digest := uploadlab.Payload(7, 96<<10)
 	parts := uploadlab.Chunks(data, 32<<10)
 	s := l.Open(t, l.Alice, data, 32<<10, digest)
@@ -197,7 +197,7 @@ func TestChunkBeingWrittenElsewhereIs409InProgress(t *testing.T) {
 // The empty file is one empty chunk.
 func TestEmptyFileUploads(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	f := l.Committed(t, l.Alice, []byte{}, 1, "empty.txt")
 	l.Publish(t, f)
 	r := l.Read(t, l.Alice, f.ID, nil)

@@ -36,7 +36,7 @@ func age(t *testing.T, l *uploadlab.Lab, tables ...string) {
 // never removes the now referenced blob.
 func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{Settings: oneHour})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
 	data, digest := uploadlab.Payload(8, 256<<10)
 	s := l.UploadAll(t, l.Alice, data, 64<<10)
 	age(t, l, "upload_blob")
@@ -65,7 +65,7 @@ func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 // refused with 410 upload_expired; nothing references the reclaimed bytes.
 func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{Settings: oneHour})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
 	data, digest := uploadlab.Payload(9, 256<<10)
 	s := l.UploadAll(t, l.Alice, data, 64<<10)
 	age(t, l, "upload_blob")
@@ -89,7 +89,7 @@ func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 // its own file into place. The blob exists after both, and commits.
 func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{Settings: oneHour})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
 	data, digest := uploadlab.Payload(10, 200<<10)
 	first := l.UploadAll(t, l.Alice, data, 50<<10)
 	require.Equal(t, http.StatusOK, l.Do(t, e2etest.Req{Method: "DELETE", Path: "/upload/sessions/" + first.ID, Token: l.Alice}).Status)
@@ -121,7 +121,7 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 // reclaimed after the grace period; young ones are left alone.
 func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{Settings: oneHour})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
 	ctx := context.Background()
 
 	data, digest := uploadlab.Payload(11, 100<<10)
@@ -186,7 +186,7 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 // completes from them.
 func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	data, digest := uploadlab.Payload(14, 300<<10)
 	s := l.Open(t, l.Alice, data, 100<<10, digest)
 	for n, c := range uploadlab.Chunks(data, 100<<10) {
@@ -216,7 +216,7 @@ func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 // to catch, and holds again once the damage is repaired.
 func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	data, digest := uploadlab.Payload(15, 100<<10)
 	f := l.Committed(t, l.Alice, data, 25<<10, "guarded.bin")
@@ -289,9 +289,9 @@ func toString(v any) string {
 // its GC would take the first database's blobs for stray files.
 func TestABlobStoreServesOneDatabase(t *testing.T) {
 	t.Parallel()
-	first := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{})
+	first := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	f := first.Committed(t, first.Alice, []byte("first database's file"), 8, "mine.txt")
-	second := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{Dir: first.Dir, Settings: map[string]string{upload.EnvGrace: "1s"}})
+	second := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{upload.EnvDir: first.Dir, upload.EnvGrace: "1s"}})
 	s := second.Open(t, second.Alice, []byte("x"), 1, uploadlab.SHA256Hex([]byte("x")))
 	require.Equal(t, http.StatusCreated, second.Put(t, second.Alice, s.ID, 0, []byte("x"), nil).Status)
 	require.Equal(t, http.StatusInternalServerError, second.Do(t, faulted(uploadlab.CompleteReq(second.Alice, s.ID))).Status)
@@ -319,7 +319,7 @@ func faulted(r e2etest.Req) e2etest.Req {
 func TestGCScansABoundedWindowPerRun(t *testing.T) {
 	t.Parallel()
 	const window = 3
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{Settings: map[string]string{
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{
 		upload.EnvGrace: "1h", upload.EnvGCScan: strconv.Itoa(window)}})
 
 	kept, keptDigest := uploadlab.Payload(20, 4096)

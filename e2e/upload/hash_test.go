@@ -77,7 +77,7 @@ func hashedBytes(t *testing.T, l *uploadlab.Lab, how string) int {
 // state of the leading chunks; the completed blob is the declared file.
 func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 	t.Parallel()
-	first := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{})
+	first := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	const chunkSize = 64 << 10
 	data, digest := uploadlab.Payload(31, 6*chunkSize+1234)
 	chunks := uploadlab.Chunks(data, chunkSize)
@@ -111,7 +111,7 @@ func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 	// A fresh process on the same database and store continues from the
 	// saved state: chunk 4 closes nothing by itself, but its PUT folds in
 	// the stored run 1..4, reading those chunks back.
-	second := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{DBURL: first.DBURL, Dir: first.Dir})
+	second := uploadlab.StartLab(e2etest.X(t), e2etest.Options{DBURL: first.DBURL, Settings: map[string]string{upload.EnvDir: first.Dir}})
 	put(second, 4)
 	requireHashedThrough(t, second, s.ID, chunks, 5)
 	require.Equal(t, 4*chunkSize, hashedBytes(t, second, "reread"))
@@ -148,7 +148,7 @@ func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 // file completes as declared.
 func TestAStaleStreamedHashIsDroppedNotSaved(t *testing.T) {
 	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	const chunkSize = 32 << 10
 	data, digest := uploadlab.Payload(32, 4*chunkSize)
 	chunks := uploadlab.Chunks(data, chunkSize)

@@ -116,7 +116,7 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	require.Error(t, e2etest.WaitOrTimeout(t, completeErr), "the client never got an answer")
 
 	// The same database and blob directory, served by a fresh process.
-	l := uploadlab.StartLab(e2etest.X(t), uploadlab.LabOptions{DBURL: dbURL, Dir: dir, Settings: map[string]string{upload.EnvGrace: "1h"}})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{DBURL: dbURL, Settings: map[string]string{upload.EnvDir: dir, upload.EnvGrace: "1h"}})
 	onDisk, err := os.ReadFile(l.Store.BlobPath(digest))
 	require.NoError(t, err, "the bytes were written before the kill")
 	require.Equal(t, digest, uploadlab.SHA256Hex(onDisk))

@@ -30,12 +30,12 @@ type Lab struct {
 	Admin    string // an admin token (review)
 }
 
-func StartLab(x *lab.X, settings map[string]string, o lab.Options) Lab {
+func StartLab(x *lab.X, o lab.Options) Lab {
 	t := x
 	t.Helper()
 	l := Lab{Channels: map[string]*fakeprovider.Server{}}
 	s := map[string]string{}
-	for k, v := range settings {
+	for k, v := range o.Settings {
 		s[k] = v
 	}
 	for _, ch := range notify.Channels {

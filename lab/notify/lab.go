@@ -29,7 +29,7 @@ var SameEventFiftyTimes = lab.Experiment{
 	Catches:    []string{"NTF-I1"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil, lab.Options{})
+		l := StartLab(x, lab.Options{})
 		if x.Naive {
 			naiveSubmissions(x, l, 10)
 			return
@@ -109,7 +109,7 @@ var CommitThenDrop = lab.Experiment{
 	Invariants: []string{"notify", "claim"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil, lab.Options{})
+		l := StartLab(x, lab.Options{})
 		ctx := context.Background()
 		l.Prefs(t, "user-0042", AllChannels)
 		n := l.Submit(t, LabEvent("user-0042", "order:ord-1002:shipped"))
@@ -208,7 +208,7 @@ var StalledWorkerSuperseded = lab.Experiment{
 	Invariants: []string{"notify", "claim"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil, lab.Options{})
+		l := StartLab(x, lab.Options{})
 		ctx := context.Background()
 		l.Prefs(t, "user-0042", AllChannels)
 		n := l.Submit(t, LabEvent("user-0042", "order:ord-1003:shipped"))
@@ -290,7 +290,7 @@ var PreferenceOffCancels = lab.Experiment{
 	Invariants: []string{"notify", "claim"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil, lab.Options{})
+		l := StartLab(x, lab.Options{})
 		ctx := context.Background()
 		l.Prefs(t, "user-0042", AllChannels)
 		n := l.Submit(t, LabEvent("user-0042", "order:ord-1004:shipped"))

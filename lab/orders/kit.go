@@ -47,7 +47,7 @@ type Lab struct {
 // (the payment network's answer is the experiment's to time) and the app
 // pointed at it, with reconciliation looking at every PAYING order at
 // once. settings override FENCELAB_FLASHSALE_* for this app.
-func StartLab(x *lab.X, settings map[string]string) *Lab {
+func StartLab(x *lab.X, o lab.Options) *Lab {
 	t := x
 	t.Helper()
 	srv, err := fakeprovider.Start(fakeprovider.Capabilities{
@@ -59,10 +59,11 @@ func StartLab(x *lab.X, settings map[string]string) *Lab {
 	s := map[string]string{
 		order.EnvPayURL: srv.URL(), order.EnvCallbackSecret: LabSecret, order.EnvReconcileAfter: "0s",
 	}
-	for k, v := range settings {
+	for k, v := range o.Settings {
 		s[k] = v
 	}
-	a := x.Start(lab.Options{Settings: s})
+	o.Settings = s
+	a := x.Start(o)
 	require.NoError(t, a.Seed(context.Background(), "flashsale"))
 	srv.SetCallbackURL(a.URL + order.CallbackPath)
 	return &Lab{App: a, Pay: srv, x: x}

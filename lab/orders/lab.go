@@ -36,7 +36,7 @@ var ChargeAnswerLost = lab.Experiment{
 	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil)
+		l := StartLab(x, lab.Options{})
 		tok := l.User(t, "user-0042")
 		res := l.Reserve(t, tok, labSKU, "ord01-0042")
 		o := l.Order(t, tok, res.ID)
@@ -96,7 +96,7 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 	Catches:    []string{"ORD-O3"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil)
+		l := StartLab(x, lab.Options{})
 		if x.Naive {
 			naiveFiveDeliveries(x, l)
 			return
@@ -183,7 +183,7 @@ var LateSuccessUnitResold = lab.Experiment{
 	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil)
+		l := StartLab(x, lab.Options{})
 		l.AddSKU(t, "sku-lab-02", 1)
 		tok, other := l.User(t, "user-0042"), l.User(t, "user-0043")
 		res := l.Reserve(t, tok, "sku-lab-02", "ord03-0042")
@@ -247,7 +247,7 @@ var LateSuccessUnitFree = lab.Experiment{
 	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil)
+		l := StartLab(x, lab.Options{})
 		l.AddSKU(t, "sku-lab-02", 1)
 		tok := l.User(t, "user-0042")
 		res := l.Reserve(t, tok, "sku-lab-02", "ord04-0042")
@@ -289,7 +289,7 @@ var ForgedCallbacks = lab.Experiment{
 	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil)
+		l := StartLab(x, lab.Options{})
 		tok := l.User(t, "user-0042")
 		res := l.Reserve(t, tok, labSKU, "ord05-0042")
 		o := l.Order(t, tok, res.ID)
@@ -374,7 +374,7 @@ var LateLandingCharge = lab.Experiment{
 	Run: func(x *lab.X) {
 		t := x
 		slow := NewSlowCreates(t)
-		l := StartLab(x, map[string]string{order.EnvCallTimeout: "200ms", order.EnvPayURL: slow.URL()})
+		l := StartLab(x, lab.Options{Settings: map[string]string{order.EnvCallTimeout: "200ms", order.EnvPayURL: slow.URL()}})
 		slow.To(l.Pay.URL())
 		tok := l.User(t, "user-0042")
 		res := l.Reserve(t, tok, labSKU, "ord-late-0042")
@@ -411,7 +411,7 @@ var ReconcileCloses = lab.Experiment{
 	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, nil)
+		l := StartLab(x, lab.Options{})
 		tok, tok2 := l.User(t, "user-0042"), l.User(t, "user-0043")
 		res := l.Reserve(t, tok, labSKU, "ord-close-0042")
 		o := l.Order(t, tok, res.ID)

@@ -70,10 +70,10 @@ type Lab struct {
 	x       *lab.X
 }
 
-func StartLab(x *lab.X) *Lab {
+func StartLab(x *lab.X, o lab.Options) *Lab {
 	t := x
 	t.Helper()
-	a := x.Start(lab.Options{})
+	a := x.Start(o)
 	svc, err := rel.NewService(labenv.Deps(a))
 	require.NoError(t, err)
 	e := &Lab{App: a, Svc: svc, Runners: map[string]*outbox.Runner{}, x: x}

@@ -212,7 +212,7 @@ func ShuffledWithDuplicates(rng *rand.Rand, evs []outbox.Event) []outbox.Event {
 // the answers), one event per change, and the views agree once caught up.
 func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 	t := x
-	e := StartLab(x)
+	e := StartLab(x, lab.Options{})
 	e.Users(t, "user-a", "user-b")
 
 	// Forced: follow #1 pauses holding both rows' locks.
@@ -295,7 +295,7 @@ func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 // the view converge (REL-I3).
 func runREL02ShuffledDuplicatedDeliveryGivesTheInOrderView(x *lab.X) {
 	t := x
-	e := StartLab(x)
+	e := StartLab(x, lab.Options{})
 	users := []string{"user-a", "user-b", "user-cp", "user-d", "user-ep", "user-f"}
 	e.Users(t, users...)
 	seed := uint64(time.Now().UnixNano())
@@ -329,7 +329,7 @@ func runREL02ShuffledDuplicatedDeliveryGivesTheInOrderView(x *lab.X) {
 // the paused, uncommitted block changes nothing for readers.
 func runREL03BlockRevokesReadsTheMomentItCommits(x *lab.X) {
 	t := x
-	e := StartLab(x)
+	e := StartLab(x, lab.Options{})
 	e.Users(t, "user-ownerp", "user-a")
 	ctx := context.Background()
 
@@ -404,7 +404,7 @@ func runREL03BlockRevokesReadsTheMomentItCommits(x *lab.X) {
 // "none".
 func runREL04ResetOffsetAndReplayDoesNotResurrect(x *lab.X) {
 	t := x
-	e := StartLab(x)
+	e := StartLab(x, lab.Options{})
 	e.Users(t, "user-a", "user-b", "user-cp", "user-d")
 	for range 3 {
 		e.DoOp(t, rel.OpFollow, "user-a", "user-b")

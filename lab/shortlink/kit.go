@@ -23,17 +23,15 @@ type Lab struct {
 	*lab.App
 }
 
-// LabOptions start one replica.
-type LabOptions struct {
-	Tasks    bool              // run the click writer and the listener
-	DBURL    string            // share another replica's database
-	Settings map[string]string // shortlink settings (FENCELAB_SHORTLINK_*)
-}
+// LabOptions start one replica: Tasks runs the click writer and the
+// listener, DBURL shares another replica's database, Settings are
+// FENCELAB_SHORTLINK_* settings.
+type LabOptions = lab.Options
 
 // StartLab runs a replica on a fresh database (or o.DBURL).
-func StartLab(x *lab.X, o LabOptions) *Lab {
+func StartLab(x *lab.X, o lab.Options) *Lab {
 	x.Helper()
-	a := x.Start(lab.Options{Tasks: o.Tasks, DBURL: o.DBURL, Settings: o.Settings})
+	a := x.Start(o)
 	a.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Lab{App: a}
 }

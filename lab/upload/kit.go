@@ -30,25 +30,14 @@ type Lab struct {
 	Admin string
 }
 
-// LabOptions start one experiment's app.
-type LabOptions struct {
-	DBURL    string
-	Dir      string            // blob store root (default: under the app's data dir)
-	Settings map[string]string // FENCELAB_UPLOAD_*
-}
-
-func StartLab(x *lab.X, o LabOptions) *Lab {
+// StartLab starts one experiment's app (on a fresh database, or o.DBURL).
+// Its blob store is o.Settings[upload.EnvDir] when set (a second app on
+// the first one's blobs), else under the app's data directory.
+func StartLab(x *lab.X, o lab.Options) *Lab {
 	t := x
 	t.Helper()
-	settings := map[string]string{}
-	for k, v := range o.Settings {
-		settings[k] = v
-	}
-	if o.Dir != "" {
-		settings[upload.EnvDir] = o.Dir
-	}
-	a := x.Start(lab.Options{DBURL: o.DBURL, Settings: settings})
-	dir := o.Dir
+	a := x.Start(o)
+	dir := o.Settings[upload.EnvDir]
 	if dir == "" {
 		dir = filepath.Join(a.DataDir, "upload")
 	}

@@ -32,7 +32,7 @@ var ChunksInRandomOrder = lab.Experiment{
 	Invariants: []string{"upload"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, LabOptions{})
+		l := StartLab(x, lab.Options{})
 		const chunkSize = 256 << 10
 		data, digest := Payload(1, 5<<20+12345) // 21 chunks, the last one short
 		parts := Chunks(data, chunkSize)
@@ -169,7 +169,7 @@ var ProcessingLeaseTakenOver = lab.Experiment{
 // the file's publication itself, without the fence.
 func processingTakeover(x *lab.X, wakes string) {
 	t := x
-	l := StartLab(x, LabOptions{})
+	l := StartLab(x, lab.Options{})
 	ctx := context.Background()
 	data, _ := Payload(3, 300<<10)
 	f := l.Committed(t, l.Alice, data, 64<<10, "report.bin")
@@ -250,7 +250,7 @@ var ReadBeforePublish = lab.Experiment{
 	Invariants: []string{"upload"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, LabOptions{})
+		l := StartLab(x, lab.Options{})
 		data, digest := Payload(4, 1<<20)
 		f := l.Committed(t, l.Alice, data, 256<<10, "photo.raw")
 
@@ -304,7 +304,7 @@ var WrongDeclaredSHA256 = lab.Experiment{
 	Invariants: []string{"upload"},
 	Run: func(x *lab.X) {
 		t := x
-		l := StartLab(x, LabOptions{})
+		l := StartLab(x, lab.Options{})
 		data, actual := Payload(5, 700<<10)
 		declared := SHA256Hex([]byte("some other file"))
 		s := l.Open(t, l.Alice, data, 128<<10, declared)
