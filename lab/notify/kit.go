@@ -144,13 +144,6 @@ func (l Lab) DueNow(t lab.T, jobID int64) {
 	require.NoError(t, err)
 }
 
-func (l Lab) Count(t lab.T, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, l.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
-}
-
 // History is a job's events as "event:fence".
 func (l Lab) History(t lab.T, jobID int64) []string {
 	t.Helper()

@@ -340,14 +340,6 @@ func (l *Lab) Snapshot(t lab.T) string {
 	return sb.String()
 }
 
-// Count runs a counting query.
-func (l *Lab) Count(t lab.T, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, l.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
-}
-
 // applied lists an order's applied moves as "FROM→TO".
 func Applied(v order.View) []string {
 	var out []string

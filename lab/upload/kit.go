@@ -188,13 +188,6 @@ func (l *Lab) Publish(t lab.T, f upload.File) {
 	require.NoError(t, l.Jobs.Execute(context.Background(), j))
 }
 
-func (l *Lab) Count(t lab.T, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, l.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
-}
-
 func (l *Lab) Exec(t lab.T, sql string, args ...any) {
 	t.Helper()
 	_, err := l.Pool.Exec(context.Background(), sql, args...)
