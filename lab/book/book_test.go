@@ -15,6 +15,9 @@ func TestTheListIsInBookOrder(t *testing.T) {
 		t.Fatal("the book lists no experiment")
 	}
 	sorted := lab.Sorted(es)
+	if len(sorted) != len(es) {
+		t.Fatalf("%d experiments name no chapter of the book", len(es)-len(sorted))
+	}
 	seen := map[string]bool{}
 	for i, e := range es {
 		if sorted[i].ID != e.ID {
