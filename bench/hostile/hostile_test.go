@@ -14,7 +14,7 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 // `fencelab bench hostile`, briefly: the bodies are at the size asked
@@ -34,7 +34,7 @@ func TestTheHostileBenchAnswersEveryBodyAndReportsPeakRSS(t *testing.T) {
 	}
 	url := pgtest.URL(t)
 	out := captureStdout(t, func() error {
-		return hostilebench.Run(services.Modules(), []string{"--database-url", url, "--server", e2etest.Binary(t),
+		return hostilebench.Run(program.Modules(nil), []string{"--database-url", url, "--server", e2etest.Binary(t),
 			"--clients", "4", "--duration", "2s", "--body-size", strconv.Itoa(size)})
 	})
 	m := regexp.MustCompile(`(?m)^RESULT hostile peak_rss_mb=([0-9.]+) p99_ms=[0-9.]+ answered=(\d+) unanswered=0 status_5xx=0 clients=4 body_bytes=200000$`).FindStringSubmatch(out)

@@ -24,7 +24,7 @@ import (
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 	"github.com/fencelab/fencelab/services/points"
 )
 
@@ -102,7 +102,7 @@ func setup(t testing.TB) *handlerBench {
 	cfg.DatabaseURL = u.String()
 	cfg.AccessLog = false
 	cfg.TokenSecret = crand.Text()
-	p, err := app.Build(ctx, cfg, services.Modules(), app.BuildOptions{Role: "bench-points-handler",
+	p, err := app.Build(ctx, cfg, program.Modules(nil), app.BuildOptions{Role: "bench-points-handler",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)

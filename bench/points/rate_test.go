@@ -13,7 +13,7 @@ import (
 
 	pointsbench "github.com/fencelab/fencelab/bench/points"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 // `fencelab bench points --rate` drives the spread phase as an open loop
@@ -22,7 +22,7 @@ import (
 func TestTheBenchAtAFixedRateCountsWhatTheLedgerHolds(t *testing.T) {
 	url := pgtest.URL(t)
 	out := captureStdout(t, func() error {
-		return pointsbench.Run(services.Modules(), []string{"--database-url", url, "--clients", "4", "--accounts", "10",
+		return pointsbench.Run(program.Modules(nil), []string{"--database-url", url, "--clients", "4", "--accounts", "10",
 			"--duration", "1s", "--warmup", "0", "--hot-duration", "0", "--rate", "50"})
 	})
 	require.Contains(t, out, "open loop, Poisson arrivals")

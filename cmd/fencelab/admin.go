@@ -17,7 +17,7 @@ import (
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 func runMigrate(args []string) error {
@@ -81,7 +81,7 @@ func runCheck(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	invs := services.Invariants()
+	invs := program.Invariants()
 	if *explain != "" {
 		return explainInvariant(invs, *explain)
 	}
@@ -212,7 +212,7 @@ func explainInvariant(reg *invariant.Registry, id string) error {
 	printInvariant(inv)
 	fmt.Println("exercised by:")
 	n := 0
-	for _, e := range services.Experiments() {
+	for _, e := range program.Experiments() {
 		if e.Exercises(inv.ID, inv.Module) {
 			n++
 			how := ""

@@ -6,21 +6,17 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/fencelab/fencelab/core/app"
-	"github.com/fencelab/fencelab/services/labenv"
+	"github.com/fencelab/fencelab/program"
 )
 
-// runBench is `fencelab bench NAME`: the benches the modules list (each
+// runBench is `fencelab bench NAME`: the benches the program lists (each
 // lives in bench/NAME). Benchmarks run on a fresh local cluster with
 // durability left on, removed afterwards, or on --database-url when given —
 // never on DATABASE_URL or the dev database — and print their figures,
 // ending with one RESULT line; they are never timed tests.
 func runBench(args []string) error {
-	mods := labenv.Modules(nil) // every module and the console (its bench runs no experiment)
-	benches, err := app.Benches(mods)
-	if err != nil {
-		return err
-	}
+	mods := program.Modules(nil) // every module and the console (its bench runs no experiment)
+	benches := program.Benches()
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(os.Stderr, "Usage: fencelab bench NAME [flags]   (fencelab bench NAME --help for its flags)")
 		fmt.Fprintln(os.Stderr, "\nEach runs on a fresh local PostgreSQL (fsync on), removed afterwards, unless given --database-url;")

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 // The chapter pages (docs/chapters/NN-slug.md) are prose written by hand
@@ -99,7 +99,7 @@ func replaceBlock(text, begin, end, body string) (string, bool) {
 func invariantsBlock(c lab.Chapter) string {
 	var b bytes.Buffer
 	n := 0
-	for _, inv := range services.Invariants().All() {
+	for _, inv := range program.Invariants().All() {
 		if lab.ChapterOfInvariant(inv.ID) != c.Slug {
 			continue
 		}
@@ -123,7 +123,7 @@ func invariantsBlock(c lab.Chapter) string {
 }
 
 func firstModule(c lab.Chapter) string {
-	for _, inv := range services.Invariants().All() {
+	for _, inv := range program.Invariants().All() {
 		if lab.ChapterOfInvariant(inv.ID) == c.Slug {
 			return inv.Module
 		}
@@ -134,7 +134,7 @@ func firstModule(c lab.Chapter) string {
 func experimentsBlock(c lab.Chapter) string {
 	var b bytes.Buffer
 	n := 0
-	for _, e := range services.Experiments() {
+	for _, e := range program.Experiments() {
 		if !strings.HasPrefix(e.ID, c.Slug+"/") {
 			continue
 		}

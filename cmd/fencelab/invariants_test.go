@@ -7,7 +7,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -47,7 +47,7 @@ func TestNoDataInvariantReportsSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	reg := services.Invariants()
+	reg := program.Invariants()
 
 	var schema int
 	for _, r := range reg.Run(ctx, db) {

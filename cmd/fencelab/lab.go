@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/services"
-	"github.com/fencelab/fencelab/services/labenv"
+	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/program"
 )
 
 const labUsage = `Usage:
@@ -42,7 +42,7 @@ Exit codes:
 
 // labExperiments is the registry lab run and lab list read (a test
 // replaces it with toy experiments).
-var labExperiments = services.Experiments
+var labExperiments = program.Experiments
 
 func runLab(args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -173,7 +173,7 @@ func labRunTo(out io.Writer, args []string) error {
 	if !*asJSON {
 		fmt.Fprintf(os.Stderr, "provisioning a scratch PostgreSQL for %s …\n", id)
 	}
-	cluster, err := labenv.NewCluster(ctx, *url)
+	cluster, err := labenv.NewCluster(ctx, *url, program.Lab())
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 // uncaught is a broken experiment on purpose: its naive version writes
@@ -58,10 +58,10 @@ func TestANaiveRunThatIsNotCaughtExitsThree(t *testing.T) {
 func TestCatchesAreDataInvariants(t *testing.T) {
 	t.Parallel()
 	kind := map[string]bool{} // ID → schema
-	for _, inv := range services.Invariants().All() {
+	for _, inv := range program.Invariants().All() {
 		kind[inv.ID] = inv.Schema
 	}
-	for _, e := range services.Experiments() {
+	for _, e := range program.Experiments() {
 		for _, c := range e.Catches {
 			schema, ok := kind[c]
 			switch {

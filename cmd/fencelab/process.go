@@ -10,10 +10,10 @@ import (
 
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/faults"
-	"github.com/fencelab/fencelab/services/labenv"
+	"github.com/fencelab/fencelab/program"
 )
 
-// openProcess builds the deployable (app.Build over services.Modules),
+// openProcess builds the deployable (app.Build over program.Modules),
 // optionally migrating first: serve, worker and dev share it.
 func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool, fs *faults.Set) (*app.Process, error) {
 	// The first errors a newcomer meets say what to do next.
@@ -23,10 +23,9 @@ func openProcess(ctx context.Context, cfg app.Config, role string, migrate bool,
 	if cfg.TokenSecret == "" {
 		return nil, errNoSecret
 	}
-	// labenv.Modules is services.Modules and the console; the console's lab
-	// cluster is made on its first run and removed by the console's task
-	// when the process stops.
-	p, err := app.Build(ctx, cfg, labenv.Modules(labenv.NewRunner(cfg.Logger())), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
+	// The console's lab cluster is made on its first run and removed by the
+	// console's task when the process stops.
+	p, err := app.Build(ctx, cfg, program.Modules(program.NewRunner(cfg.Logger())), app.BuildOptions{Role: role, Migrate: migrate, Faults: fs})
 	if err != nil {
 		return nil, connectHint(err, cfg.DatabaseURL)
 	}

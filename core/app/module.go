@@ -2,36 +2,31 @@ package app
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
-	"github.com/fencelab/fencelab/core/lab"
 )
 
 // Module is everything one module brings to the deployable, as plain
-// fields. The static part (name, chapter, invariants, error mappings,
-// experiments, benches) is readable without a database — `fencelab check
-// --list`, `fencelab lab list` and the docs read it — and Build makes the
-// runtime part from the process's dependencies. services.Modules is the
-// one list of them.
+// fields. The static part (name, chapter, invariants, error mappings) is
+// readable without a database — `fencelab check --list` and the docs read
+// it — and Build makes the runtime part from the process's dependencies.
+// program.Modules is the one list of them. A module knows nothing of its
+// experiments or its benches: the lab and the benches import the product,
+// never the other way.
 type Module struct {
 	Name string
-	// Chapter is the slug of the module's chapter in lab.Chapters ("" for
-	// a module spanning several: its invariants and experiments say which).
+	// Chapter is the slug of the module's chapter in the book ("" for a
+	// module spanning several: its invariants say which).
 	Chapter string
 	// Invariants are the module's SQL invariants (`fencelab check`,
 	// invariant.Registry.Assert in tests).
 	Invariants []invariant.Invariant
 	// Errors map the module's sentinel errors to HTTP answers.
 	Errors []httpx.ErrorMapping
-	// Experiments are the module's runnable claims of the book.
-	Experiments []lab.Experiment
-	// Benches are its `fencelab bench NAME` load generators.
-	Benches []Bench
 	// Build makes the runtime part from the shared dependencies; nil for a
 	// module that brings only static parts.
 	Build func(d Deps) (Runtime, error)
@@ -104,8 +99,8 @@ type Running struct {
 // Bench is one `fencelab bench NAME`. Run receives the module list so that
 // it builds the very process `serve` runs (app.Build) without importing
 // the package that lists the modules: bench packages import the services
-// they load, and services lists the benches, so an import the other way
-// would be a cycle.
+// they load, and the composition root (program) lists both, so an import
+// the other way would be a cycle.
 type Bench struct {
 	Name    string
 	Summary string // one line for `fencelab bench --help`
@@ -129,20 +124,4 @@ func Errors(mods []Module) *httpx.Errors {
 		lists = append(lists, m.Errors)
 	}
 	return httpx.NewErrors(lists...)
-}
-
-// Benches returns every module's benches, refusing a name used twice.
-func Benches(mods []Module) ([]Bench, error) {
-	var out []Bench
-	seen := map[string]string{}
-	for _, m := range mods {
-		for _, b := range m.Benches {
-			if prev, dup := seen[b.Name]; dup {
-				return nil, fmt.Errorf("app: bench %q listed by %s and %s", b.Name, prev, m.Name)
-			}
-			seen[b.Name] = m.Name
-			out = append(out, b)
-		}
-	}
-	return out, nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/invariant"
-	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/migrations"
 )
@@ -158,13 +157,4 @@ func (p *Process) Background(ctx context.Context) (wait func()) {
 // Build, never from Standalone.
 func Standalone(pool *pgxpool.Pool) Deps {
 	return Deps{Config: Defaults(), Pool: pool, Log: slog.Default(), Metrics: prometheus.NewRegistry()}
-}
-
-// LabDeps returns Deps for a service built beside the app an experiment
-// started (a second report instance, a kit's direct calls): the app's
-// pool, fault points, claim engine and auth, the default logger and a
-// private metrics registry — the app's own modules have registered theirs.
-func LabDeps(a *lab.App) Deps {
-	return Deps{Config: Defaults(), Pool: a.Pool, Log: slog.Default(), Metrics: prometheus.NewRegistry(),
-		Auth: a.Auth, Faults: a.Faults, Jobs: a.Jobs}
 }

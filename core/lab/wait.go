@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fencelab/fencelab/core/pg"
 )
 
@@ -60,9 +58,11 @@ func WaitForLockWaiters(t T, db pg.Querier, fragment string, n int) {
 	t.Helper()
 	WaitFor(t, DefaultWait, fmt.Sprintf("%d statement(s) %q to wait on a lock", n, fragment), func() bool {
 		var waiting int
-		require.NoError(t, db.QueryRow(context.Background(), `
+		if err := db.QueryRow(context.Background(), `
 SELECT count(*) FROM pg_stat_activity
- WHERE datname = current_database() AND wait_event_type = 'Lock' AND position($1 in query) > 0`, fragment).Scan(&waiting))
+ WHERE datname = current_database() AND wait_event_type = 'Lock' AND position($1 in query) > 0`, fragment).Scan(&waiting); err != nil {
+			t.Fatalf("lab: count lock waiters: %v", err)
+		}
 		return waiting >= n
 	})
 }
@@ -127,7 +127,9 @@ func Go[V any](fn func() (V, error)) *Async[V] {
 func (a *Async[V]) Wait(t T) V {
 	t.Helper()
 	r := WaitOrTimeout(t, a.ch, "the goroutine did not finish")
-	require.NoError(t, r.err)
+	if r.err != nil {
+		t.Fatalf("goroutine: %v", r.err)
+	}
 	return r.v
 }
 

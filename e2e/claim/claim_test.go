@@ -1,5 +1,5 @@
-// Package claim_test runs the claim chapter's experiments (services/workflow
-// lab.go) against real PostgreSQL, real worker processes and a fake tool
+// Package claim_test runs the claim chapter's experiments (lab/claim/lab.go)
+// against real PostgreSQL, real worker processes and a fake tool
 // whose ledger is the ground truth.
 package claim_test
 
@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/workflow"
+	claimlab "github.com/fencelab/fencelab/lab/claim"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
@@ -15,42 +15,42 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 // claim/two-claimers (naive: a read-then-write claim, caught by CLAIM-I3).
 func TestTwoClaimersCannotOwnOneWorkflow(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.TwoClaimers)
+	e2etest.Experiment(t, claimlab.TwoClaimers)
 }
 
 // claim/expired-owner (naive: a completion without the fence, caught by
 // CLAIM-I4 and CLAIM-I2).
 func TestExpiredOwnerCannotCommitAnOldResult(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.ExpiredOwner)
+	e2etest.Experiment(t, claimlab.ExpiredOwner)
 }
 
 // claim/unknown-to-review.
 func TestUnknownWithoutQueryGoesToReview(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.UnknownToReview)
+	e2etest.Experiment(t, claimlab.UnknownToReview)
 }
 
 // claim/retries-back-off.
 func TestRetriesBackOffAndStopAtMaxAttempts(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.RetriesBackOff)
+	e2etest.Experiment(t, claimlab.RetriesBackOff)
 }
 
 // claim/recover-expired.
 func TestRecoverExpiredIsBatchedAndConcurrentSafe(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.RecoverExpired)
+	e2etest.Experiment(t, claimlab.RecoverExpired)
 }
 
 // claim/pool-drains.
 func TestWorkerPoolDrainsTenThousandJobs(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.PoolDrains)
+	e2etest.Experiment(t, claimlab.PoolDrains)
 }
 
 // claim/lost-heartbeat.
 func TestLostHeartbeatCancelsTheHandler(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.LostHeartbeat)
+	e2etest.Experiment(t, claimlab.LostHeartbeat)
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/workflow"
+	claimlab "github.com/fencelab/fencelab/lab/claim"
 )
 
 // claim/two-processes: two `fencelab worker` processes, one start gate,
@@ -12,5 +12,5 @@ import (
 // {"claims":1,"effects":1,"os_processes":2,"state":"succeeded"}.
 func TestTwoWorkerProcessesClaimExactlyOne(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.TwoProcesses)
+	e2etest.Experiment(t, claimlab.TwoProcesses)
 }

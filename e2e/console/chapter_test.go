@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 // A reader who has no token opens a chapter and reads the book: its text,
@@ -38,7 +38,7 @@ func TestConsoleRendersTheChapterText(t *testing.T) {
 	require.Contains(t, page, `id="signed-out"`, "the page says what a signed-out reader can do")
 
 	var points []string
-	for _, e := range services.Experiments() {
+	for _, e := range program.Experiments() {
 		if strings.HasPrefix(e.ID, "points/") {
 			points = append(points, e.ID)
 		}
@@ -79,7 +79,7 @@ func TestConsoleRendersTheChapterText(t *testing.T) {
 	// The chapter list links every experiment and says what CORE-I0 is.
 	status, page, _ = c.do(http.MethodGet, "/console", nil, nil)
 	require.Equal(t, http.StatusOK, status)
-	for _, e := range services.Experiments() {
+	for _, e := range program.Experiments() {
 		slug, _, _ := strings.Cut(e.ID, "/")
 		require.True(t, strings.Contains(page, `href="/console/chapters/`+slug+`#exp-`+strings.ReplaceAll(e.ID, "/", "--")+`"`), "the chapter list links %s", e.ID)
 	}

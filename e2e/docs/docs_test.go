@@ -48,7 +48,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 // block is one fenced shell block.
@@ -317,7 +317,7 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	dbURL := readEnv(t, dataDir)["DATABASE_URL"]
 	pool, err := pg.Connect(context.Background(), dbURL, pg.PoolOptions{MaxConns: 2})
 	require.NoError(t, err)
-	services.Invariants().Assert(t, pool)
+	program.Invariants().Assert(t, pool)
 	pool.Close()
 
 	// Ctrl-C, then dev again on the same data: it comes up, seeds nothing

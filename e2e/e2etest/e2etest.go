@@ -1,8 +1,7 @@
 // Package e2etest starts the real deployable for experiments: a fresh
-// migrated database, every module of services.Modules built as `serve`
-// builds it, the real echo app on a real loopback listener, tokens minted
-// with the app's own secret, and the fencelab binary for process-level
-// experiments.
+// migrated database, every module of program.Modules, the real echo app
+// on a real loopback listener, tokens minted with the app's own secret, and
+// the fencelab binary for process-level experiments.
 package e2etest
 
 import (
@@ -22,8 +21,8 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
-	"github.com/fencelab/fencelab/services"
-	"github.com/fencelab/fencelab/services/labenv"
+	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/program"
 )
 
 // Secret is the token secret of every test app (and of child processes).
@@ -50,7 +49,7 @@ func Start(t testing.TB, o Options) *App {
 		dbURL = pgtest.URL(t)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	p := labenv.Serve(t, dbURL, o, log)
+	p := labenv.Serve(t, program.Lab(), dbURL, o, log)
 	p.Check, p.Reporter = checkContract(p.App), t // every exchange against the OpenAPI contract (contract.go)
 	return &App{p}
 }
@@ -60,14 +59,14 @@ func Start(t testing.TB, o Options) *App {
 // checked against the contract.
 func (a *App) BadInput() *App { return &App{a.Process.BadInput()} }
 
-// Invariants is the deployable's invariant registry (services.Invariants).
-var Invariants = services.Invariants
+// Invariants is the deployable's invariant registry (program.Invariants).
+var Invariants = program.Invariants
 
 // Assert runs the deployable's invariants selected by module or ID, and
 // fails the test with every violating row.
 func Assert(t testing.TB, db pg.Querier, names ...string) {
 	t.Helper()
-	services.Invariants().Assert(t, db, names...)
+	program.Invariants().Assert(t, db, names...)
 }
 
 // testWriter sends app logs to the test log (shown on failure).
@@ -93,7 +92,7 @@ func (testEnv) ChildEnv(db string, extra ...string) []string { return ChildEnv(d
 func (testEnv) Dedicated(t lab.T) *pgserver.Server {
 	return pgtest.Dedicated(t.(testing.TB))
 }
-func (testEnv) Invariants() *invariant.Registry { return services.Invariants() }
+func (testEnv) Invariants() *invariant.Registry { return program.Invariants() }
 func (testEnv) DatabaseOn(t lab.T, s *pgserver.Server) string {
 	return pgtest.URLOn(t.(testing.TB), s)
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/workflow"
+	"github.com/fencelab/fencelab/lab/failover"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
@@ -18,5 +18,5 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 // stall, and FO-I1 reports them; its control (no stall) holds.
 func TestSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, workflow.SyncKeepsAcknowledged)
+	e2etest.Experiment(t, failover.SyncKeepsAcknowledged)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	feedlab "github.com/fencelab/fencelab/lab/feed"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -183,5 +184,5 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 // naive page served from the inbox without the re-check is caught).
 func TestFEEDLabRevokedOnNextRead(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, feed.RevokedOnNextRead)
+	e2etest.Experiment(t, feedlab.RevokedOnNextRead)
 }

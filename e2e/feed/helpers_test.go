@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/lab/labenv"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -51,13 +51,13 @@ func setup(t *testing.T, strategy string, threshold int, extra ...string) *env {
 	a := e2etest.Start(t, e2etest.Options{Settings: settings})
 	cfg, err := feed.LoadConfig(a.Deps.Config)
 	require.NoError(t, err)
-	fs, err := feed.NewService(app.LabDeps(a.App), cfg)
+	fs, err := feed.NewService(labenv.Deps(a.App), cfg)
 	require.NoError(t, err)
 	c := fs.Consumer()
 	c.BatchSize = 500 // catching up after a bulk load: the loaded events are skipped as applied
 	r, err := outbox.NewRunner(a.Pool, c, outbox.Options{Faults: a.Faults})
 	require.NoError(t, err)
-	people, err := rel.NewService(app.LabDeps(a.App))
+	people, err := rel.NewService(labenv.Deps(a.App))
 	require.NoError(t, err)
 	e := &env{a: a, rel: people, feed: fs, fanout: r}
 	for _, v := range rel.Views {

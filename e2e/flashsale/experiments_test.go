@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/flashsale/reserve"
+	reservations "github.com/fencelab/fencelab/lab/reservations"
 )
 
 // FS-01: 500 buyers, each its own HTTP client request in its own
@@ -15,7 +15,7 @@ import (
 // nothing else is ever answered; FS-R1..R3 hold.
 func TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, reserve.FiveHundredBuyers)
+	e2etest.Experiment(t, reservations.FiveHundredBuyers)
 }
 
 // FS-02: a client disconnects in the middle of its hold and retries with
@@ -25,7 +25,7 @@ func TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds(t *testing.T) {
 // client that leaves the wait line gives its place up too.
 func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, reserve.ClientLeavesMidHold)
+	e2etest.Experiment(t, reservations.ClientLeavesMidHold)
 }
 
 // FS-03: a request key belongs to the reservation it made. The same key
@@ -33,7 +33,7 @@ func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
 // writes nothing.
 func TestFS03SameKeyFromAnotherUserOrSKUIs422(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, reserve.KeyBelongsToItsReservation)
+	e2etest.Experiment(t, reservations.KeyBelongsToItsReservation)
 }
 
 // FS-04: limit 8, wait line 16, 200 simultaneous buyers. Every admitted
@@ -45,7 +45,7 @@ func TestFS03SameKeyFromAnotherUserOrSKUIs422(t *testing.T) {
 // passed 8.
 func TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, reserve.BoundedAdmission)
+	e2etest.Experiment(t, reservations.BoundedAdmission)
 }
 
 // FS-05: 40 holds expire (by SQL). Two release runs overlap — the
@@ -57,5 +57,5 @@ func TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce(t *testing
 // start at once: again 40 in total, each once (FS-R5).
 func TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, reserve.ReleaseRacesItself)
+	e2etest.Experiment(t, reservations.ReleaseRacesItself)
 }

@@ -1,5 +1,5 @@
 // Package idem_test runs the idempotency chapter's experiments
-// (services/ops/idemlab.go); core/idem's own tests cover the library's
+// (lab/idem/lab.go); core/idem's own tests cover the library's
 // validation and bookkeeping.
 package idem_test
 
@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/ops"
+	idemlab "github.com/fencelab/fencelab/lab/idem"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
@@ -16,11 +16,11 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 // by IDEM-I1).
 func TestIdempotencyConcurrentSameKeyOneEffect(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, ops.IdemConcurrentSameKey)
+	e2etest.Experiment(t, idemlab.IdemConcurrentSameKey)
 }
 
 // idem/crashed-request-taken-over: the stalled-holder timeline on a key.
 func TestIdempotencyCrashedRequestIsTakenOver(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, ops.IdemCrashedRequest)
+	e2etest.Experiment(t, idemlab.IdemCrashedRequest)
 }

@@ -4,12 +4,12 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/ops"
+	idemlab "github.com/fencelab/fencelab/lab/idem"
 )
 
 // idem/owner-gone-after-serve-kill: a killed serve's key is taken over as
 // soon as a restarted serve answers, not when its lock expires.
 func TestIdempotencyKeyIsFreedWhenItsServeDies(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, ops.IdemOwnerGone)
+	e2etest.Experiment(t, idemlab.IdemOwnerGone)
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services"
+	"github.com/fencelab/fencelab/program"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 func TestEveryNaiveVersionHasAControlThatHolds(t *testing.T) {
 	t.Parallel()
 	var without []string
-	for _, e := range services.Experiments() {
+	for _, e := range program.Experiments() {
 		if e.Naive == "" {
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	leaselab "github.com/fencelab/fencelab/lab/lease"
 	"github.com/fencelab/fencelab/services/report"
 )
 
@@ -50,7 +51,7 @@ func TestFenceHistoryIsLinearizable(t *testing.T) {
 	t.Run("broken guard", func(t *testing.T) {
 		t.Parallel()
 		a := e2etest.Start(t, e2etest.Options{MaxConns: 20})
-		h := runHolders(t, a, report.UnfencedOutput(a.Pool))
+		h := runHolders(t, a, leaselab.UnfencedOutput(a.Pool))
 		require.Zero(t, h.refused, "the broken guard refuses nothing")
 		res := porcupine.CheckOperationsTimeout(fenceModel, h.ops, time.Minute)
 		require.Equal(t, porcupine.Illegal, res, "porcupine must reject a history where stale writes landed")

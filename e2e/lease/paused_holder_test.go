@@ -5,14 +5,14 @@ import (
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/report"
+	leaselab "github.com/fencelab/fencelab/lab/lease"
 )
 
 // The chapter's one acceptance condition: a paused old holder, once
 // resumed, cannot write the protected resource (lease/paused-holder).
 func TestPausedHolderCannotWriteAfterExpiry(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, report.PausedHolder)
+	e2etest.Experiment(t, leaselab.PausedHolder)
 }
 
 // The same timeline against a resource that does not check the token (the
@@ -21,5 +21,5 @@ func TestPausedHolderCannotWriteAfterExpiry(t *testing.T) {
 // it: the guarantee lives at the resource or nowhere.
 func TestUnfencedResourceLosesTheGuarantee(t *testing.T) {
 	t.Parallel()
-	lab.TestNaive(t, report.PausedHolder, e2etest.Env)
+	lab.TestNaive(t, leaselab.PausedHolder, e2etest.Env)
 }

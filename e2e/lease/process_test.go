@@ -4,11 +4,11 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/report"
+	leaselab "github.com/fencelab/fencelab/lab/lease"
 )
 
 // The chapter's timeline with real OS processes (lease/two-processes).
 func TestReportJobAcrossTwoProcesses(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, report.TwoProcesses)
+	e2etest.Experiment(t, leaselab.TwoProcesses)
 }

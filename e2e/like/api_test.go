@@ -14,16 +14,17 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	likeslab "github.com/fencelab/fencelab/lab/likes"
 	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
-func post(t *testing.T, a *like.Lab, path, token string) e2etest.Response {
+func post(t *testing.T, a *likeslab.Lab, path, token string) e2etest.Response {
 	t.Helper()
 	return a.Do(t, e2etest.Req{Method: http.MethodPost, Path: path, Token: token})
 }
 
-func get(t *testing.T, a *like.Lab, path, token string) e2etest.Response {
+func get(t *testing.T, a *likeslab.Lab, path, token string) e2etest.Response {
 	t.Helper()
 	return a.Do(t, e2etest.Req{Method: http.MethodGet, Path: path, Token: token})
 }
@@ -36,7 +37,7 @@ func fact(t *testing.T, r e2etest.Response) like.Fact {
 	return f
 }
 
-func likes(t *testing.T, a *like.Lab, item int64, token string) like.Likes {
+func likes(t *testing.T, a *likeslab.Lab, item int64, token string) like.Likes {
 	t.Helper()
 	r := get(t, a, fmt.Sprintf("/social/items/%d/likes", item), token)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
@@ -50,7 +51,7 @@ func likes(t *testing.T, a *like.Lab, item int64, token string) like.Likes {
 // events it reports until the counter runs, then is exact.
 func TestLikeAPIClicksAndTheCount(t *testing.T) {
 	t.Parallel()
-	a := like.StartLab(e2etest.X(t), lab.Options{})
+	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
 	item := a.Items(t, 1)[0]
 	u1, u2 := a.Token(t, "user-0001", httpx.RoleUser), a.Token(t, "user-0002", httpx.RoleUser)
 	path := func(op string) string { return fmt.Sprintf("/social/items/%d/%s", item, op) }
@@ -74,7 +75,7 @@ func TestLikeAPIClicksAndTheCount(t *testing.T) {
 	require.Equal(t, int64(3), l.ErrorBound)
 	require.True(t, l.Liked)
 	require.GreaterOrEqual(t, l.LagSeconds, 0.0)
-	e2etest.Assert(t, a.Pool, like.LabInvariants...)
+	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 
 	a.CatchUp(t)
 	require.Equal(t, like.Likes{ItemID: item, Count: 1}, likes(t, a, item, u2))
@@ -83,13 +84,13 @@ func TestLikeAPIClicksAndTheCount(t *testing.T) {
 	admin := a.Token(t, "admin-1", httpx.RoleAdmin)
 	rc := a.Recompute(t, admin, fmt.Sprintf("?item=%d", item))
 	require.Equal(t, like.Recount{Items: 1, Chunks: 1, Corrected: []like.Correction{}}, rc)
-	e2etest.Assert(t, a.Pool, like.LabInvariants...)
+	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 }
 
 // TestLikeAPIRefusesBadInput: every client mistake is a 4xx problem.
 func TestLikeAPIRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	a := like.StartLab(e2etest.X(t), lab.Options{})
+	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
 	item := a.Items(t, 1)[0]
 	user := a.Token(t, "user-0001", httpx.RoleUser)
 	admin := a.Token(t, "admin-1", httpx.RoleAdmin)
@@ -132,7 +133,7 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 	var facts int
 	require.NoError(t, a.Pool.QueryRow(context.Background(), `SELECT count(*) FROM social_like`).Scan(&facts))
 	require.Zero(t, facts, "no refused request wrote a fact")
-	e2etest.Assert(t, a.Pool, like.LabInvariants...)
+	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 }
 
 // TestLikeNeedsAccessCheck: liking, or reading the count of, a post you
@@ -140,11 +141,11 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 // withdrawing a like never is, so a block cannot trap one.
 func TestLikeNeedsAccessCheck(t *testing.T) {
 	t.Parallel()
-	a := like.StartLab(e2etest.X(t), lab.Options{})
+	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
 	svc, err := rel.NewService(app.Standalone(a.Pool))
 	require.NoError(t, err)
 	ctx := context.Background()
-	self, err := svc.CreatePost(ctx, like.LabAuthor, rel.PostRequest{Body: "mine only", Visibility: rel.Self})
+	self, err := svc.CreatePost(ctx, likeslab.LabAuthor, rel.PostRequest{Body: "mine only", Visibility: rel.Self})
 	require.NoError(t, err)
 	public := a.Items(t, 1)[0]
 	fan := a.Token(t, "user-0007", httpx.RoleUser)
@@ -153,18 +154,18 @@ func TestLikeNeedsAccessCheck(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
 	r = get(t, a, fmt.Sprintf("/social/items/%d/likes", self.PostID), fan)
 	require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
-	require.True(t, fact(t, post(t, a, fmt.Sprintf("/social/items/%d/like", self.PostID), a.Token(t, like.LabAuthor, httpx.RoleUser))).Changed,
+	require.True(t, fact(t, post(t, a, fmt.Sprintf("/social/items/%d/like", self.PostID), a.Token(t, likeslab.LabAuthor, httpx.RoleUser))).Changed,
 		"the author reads and likes a SELF post")
 
 	require.True(t, fact(t, post(t, a, fmt.Sprintf("/social/items/%d/like", public), fan)).Changed)
-	_, err = svc.Block(ctx, like.LabAuthor, "user-0007")
+	_, err = svc.Block(ctx, likeslab.LabAuthor, "user-0007")
 	require.NoError(t, err)
 	r = post(t, a, fmt.Sprintf("/social/items/%d/like", public), fan)
 	require.Equal(t, http.StatusForbidden, r.Status, "a block hides the post: %s", r.Body)
 	f := fact(t, post(t, a, fmt.Sprintf("/social/items/%d/unlike", public), fan))
 	require.True(t, f.Changed, "the like can still be withdrawn")
 	a.CatchUp(t)
-	e2etest.Assert(t, a.Pool, like.LabInvariants...)
+	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 }
 
 // TestLIKEInvariantsCatchEachCorruption: each corruption, written behind
@@ -172,7 +173,7 @@ func TestLikeNeedsAccessCheck(t *testing.T) {
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 	t.Parallel()
-	a := like.StartLab(e2etest.X(t), lab.Options{})
+	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
 	ids := a.Items(t, 2)
 	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
 	require.NoError(t, err)
@@ -184,7 +185,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 	_, err = svc.Unlike(ctx, "user-0002", ids[0])
 	require.NoError(t, err)
 	a.CatchUp(t)
-	e2etest.Assert(t, a.Pool, like.LabInvariants...)
+	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 	item := fmt.Sprint(ids[0])
 
 	for _, c := range []struct {
@@ -227,7 +228,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
 		}()
 	}
-	e2etest.Assert(t, a.Pool, like.LabInvariants...)
+	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 }
 
 // TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip: the guard trigger
@@ -235,7 +236,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 // statements.
 func TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip(t *testing.T) {
 	t.Parallel()
-	a := like.StartLab(e2etest.X(t), lab.Options{})
+	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
 	item := a.Items(t, 1)[0]
 	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
 	require.NoError(t, err)

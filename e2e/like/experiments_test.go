@@ -4,35 +4,35 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/social/like"
+	likeslab "github.com/fencelab/fencelab/lab/likes"
 )
 
-// The like counters chapter's experiments: services/social/like/lab.go.
+// The like counters chapter's experiments: lab/likes/lab.go.
 
 func TestLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, like.StormWithDuplicatedDelivery)
+	e2etest.Experiment(t, likeslab.StormWithDuplicatedDelivery)
 }
 
 func TestLIKE02CounterProcessKilledMidBatch(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, like.CounterProcessKilled)
+	e2etest.Experiment(t, likeslab.CounterProcessKilled)
 }
 
 func TestLIKE03DatabaseStoppedImmediatelyMidStorm(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, like.DatabaseStoppedImmediately)
+	e2etest.Experiment(t, likeslab.DatabaseStoppedImmediately)
 }
 
 // LIKE-04's naive subtest is the recompute without its watermark, caught by LIKE-I3.
 func TestLIKE04RecomputeBesideOnlineIncrements(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, like.RecomputeBesideIncrements)
+	e2etest.Experiment(t, likeslab.RecomputeBesideIncrements)
 }
 
 // The lab's likes experiment: the whole stream delivered again is counted
 // once (and the naive counter without its inbox counts it twice).
 func TestLIKELabRedeliveryCountedOnce(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, like.RedeliveryCountedOnce)
+	e2etest.Experiment(t, likeslab.RedeliveryCountedOnce)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	notifylab "github.com/fencelab/fencelab/lab/notify"
 	"github.com/fencelab/fencelab/services/notify"
 )
 
@@ -18,7 +19,7 @@ import (
 // notification, task or job.
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	user42 := l.Token(t, "user-0042", httpx.RoleUser)
 	big := `{"blob":"` + strings.Repeat("x", notify.MaxDataBytes) + `"}`
 
@@ -82,7 +83,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 // them); a notification is visible to its user, admins and services.
 func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing.T) {
 	t.Parallel()
-	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	user42, user43 := l.Token(t, "user-0042", httpx.RoleUser), l.Token(t, "user-0043", httpx.RoleUser)
 	r := l.Do(t, e2etest.Req{Method: "PUT", Path: "/notify/users/user-0042/preferences", Token: l.Admin,
 		Body: `{"channels":{"email":true,"push":true}}`})
@@ -92,7 +93,7 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 	require.Equal(t, map[string]bool{"email": true, "sms": false, "push": true}, p.Channels, "a channel left out is off")
 	require.Equal(t, "admin-0001", p.UpdatedBy)
 
-	n := l.Submit(t, notify.LabEvent("user-0042", "order:ord-2001:shipped"))
+	n := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-2001:shipped"))
 	path := fmt.Sprintf("/notify/notifications/%d", n.ID)
 	for name, tc := range map[string]struct {
 		method, path, token string
@@ -133,13 +134,13 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 // with an Idempotency-Key replays.
 func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	t.Parallel()
-	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelPush: true})
 	l.Push().Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: 3, DropResponse: true})
 	var tasks []notify.Task
 	for i := range 3 {
-		n := l.Submit(t, notify.LabEvent("user-0042", fmt.Sprintf("order:ord-30%02d:shipped", i)))
+		n := l.Submit(t, notifylab.LabEvent("user-0042", fmt.Sprintf("order:ord-30%02d:shipped", i)))
 		tk := n.Tasks[0]
 		jobs := l.ClaimAs(t, notify.ChannelPush, "worker-1")
 		require.Len(t, jobs, 1)
@@ -197,7 +198,7 @@ func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
 	require.Equal(t, 200, r.Status, string(r.Body))
 
 	for i, want := range []string{notify.TaskDelivered, notify.TaskFailed, notify.TaskDelivered} {
-		tk := notify.LabTask(t, l.Get(t, tasks[i].NotificationID), notify.ChannelPush)
+		tk := notifylab.LabTask(t, l.Get(t, tasks[i].NotificationID), notify.ChannelPush)
 		require.Equal(t, want, tk.State, "task %d", i)
 		require.Len(t, tk.Decisions, 1)
 		require.Equal(t, "admin-0001", tk.Decisions[0].DecidedBy)

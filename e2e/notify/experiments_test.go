@@ -4,27 +4,27 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/notify"
+	notifylab "github.com/fencelab/fencelab/lab/notify"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestNTF01SameEventFiftyTimesConcurrentlyMakesOneNotification(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, notify.SameEventFiftyTimes)
+	e2etest.Experiment(t, notifylab.SameEventFiftyTimes)
 }
 
 func TestNTF02CommitThenDropFollowsEachChannelsContract(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, notify.CommitThenDrop)
+	e2etest.Experiment(t, notifylab.CommitThenDrop)
 }
 
 func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, notify.StalledWorkerSuperseded)
+	e2etest.Experiment(t, notifylab.StalledWorkerSuperseded)
 }
 
 func TestNTF04PreferenceTurnedOffBeforeTheClaimCancelsTheTask(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, notify.PreferenceOffCancels)
+	e2etest.Experiment(t, notifylab.PreferenceOffCancels)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	notifylab "github.com/fencelab/fencelab/lab/notify"
 	"github.com/fencelab/fencelab/services/notify"
 )
 
@@ -17,10 +18,10 @@ import (
 // triggers that normally refuse them — are each reported.
 func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 	t.Parallel()
-	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
-	l.Prefs(t, "user-0042", notify.AllChannels)
-	n := l.Submit(t, notify.LabEvent("user-0042", "order:ord-4001:shipped"))
+	l.Prefs(t, "user-0042", notifylab.AllChannels)
+	n := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-4001:shipped"))
 	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true})
 	jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10,
 		Kinds: []string{"notify.email", "notify.sms", "notify.push"}})
@@ -29,7 +30,7 @@ func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
 		require.NoError(t, l.Jobs.Execute(ctx, j))
 	}
 	e2etest.Assert(t, l.Pool, "notify")
-	email, push := notify.LabTask(t, l.Get(t, n.ID), notify.ChannelEmail), notify.LabTask(t, l.Get(t, n.ID), notify.ChannelPush)
+	email, push := notifylab.LabTask(t, l.Get(t, n.ID), notify.ChannelEmail), notifylab.LabTask(t, l.Get(t, n.ID), notify.ChannelPush)
 	require.Equal(t, notify.TaskCancelled, push.State)
 
 	for _, sql := range []string{

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	notifylab "github.com/fencelab/fencelab/lab/notify"
 	"github.com/fencelab/fencelab/services/notify"
 )
 
@@ -19,17 +20,17 @@ import (
 // Outside the purge the attempts stay append-only (NTF-I3).
 func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
 	t.Parallel()
-	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true})
-	done := l.Submit(t, notify.LabEvent("user-0042", "order:ord-5001:shipped"))
+	done := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-5001:shipped"))
 	jobs := l.ClaimAs(t, notify.ChannelEmail, "worker-1")
 	require.Len(t, jobs, 1)
 	require.NoError(t, l.Jobs.Execute(ctx, jobs[0]))
-	delivered := notify.LabTask(t, l.Get(t, done.ID), notify.ChannelEmail)
+	delivered := notifylab.LabTask(t, l.Get(t, done.ID), notify.ChannelEmail)
 	require.Equal(t, notify.TaskDelivered, delivered.State)
-	live := l.Submit(t, notify.LabEvent("user-0042", "order:ord-5002:shipped"))
-	require.Equal(t, notify.TaskQueued, notify.LabTask(t, l.Get(t, live.ID), notify.ChannelEmail).State)
+	live := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-5002:shipped"))
+	require.Equal(t, notify.TaskQueued, notifylab.LabTask(t, l.Get(t, live.ID), notify.ChannelEmail).State)
 
 	// Inside the retention nothing goes.
 	n, err := notify.Purge(ctx, l.Pool, notify.DefaultRetention)
@@ -50,12 +51,12 @@ func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_attempt WHERE task_id = $1`, delivered.ID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM job WHERE id = $1`, delivered.JobID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM job_event WHERE job_id = $1`, delivered.JobID))
-	require.Equal(t, notify.TaskQueued, notify.LabTask(t, l.Get(t, live.ID), notify.ChannelEmail).State, "a live task keeps its notification")
+	require.Equal(t, notify.TaskQueued, notifylab.LabTask(t, l.Get(t, live.ID), notify.ChannelEmail).State, "a live task keeps its notification")
 
 	// The dedupe window.
-	again := l.Submit(t, notify.LabEvent("user-0042", "order:ord-5001:shipped"))
+	again := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-5001:shipped"))
 	require.NotEqual(t, done.ID, again.ID, "past the retention the same event is a new notification")
-	require.Equal(t, live.ID, l.Submit(t, notify.LabEvent("user-0042", "order:ord-5002:shipped")).ID, "a kept one still deduplicates")
+	require.Equal(t, live.ID, l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-5002:shipped")).ID, "a kept one still deduplicates")
 
 	// NTF-I3 outside the purge's own statement: the new notification's
 	// delivery leaves an attempt nobody may delete.

@@ -10,6 +10,7 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	notifylab "github.com/fencelab/fencelab/lab/notify"
 	"github.com/fencelab/fencelab/services/notify"
 )
 
@@ -20,8 +21,8 @@ import (
 // same service is still the one notification (NTF-I1).
 func TestAServiceCannotReadAnotherServicesNotification(t *testing.T) {
 	t.Parallel()
-	l := notify.StartLab(e2etest.X(t), nil, e2etest.Options{})
-	l.Prefs(t, "user-0042", notify.AllChannels)
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
+	l.Prefs(t, "user-0042", notifylab.AllChannels)
 	svc1 := l.Token(t, "svc-0001", httpx.RoleService)
 	svc2 := l.Token(t, "svc-0002", httpx.RoleService)
 	submit := func(tok, template, data string) (int, notify.Notification) {

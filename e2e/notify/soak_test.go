@@ -15,6 +15,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	notifylab "github.com/fencelab/fencelab/lab/notify"
 	"github.com/fencelab/fencelab/services/notify"
 )
 
@@ -32,12 +33,12 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 		t.Skip("soak")
 	}
 	t.Parallel()
-	l := notify.StartLab(e2etest.X(t), map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}, e2etest.Options{MaxConns: 16})
+	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{MaxConns: 16, Settings: map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}})
 	ctx := context.Background()
 	const users, events, dupEvery, submitters = 100, 2000, 10, 16
 
 	channelSets := []map[string]bool{
-		notify.AllChannels,
+		notifylab.AllChannels,
 		{notify.ChannelEmail: true, notify.ChannelPush: true},
 		{notify.ChannelSMS: true},
 		{notify.ChannelEmail: true, notify.ChannelSMS: true},
@@ -60,7 +61,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 				if i >= events {
 					return
 				}
-				ev := notify.LabEvent(fmt.Sprintf("user-%04d", 1000+i%users), fmt.Sprintf("order:ord-%05d:shipped", i))
+				ev := notifylab.LabEvent(fmt.Sprintf("user-%04d", 1000+i%users), fmt.Sprintf("order:ord-%05d:shipped", i))
 				n, err := l.SubmitErr(ev)
 				if err != nil {
 					errs.Add(err)

@@ -1,5 +1,5 @@
 // Package orders_test runs the orders chapter's experiments (defined in
-// services/flashsale/order/lab.go) against the real app, real PostgreSQL
+// lab/orders/lab.go) against the real app, real PostgreSQL
 // and a real fake payment channel on loopback.
 package orders_test
 
@@ -7,40 +7,40 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/flashsale/order"
+	orders "github.com/fencelab/fencelab/lab/orders"
 )
 
 func TestORD01ChargeTakenAnswerDroppedStaysPayingReconcileQueryMakesItPaid(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, order.ChargeAnswerLost)
+	e2etest.Experiment(t, orders.ChargeAnswerLost)
 }
 
 func TestORD02SuccessCallbackFiveTimesShuffledWithFailureOneTransitionOneConfirmOneEvent(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, order.SuccessDeliveredFiveTimes)
+	e2etest.Experiment(t, orders.SuccessDeliveredFiveTimes)
 }
 
 func TestORD03SuccessAfterHoldExpiredAndUnitResoldIsRefundedOnce(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, order.LateSuccessUnitResold)
+	e2etest.Experiment(t, orders.LateSuccessUnitResold)
 }
 
 func TestORD04SuccessAfterHoldExpiredUnitFreeIsConfirmedLate(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, order.LateSuccessUnitFree)
+	e2etest.Experiment(t, orders.LateSuccessUnitFree)
 }
 
 func TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, order.ForgedCallbacks)
+	e2etest.Experiment(t, orders.ForgedCallbacks)
 }
 
 func TestORDLateLandingChargeAfterCloseRetakesTheUnit(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, order.LateLandingCharge)
+	e2etest.Experiment(t, orders.LateLandingCharge)
 }
 
 func TestORDReconcileClosesPendingChargeAfterHoldEndsAndRefusalFails(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, order.ReconcileCloses)
+	e2etest.Experiment(t, orders.ReconcileCloses)
 }

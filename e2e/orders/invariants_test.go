@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	orders "github.com/fencelab/fencelab/lab/orders"
 	"github.com/fencelab/fencelab/services/flashsale"
 	"github.com/fencelab/fencelab/services/flashsale/order"
 )
@@ -18,7 +19,7 @@ import (
 // triggers that normally refuse them — are each reported.
 func TestORDInvariantsReportRowsThatBreakThem(t *testing.T) {
 	t.Parallel()
-	l := order.StartLab(e2etest.X(t), nil)
+	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	tok, tok2 := l.User(t, "user-0042"), l.User(t, "user-0043")
 	paid := l.Order(t, tok, l.Reserve(t, tok, flashsale.DemoSKU, "inv-0042").ID)

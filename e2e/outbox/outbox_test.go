@@ -13,7 +13,7 @@ import (
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/ops"
+	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
@@ -22,14 +22,14 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 // killed with SIGKILL mid-stream; 10,000 events applied once, in order.
 func TestOutboxTwoConsumerProcesses(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, ops.OutboxTwoProcesses)
+	e2etest.Experiment(t, outboxlab.OutboxTwoProcesses)
 }
 
 // outbox/redelivery (naive: a consumer without its inbox, its position in
 // another transaction, caught by OUTBOX-I2).
 func TestOutboxRedeliveryAppliesEachEventOnce(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, ops.OutboxRedelivery)
+	e2etest.Experiment(t, outboxlab.OutboxRedelivery)
 }
 
 // The consumer table is an admin view; its lag is also a metric.

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	pointslab "github.com/fencelab/fencelab/lab/points"
 	"github.com/fencelab/fencelab/services/points"
 )
 
@@ -33,7 +34,7 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 	}
 	debit := func(body any) e2etest.Req {
 		return e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok, Body: body,
-			Headers: map[string]string{idem.Header: points.NewKey()}}
+			Headers: map[string]string{idem.Header: pointslab.NewKey()}}
 	}
 	cases := map[string]struct {
 		req  e2etest.Req
@@ -57,8 +58,8 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 		"two objects":          {debit(`{"amount":30,"reason":"a"}{"amount":30,"reason":"b"}`), want{400, "malformed_json"}},
 		"missing key":          {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok, Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}}, want{400, "idempotency_key_missing"}},
 		"malformed key":        {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok, Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: "two words"}}, want{400, "idempotency_key_invalid"}},
-		"no token":             {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: points.NewKey()}}, want{401, "unauthorized"}},
-		"forged token":         {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok + "x", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: points.NewKey()}}, want{401, "unauthorized"}},
+		"no token":             {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: pointslab.NewKey()}}, want{401, "unauthorized"}},
+		"forged token":         {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok + "x", Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: pointslab.NewKey()}}, want{401, "unauthorized"}},
 		"unknown account":      {postTo("acct-9999", "debits", tok), want{404, "account_not_found"}},
 		"someone else's":       {postTo("acct-0043", "debits", tok), want{403, "forbidden"}},
 		"a system account":     {postTo("sys:redemption", "debits", tok), want{403, "forbidden"}},
@@ -68,7 +69,7 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 		"user grants":          {postTo("acct-0042", "grants", tok), want{403, "forbidden"}},
 		"grant to unknown":     {postTo("acct-9999", "grants", l.Admin), want{404, "account_not_found"}},
 		"grant to system":      {postTo("sys:issuance", "grants", l.Admin), want{422, "not_a_user_account"}},
-		"grant absurd amount":  {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/grants", Token: l.Admin, Body: `{"amount":5000000,"reason":"bonus"}`, Headers: map[string]string{idem.Header: points.NewKey()}}, want{422, "invalid_amount"}},
+		"grant absurd amount":  {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/grants", Token: l.Admin, Body: `{"amount":5000000,"reason":"bonus"}`, Headers: map[string]string{idem.Header: pointslab.NewKey()}}, want{422, "invalid_amount"}},
 		"grant without key":    {e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/grants", Token: l.Admin, Body: points.PostingRequest{Amount: 5, Reason: "bonus"}}, want{400, "idempotency_key_missing"}},
 	}
 	for name, c := range cases {
@@ -82,13 +83,13 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 	// A refusal decided against the ledger is recorded and replayed; one
 	// decided on the body is not, so the client may fix the body and reuse
 	// its key.
-	key := points.NewKey()
+	key := pointslab.NewKey()
 	r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts/acct-0042/debits", Token: tok,
 		Body: `{"amount":0,"reason":"prize-17"}`, Headers: map[string]string{idem.Header: key}, Invalid: true})
 	require.Equal(t, "invalid_amount", r.Code())
 	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", key, 30).Status)
 
-	key = points.NewKey()
+	key = pointslab.NewKey()
 	r = l.Debit(t, tok, "acct-0042", key, 5000)
 	require.Equal(t, "insufficient_balance", r.Code())
 	require.Contains(t, string(r.Body), "acct-0042 holds 970 points, the debit needs 5000")
@@ -100,7 +101,7 @@ func TestBadPostingsAreRefusedAndWriteNothing(t *testing.T) {
 
 func postTo(id, kind, tok string) e2etest.Req {
 	return e2etest.Req{Method: "POST", Path: "/points/accounts/" + id + "/" + kind, Token: tok,
-		Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: points.NewKey()}}
+		Body: points.PostingRequest{Amount: 30, Reason: "prize-17"}, Headers: map[string]string{idem.Header: pointslab.NewKey()}}
 }
 
 func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
@@ -136,7 +137,7 @@ func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, create(tok, points.CreateAccountRequest{Owner: "user-0042"}, nil).Status)
 
 	// Without an id the server picks one; with a key a retry is a replay.
-	key := points.NewKey()
+	key := pointslab.NewKey()
 	r = create(l.Admin, points.CreateAccountRequest{Owner: "user-0043"}, map[string]string{idem.Header: key})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	var gen points.Account
@@ -171,7 +172,7 @@ func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
 	tok := l.User(t, "user-0042")
 	for i := range 7 {
-		require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", points.NewKey(), int64(i+1)).Status)
+		require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", pointslab.NewKey(), int64(i+1)).Status)
 	}
 	page := func(tok, query string) (points.EntryPage, e2etest.Response) {
 		r := l.Do(t, e2etest.Req{Method: "GET", Path: "/points/accounts/acct-0042/entries" + query, Token: tok})
@@ -196,7 +197,7 @@ func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 		if pages == 0 {
 			// A debit arriving between pages lands before the cursor: the
 			// next pages still continue where this one stopped.
-			require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", points.NewKey(), 100).Status)
+			require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", pointslab.NewKey(), 100).Status)
 		}
 		if p.NextCursor == "" {
 			break
@@ -244,7 +245,7 @@ func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
 	_, err := l.Pool.Exec(ctx, `UPDATE points_account SET balance = balance + 5 WHERE id = 'acct-0042'`)
 	require.NoError(t, err)
 
-	key := points.NewKey()
+	key := pointslab.NewKey()
 	gate := l.Faults.Pause(idem.PointBeforeFinish, key)
 	t.Cleanup(gate.Release)
 	debited := l.DebitAsync(tok, "acct-0042", key, 30)
@@ -288,7 +289,7 @@ func TestDebitsAndGrantsOnOneHotAccountDoNotDeadlock(t *testing.T) {
 				if (c+i)%3 == 0 {
 					kind, tok = "grants", l.Admin
 				}
-				r, err := l.Posting(context.Background(), kind, tok, ids[k], points.NewKey(), 20, "hot")
+				r, err := l.Posting(context.Background(), kind, tok, ids[k], pointslab.NewKey(), 20, "hot")
 				mu.Lock()
 				if err != nil {
 					statuses[-1]++
@@ -361,7 +362,7 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 	}
 }
 
-func rowKey(t *testing.T, l *points.Lab) string {
+func rowKey(t *testing.T, l *pointslab.Lab) string {
 	var k string
 	require.NoError(t, l.Pool.QueryRow(context.Background(),
 		`SELECT txn_id || ' ' || account_id FROM points_ledger_entry WHERE account_id = 'acct-0042'`).Scan(&k))
@@ -377,7 +378,7 @@ func TestKeyReusedAfterItsRecordIsPurgedMakesNoSecondTransaction(t *testing.T) {
 	l := start(t)
 	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
 	tok := l.User(t, "user-0042")
-	key := points.NewKey()
+	key := pointslab.NewKey()
 	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", key, 30).Status)
 
 	n, err := idem.NewKeys(l.Pool, idem.Options{}).Purge(context.Background(), -time.Hour) // everything is older than an hour from now

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/points"
+	pointslab "github.com/fencelab/fencelab/lab/points"
 )
 
 // PTS-01: 100 concurrent debits of 30 against a balance of 1,000 over real
@@ -12,7 +12,7 @@ import (
 // and the balance ends at 10, never below 0 on the way (PTS-I1).
 func TestPTS01ConcurrentDebitsNeverOverdraw(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, points.ConcurrentDebits)
+	e2etest.Experiment(t, pointslab.ConcurrentDebits)
 }
 
 // PTS-02 (points/lost-response): the response to a committed debit is
@@ -20,33 +20,33 @@ func TestPTS01ConcurrentDebitsNeverOverdraw(t *testing.T) {
 // debit.
 func TestPTS02LostResponseRetryIsReplayedNotDebitedTwice(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, points.LostResponse)
+	e2etest.Experiment(t, pointslab.LostResponse)
 }
 
 // PTS-03 (points/key-reused): the same key with a different amount or on
 // another account is 422 idempotency_key_reused, and nothing is written.
 func TestPTS03SameKeyOtherAmountIsRefusedAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, points.KeyReused)
+	e2etest.Experiment(t, pointslab.KeyReused)
 }
 
 // PTS-04 (points/same-key-concurrently): one key sent at once by many
 // clients makes one transaction.
 func TestPTS04SameKeyConcurrentlyMakesOneTransaction(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, points.SameKeyConcurrently)
+	e2etest.Experiment(t, pointslab.SameKeyConcurrently)
 }
 
 // PTS-05 (points/corrupted-balance): a corrupted balance is reported by
 // PTS-I4 (and `fencelab check`) and repaired from the ledger, on record.
 func TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, points.CorruptedBalance)
+	e2etest.Experiment(t, pointslab.CorruptedBalance)
 }
 
 // PTS-06 (points/interleaved): grants, debits and retries interleaved
 // from 16 clients over 50 accounts keep the books balanced.
 func TestPTS06InterleavedGrantsAndDebitsKeepTheBooksBalanced(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, points.Interleaved)
+	e2etest.Experiment(t, pointslab.Interleaved)
 }

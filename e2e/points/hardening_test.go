@@ -19,7 +19,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/points"
+	pointslab "github.com/fencelab/fencelab/lab/points"
 )
 
 // Issue 20 item 5: a client hangs up after its key's claim has committed
@@ -41,7 +41,7 @@ func TestClientAbortReleasesItsKey(t *testing.T) {
 	l := startWith(t, lab.Options{DBURL: u.String()})
 	l.OpenAccount(t, "acct-abort", "user-abort", 100)
 	tok := l.User(t, "user-abort")
-	key := points.NewKey()
+	key := pointslab.NewKey()
 	ctx := context.Background()
 	direct, err := pgx.Connect(ctx, dbURL) // the test's own view, not through the proxy
 	require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestDuplicateKeysInADebitDebitNothing(t *testing.T) {
 	before := l.Ledger(t)
 	for _, body := range []string{`{"amount":1,"amount":500,"reason":"x"}`, `{"Amount":500,"reason":"x"}`, `{"amount":1,"reason":"x","REASON":"y"}`} {
 		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts/acct-dup/debits", Token: tok, Body: body,
-			Headers: map[string]string{idem.Header: points.NewKey()}, Invalid: true})
+			Headers: map[string]string{idem.Header: pointslab.NewKey()}, Invalid: true})
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", body, r.Body)
 	}
 	require.Equal(t, before, l.Ledger(t))
@@ -192,7 +192,7 @@ func TestDatabaseOutOfSlotsIsA503(t *testing.T) {
 	_, err = admin.Exec(ctx, `ALTER ROLE `+role+` CONNECTION LIMIT 0`)
 	require.NoError(t, err)
 	l.Pool.Reset() // every new request needs a new connection: none is left
-	key := points.NewKey()
+	key := pointslab.NewKey()
 	for range 3 {
 		r := l.Debit(t, tok, "acct-slots", key, 30)
 		require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
@@ -316,7 +316,7 @@ func TestConnectionLostMidRequestIsA503(t *testing.T) {
 	tok := l.User(t, "user-cut")
 
 	for i, point := range []string{idem.PointBeforeEffect, idem.PointBeforeFinish} {
-		key := points.NewKey()
+		key := pointslab.NewKey()
 		l.Faults.ArmFunc(point, func(ctx context.Context, k string) error {
 			if k == key {
 				proxy.cut() // every connection, the request's own included
@@ -351,7 +351,7 @@ func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 	}})
 	l.OpenAccount(t, "acct-busy", "user-busy", 100)
 	tok := l.User(t, "user-busy")
-	first, second := points.NewKey(), points.NewKey()
+	first, second := pointslab.NewKey(), pointslab.NewKey()
 
 	// The first debit holds the only permit and the only connection.
 	gate := l.Faults.Pause(idem.PointBeforeFinish, first)
@@ -373,7 +373,7 @@ func TestWriteAdmissionIsBoundedAndReadinessSaysBusy(t *testing.T) {
 	})
 
 	// The line is full: refused at once, nothing done.
-	r := l.Debit(t, tok, "acct-busy", points.NewKey(), 10)
+	r := l.Debit(t, tok, "acct-busy", pointslab.NewKey(), 10)
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 	require.Equal(t, "overloaded", r.Code())
 	require.Equal(t, "1", r.Header.Get("Retry-After"))

@@ -5,15 +5,15 @@ import (
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/points"
+	pointslab "github.com/fencelab/fencelab/lab/points"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 // start runs the app for a test that drives it with the chapter's kit.
-func start(t *testing.T) *points.Lab { return startWith(t, lab.Options{}) }
+func start(t *testing.T) *pointslab.Lab { return startWith(t, lab.Options{}) }
 
-func startWith(t *testing.T, o lab.Options) *points.Lab {
+func startWith(t *testing.T, o lab.Options) *pointslab.Lab {
 	t.Helper()
-	return points.StartLab(e2etest.X(t), o)
+	return pointslab.StartLab(e2etest.X(t), o)
 }

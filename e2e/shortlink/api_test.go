@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	shortlinklab "github.com/fencelab/fencelab/lab/shortlink"
 	"github.com/fencelab/fencelab/services/shortlink"
 )
 
@@ -18,7 +19,7 @@ import (
 // counted in the owner's stats.
 func TestCreateFollowRevokeAndCountTheClick(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{Tasks: true, Settings: map[string]string{shortlink.EnvClickInterval: "10ms", shortlink.EnvStatsTimeout: "5s"}})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{Tasks: true, Settings: map[string]string{shortlink.EnvClickInterval: "10ms", shortlink.EnvStatsTimeout: "5s"}})
 	tok := a.UserToken(t, "user-0042")
 
 	l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://book.example.test/ch/9?x=1#top"})
@@ -59,7 +60,7 @@ func TestCreateFollowRevokeAndCountTheClick(t *testing.T) {
 
 func TestTargetURLRules(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	bad := map[string]string{
 		"empty":              "",
@@ -115,7 +116,7 @@ func TestTargetURLRules(t *testing.T) {
 
 func TestAliasRules(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	target := "https://example.test/"
 	for alias, code := range map[string]string{
@@ -162,7 +163,7 @@ func TestAliasRules(t *testing.T) {
 // Only the owner revokes, reads or counts a link; anyone may follow it.
 func TestOnlyTheOwnerMayRevokeReadOrCount(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
 	owner, other := a.UserToken(t, "user-0042"), a.UserToken(t, "user-0043")
 	l := a.MustCreate(t, owner, shortlink.CreateRequest{Target: "https://example.test/mine", Alias: "mine"})
 
@@ -193,7 +194,7 @@ func TestOnlyTheOwnerMayRevokeReadOrCount(t *testing.T) {
 // created it (the cached "unknown" is dropped).
 func TestUnknownExpiredAndLaterCreatedCodes(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	for _, code := range []string{"later", "x", strings.Repeat("a", 65), "bad.code", "%2e%2e"} {
 		r := a.BadInput().Visit(t, code) // mostly codes no link can have
@@ -228,7 +229,7 @@ INSERT INTO shortlink_creations (code, target, owner, created_at) SELECT * FROM 
 // un-revoking, deleting a code, rewriting the creation record (SL-I1).
 func TestTheSchemaRefusesToOverwriteALink(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/fixed", Alias: "fixed"})
 	require.Equal(t, http.StatusOK, a.Revoke(t, tok, "fixed").Status)
@@ -250,7 +251,7 @@ func TestTheSchemaRefusesToOverwriteALink(t *testing.T) {
 // `fencelab dev` seeds a demo link; seeding twice is harmless.
 func TestSeedCreatesTheDemoLinkOnce(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
 	require.NoError(t, a.Seed(context.Background(), "shortlink"))
 	require.NoError(t, a.Seed(context.Background(), "shortlink"))
 	r := a.Visit(t, shortlink.DemoCode)
@@ -290,7 +291,7 @@ func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
 	} {
 		t.Run(id, func(t *testing.T) {
 			t.Parallel()
-			a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+			a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
 			tok := a.UserToken(t, "user-0042")
 			future := time.Now().Add(time.Hour)
 			a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/inv", Alias: "inv", ExpiresAt: &future})
@@ -306,7 +307,7 @@ func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
 
 // failing lists the shortlink data invariants that do not hold (a dropped
 // guard is SL-S1's finding, a fact about the schema, not the data).
-func failing(ctx context.Context, a *shortlink.Lab) []string {
+func failing(ctx context.Context, a *shortlinklab.Lab) []string {
 	var ids []string
 	for _, r := range e2etest.Invariants().Run(ctx, a.Pool, "shortlink") {
 		if !r.Holds() && !r.Schema {
@@ -321,7 +322,7 @@ func failing(ctx context.Context, a *shortlink.Lab) []string {
 // the TTL — while links already cached keep redirecting.
 func TestRedirectAnswers503WhenTheLinkStoreDoesNotAnswerInTime(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{Settings: map[string]string{shortlink.EnvCacheTTL: "1h", shortlink.EnvLookupTimeout: "100ms"}})
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{Settings: map[string]string{shortlink.EnvCacheTTL: "1h", shortlink.EnvLookupTimeout: "100ms"}})
 	tok := a.UserToken(t, "user-0042")
 	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/warm", Alias: "warm"})
 	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/cold", Alias: "cold"})

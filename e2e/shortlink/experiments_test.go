@@ -4,27 +4,27 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/shortlink"
+	shortlinklab "github.com/fencelab/fencelab/lab/shortlink"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestSL01HundredCreatorsOfOneAliasOneWinsEveryLoserGets409(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, shortlink.HundredCreatorsOneAlias)
+	e2etest.Experiment(t, shortlinklab.HundredCreatorsOneAlias)
 }
 
 func TestSL02RevokedLinkRedirectsAtMostOneTTLAfterTheRevoke(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, shortlink.RevokeWithinOneTTL)
+	e2etest.Experiment(t, shortlinklab.RevokeWithinOneTTL)
 }
 
 func TestSL03RedirectsStay302WhileTheStatsStoreIsLockedOrDead(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, shortlink.RedirectsOutliveStats)
+	e2etest.Experiment(t, shortlinklab.RedirectsOutliveStats)
 }
 
 func TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, shortlink.ClickBatchRetried)
+	e2etest.Experiment(t, shortlinklab.ClickBatchRetried)
 }

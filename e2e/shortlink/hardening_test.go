@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	shortlinklab "github.com/fencelab/fencelab/lab/shortlink"
 	"github.com/fencelab/fencelab/services/shortlink"
 )
 
@@ -19,7 +20,7 @@ import (
 // counting a click.
 func TestShortLinkRulesFromOutsideProbes(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{Settings: map[string]string{
+	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{Settings: map[string]string{
 		shortlink.EnvBaseURL: "https://go.example.test",
 	}})
 	tok := a.UserToken(t, "user-0042")

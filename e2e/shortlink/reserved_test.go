@@ -15,7 +15,9 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/labenv"
+	"github.com/fencelab/fencelab/lab/labenv"
+	shortlinklab "github.com/fencelab/fencelab/lab/shortlink"
+	"github.com/fencelab/fencelab/program"
 	"github.com/fencelab/fencelab/services/shortlink"
 )
 
@@ -26,7 +28,7 @@ var aliasShape = regexp.MustCompile(`^[A-Za-z0-9_-]{3,64}$`)
 // hand-kept list forgot, among them — not a list somebody keeps.
 func TestEveryRouteSegmentIsAReservedAlias(t *testing.T) {
 	t.Parallel()
-	p := labenv.Serve(t, pgtest.URL(t), lab.Options{}, slog.New(slog.DiscardHandler))
+	p := labenv.Serve(t, program.Lab(), pgtest.URL(t), lab.Options{}, slog.New(slog.DiscardHandler))
 	tok := p.App.Token(t, "user-0042", httpx.RoleUser)
 	segments := app.RouteSegments(p.Echo)
 	for _, want := range []string{"console", "points", "shortlink", "notify", "healthz", "metrics"} {
@@ -59,7 +61,7 @@ func TestEveryRouteSegmentIsAReservedAlias(t *testing.T) {
 // unless the deployment opts in. Names are never resolved.
 func TestPrivateShortLinkTargetsAreRefused(t *testing.T) {
 	t.Parallel()
-	a := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{})
+	a := shortlinklab.StartLab(e2etest.X(t), lab.Options{})
 	tok := a.UserToken(t, "user-0042")
 	refused := []string{
 		"http://127.0.0.1:8080/metrics",
@@ -110,7 +112,7 @@ func TestPrivateShortLinkTargetsAreRefused(t *testing.T) {
 	require.Equal(t, 6, a.Count(t, `SELECT count(*) FROM shortlink_links`), "no refused target was stored")
 
 	// The deployment that shortens its own intranet's links opts in.
-	in := shortlink.StartLab(e2etest.X(t), shortlink.LabOptions{Settings: map[string]string{shortlink.EnvAllowPrivate: "true"}})
+	in := shortlinklab.StartLab(e2etest.X(t), lab.Options{Settings: map[string]string{shortlink.EnvAllowPrivate: "true"}})
 	itok := in.UserToken(t, "user-0042")
 	for _, target := range []string{"http://10.1.2.3/wiki", "http://localhost:8080/", "http://[::1]/"} {
 		l := in.MustCreate(t, itok, shortlink.CreateRequest{Target: target})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	relations "github.com/fencelab/fencelab/lab/relations"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -18,7 +19,7 @@ import (
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 	t.Parallel()
-	e := rel.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	e.Users(t, "user-a", "user-b", "user-c")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-c", "user-b")
@@ -73,7 +74,7 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 // version and every view would ignore the pair's new events).
 func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 	t.Parallel()
-	e := rel.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	ctx := context.Background()
@@ -86,7 +87,7 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 		_, err := e.Pool.Exec(ctx, sql)
 		require.Error(t, err, sql)
 	}
-	require.EqualValues(t, 1, rel.Truth(t, e.Pool)[rel.Pair{Follower: "user-a", Followee: "user-b"}].Version)
+	require.EqualValues(t, 1, relations.Truth(t, e.Pool)[relations.Pair{Follower: "user-a", Followee: "user-b"}].Version)
 	e2etest.Assert(t, e.Pool, "social")
 }
 
@@ -95,7 +96,7 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 // so a feed that re-checks a page with it gets index scans and joins.
 func TestRELReadablePostsIsInlined(t *testing.T) {
 	t.Parallel()
-	e := rel.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	p := e.Post(t, "user-b", rel.Public)
 	rows, err := e.Pool.Query(context.Background(),

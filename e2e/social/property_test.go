@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	relations "github.com/fencelab/fencelab/lab/relations"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
@@ -23,12 +24,12 @@ import (
 // written as plainly as possible.
 type model struct {
 	private map[string]bool
-	state   map[rel.Pair]rel.State
+	state   map[relations.Pair]rel.State
 	posts   map[int64]rel.Post
 }
 
 func (m *model) st(a, b string) rel.State {
-	if s, ok := m.state[rel.Pair{Follower: a, Followee: b}]; ok {
+	if s, ok := m.state[relations.Pair{Follower: a, Followee: b}]; ok {
 		return s
 	}
 	return rel.StateNone
@@ -38,7 +39,7 @@ func (m *model) set(a, b string, s rel.State) bool {
 	if m.st(a, b) == s {
 		return false
 	}
-	m.state[rel.Pair{Follower: a, Followee: b}] = s
+	m.state[relations.Pair{Follower: a, Followee: b}] = s
 	return true
 }
 
@@ -136,10 +137,10 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 			t.Logf("reproduce with FENCELAB_SOCIAL_SEED=%d", seed)
 		}
 	}()
-	e := rel.StartLab(e2etest.X(t))
+	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 40))
-	m := &model{private: map[string]bool{}, state: map[rel.Pair]rel.State{}, posts: map[int64]rel.Post{}}
+	m := &model{private: map[string]bool{}, state: map[relations.Pair]rel.State{}, posts: map[int64]rel.Post{}}
 	users := make([]string, 20)
 	for i := range users {
 		users[i] = fmt.Sprintf("user-%04d", i)
@@ -166,7 +167,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 	// deliverSome sends a random sample of every event seen so far —
 	// old ones again included — shuffled, in random batches, to both views.
 	deliverSome := func(all bool) {
-		seen = append(seen, rel.RelEvents(t, e.Pool, lastID)...)
+		seen = append(seen, relations.RelEvents(t, e.Pool, lastID)...)
 		if len(seen) > 0 {
 			lastID = seen[len(seen)-1].ID
 		}
@@ -180,7 +181,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 			}
 		}
 		for _, v := range rel.Views {
-			rel.Deliver(t, e.Pool, v, rel.ShuffledWithDuplicates(rng, sample), func() int { return 1 + rng.IntN(30) })
+			relations.Deliver(t, e.Pool, v, relations.ShuffledWithDuplicates(rng, sample), func() int { return 1 + rng.IntN(30) })
 		}
 	}
 
@@ -224,9 +225,9 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 	}
 	deliverSome(true)
 
-	tr := rel.Truth(t, e.Pool)
+	tr := relations.Truth(t, e.Pool)
 	for _, v := range rel.Views {
-		require.Equal(t, rel.ExpectedView(tr, v), rel.ReadView(t, e.Pool, v), "seed %d: view %s", seed, v.Name)
+		require.Equal(t, relations.ExpectedView(tr, v), relations.ReadView(t, e.Pool, v), "seed %d: view %s", seed, v.Name)
 	}
 	for p, s := range m.state {
 		require.Equal(t, s, tr[p].State, "seed %d: %s > %s", seed, p.Follower, p.Followee)
@@ -262,7 +263,7 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 	// converged views: nothing changes, and every invariant holds.
 	e.CatchUp(t)
 	for _, v := range rel.Views {
-		require.Equal(t, rel.ExpectedView(tr, v), rel.ReadView(t, e.Pool, v), "seed %d: view %s after replay", seed, v.Name)
+		require.Equal(t, relations.ExpectedView(tr, v), relations.ReadView(t, e.Pool, v), "seed %d: view %s after replay", seed, v.Name)
 	}
 	e2etest.Assert(t, e.Pool, "social")
 	if t.Failed() {

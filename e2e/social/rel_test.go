@@ -4,34 +4,34 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/social/rel"
+	relations "github.com/fencelab/fencelab/lab/relations"
 )
 
-// The relations chapter's experiments: services/social/rel/lab.go.
+// The relations chapter's experiments: lab/relations/lab.go.
 
 func TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, rel.DoubleFollowRaces)
+	e2etest.Experiment(t, relations.DoubleFollowRaces)
 }
 
 func TestREL02ShuffledDuplicatedDeliveryGivesTheInOrderView(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, rel.ShuffledDuplicatedDelivery)
+	e2etest.Experiment(t, relations.ShuffledDuplicatedDelivery)
 }
 
 func TestREL03BlockRevokesReadsTheMomentItCommits(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, rel.BlockRevokesOnCommit)
+	e2etest.Experiment(t, relations.BlockRevokesOnCommit)
 }
 
 func TestREL04ResetOffsetAndReplayDoesNotResurrect(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, rel.ResetOffsetReplay)
+	e2etest.Experiment(t, relations.ResetOffsetReplay)
 }
 
 // The lab's relations experiment: a replay after a lost position and inbox
 // resurrects nothing (and the naive view, applying without versions, does).
 func TestRELLabReplayDoesNotResurrect(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, rel.ReplayDoesNotResurrect)
+	e2etest.Experiment(t, relations.ReplayDoesNotResurrect)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	uploadlab "github.com/fencelab/fencelab/lab/upload"
 	"github.com/fencelab/fencelab/services/upload"
 )
 
@@ -21,12 +22,12 @@ import (
 // file_object.
 func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{Settings: map[string]string{
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{
 		upload.EnvMaxFileSize: "8MiB", upload.EnvMaxChunkSize: "1MiB", upload.EnvMaxChunks: "100",
 	}})
 	const chunkSize = 200 << 10
-	data, digest := upload.Payload(6, 3*chunkSize)
-	parts := upload.Chunks(data, chunkSize)
+	data, digest := uploadlab.Payload(6, 3*chunkSize)
+	parts := uploadlab.Chunks(data, chunkSize)
 	s := l.Open(t, l.Alice, data, chunkSize, digest)
 	l.App = l.App.BadInput() // from here on, bad input on purpose: only the responses are checked against the contract
 	chunkPath := func(n string) string { return "/upload/sessions/" + s.ID + "/chunks/" + n }
@@ -97,16 +98,16 @@ func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 	})
 
 	t.Run("checksum headers", func(t *testing.T) {
-		expect(t, l.Put(t, l.Alice, s.ID, 1, parts[1], map[string]string{"Content-SHA256": upload.SHA256Hex(parts[0])}), 422, "chunk_checksum_mismatch")
+		expect(t, l.Put(t, l.Alice, s.ID, 1, parts[1], map[string]string{"Content-SHA256": uploadlab.SHA256Hex(parts[0])}), 422, "chunk_checksum_mismatch")
 		expect(t, l.Put(t, l.Alice, s.ID, 1, parts[1], map[string]string{"Content-SHA256": "abc"}), 400, "invalid_checksum_header")
 		expect(t, l.Put(t, l.Alice, s.ID, 1, parts[1], map[string]string{"Content-Digest": "sha-256=abc"}), 400, "invalid_checksum_header")
 		sum := sha256.Sum256(parts[1])
 		digestHeader := fmt.Sprintf("sha-512=:AAAA:, sha-256=:%s:", base64.StdEncoding.EncodeToString(sum[:]))
 		r := l.Put(t, l.Alice, s.ID, 1, parts[1], map[string]string{"Content-Digest": digestHeader})
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM upload_chunk WHERE session_id = $1 AND n = 1 AND sha256 = $2`, s.ID, upload.SHA256Hex(parts[1])),
+		require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM upload_chunk WHERE session_id = $1 AND n = 1 AND sha256 = $2`, s.ID, uploadlab.SHA256Hex(parts[1])),
 			"the verified checksum is recorded")
-		expect(t, l.Put(t, l.Alice, s.ID, 1, parts[1], map[string]string{"Content-SHA256": upload.SHA256Hex(parts[2])}), 422, "chunk_checksum_mismatch")
+		expect(t, l.Put(t, l.Alice, s.ID, 1, parts[1], map[string]string{"Content-SHA256": uploadlab.SHA256Hex(parts[2])}), 422, "chunk_checksum_mismatch")
 	})
 
 	t.Run("session of another user", func(t *testing.T) {
@@ -170,9 +171,9 @@ func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 // Retry-After; once the lock is gone the same PUT stores it.
 func TestChunkBeingWrittenElsewhereIs409InProgress(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{})
-	data, digest := upload.Payload(7, 96<<10)
-	parts := upload.Chunks(data, 32<<10)
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	data, digest := uploadlab.Payload(7, 96<<10)
+	parts := uploadlab.Chunks(data, 32<<10)
 	s := l.Open(t, l.Alice, data, 32<<10, digest)
 	part, err := l.Store.OpenPartial(context.Background(), s.ID, true)
 	require.NoError(t, err)
@@ -196,12 +197,12 @@ func TestChunkBeingWrittenElsewhereIs409InProgress(t *testing.T) {
 // The empty file is one empty chunk.
 func TestEmptyFileUploads(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	f := l.Committed(t, l.Alice, []byte{}, 1, "empty.txt")
 	l.Publish(t, f)
 	r := l.Read(t, l.Alice, f.ID, nil)
 	require.Equal(t, http.StatusOK, r.Status)
 	require.Empty(t, r.Body)
-	require.Equal(t, `"`+upload.SHA256Hex(nil)+`"`, r.Header.Get("ETag"))
+	require.Equal(t, `"`+uploadlab.SHA256Hex(nil)+`"`, r.Header.Get("ETag"))
 	e2etest.Assert(t, l.Pool, "upload")
 }

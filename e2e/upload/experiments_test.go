@@ -4,27 +4,27 @@ import (
 	"testing"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/upload"
+	uploadlab "github.com/fencelab/fencelab/lab/upload"
 )
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, upload.ChunksInRandomOrder)
+	e2etest.Experiment(t, uploadlab.ChunksInRandomOrder)
 }
 
 func TestUP03ProcessingLeaseExpiresSecondRunnerTakesOverOnePublish(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, upload.ProcessingLeaseTakenOver)
+	e2etest.Experiment(t, uploadlab.ProcessingLeaseTakenOver)
 }
 
 func TestUP04ReadBeforePublishIs409NotReady(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, upload.ReadBeforePublish)
+	e2etest.Experiment(t, uploadlab.ReadBeforePublish)
 }
 
 func TestUP05WrongDeclaredSHA256FailsCompletionNothingReferenced(t *testing.T) {
 	t.Parallel()
-	e2etest.Experiment(t, upload.WrongDeclaredSHA256)
+	e2etest.Experiment(t, uploadlab.WrongDeclaredSHA256)
 }

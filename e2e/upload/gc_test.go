@@ -16,13 +16,14 @@ import (
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	uploadlab "github.com/fencelab/fencelab/lab/upload"
 	"github.com/fencelab/fencelab/services/upload"
 )
 
 var oneHour = map[string]string{upload.EnvGrace: "1h"}
 
 // age moves every blob's and session's last activity past the grace period.
-func age(t *testing.T, l *upload.Lab, tables ...string) {
+func age(t *testing.T, l *uploadlab.Lab, tables ...string) {
 	t.Helper()
 	for _, table := range tables {
 		l.Exec(t, `UPDATE `+table+` SET touched_at = now() - interval '2 hours'`)
@@ -35,13 +36,13 @@ func age(t *testing.T, l *upload.Lab, tables ...string) {
 // never removes the now referenced blob.
 func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{Settings: oneHour})
-	data, digest := upload.Payload(8, 256<<10)
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
+	data, digest := uploadlab.Payload(8, 256<<10)
 	s := l.UploadAll(t, l.Alice, data, 64<<10)
 	age(t, l, "upload_blob")
 
 	gate := l.Faults.Pause(faults.BeforeCommit, s.ID)
-	committed := l.Go(upload.CommitReq(l.Alice, s.ID, "race.bin"))
+	committed := l.Go(uploadlab.CommitReq(l.Alice, s.ID, "race.bin"))
 	<-gate.Reached()
 	require.Equal(t, upload.GCReport{}, l.Gc(t), "GC skips the row a commit holds")
 	require.FileExists(t, l.Store.BlobPath(digest))
@@ -64,8 +65,8 @@ func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 // refused with 410 upload_expired; nothing references the reclaimed bytes.
 func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{Settings: oneHour})
-	data, digest := upload.Payload(9, 256<<10)
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
+	data, digest := uploadlab.Payload(9, 256<<10)
 	s := l.UploadAll(t, l.Alice, data, 64<<10)
 	age(t, l, "upload_blob")
 
@@ -77,7 +78,7 @@ func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 	require.Equal(t, http.StatusGone, r.Status, string(r.Body))
 	require.Equal(t, "upload_expired", r.Code())
 	gate.Release()
-	require.Equal(t, upload.GCReport{BlobsReclaimed: 1}, upload.GCReportOf(t, collected.Wait(t)))
+	require.Equal(t, upload.GCReport{BlobsReclaimed: 1}, uploadlab.GCReportOf(t, collected.Wait(t)))
 	l.NothingReferenced(t, digest)
 	require.Equal(t, upload.SessionCompleted, l.SessionState(t, s.ID), "the refused commit changed nothing")
 	e2etest.Assert(t, l.Pool, "upload")
@@ -88,29 +89,29 @@ func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 // its own file into place. The blob exists after both, and commits.
 func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{Settings: oneHour})
-	data, digest := upload.Payload(10, 200<<10)
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
+	data, digest := uploadlab.Payload(10, 200<<10)
 	first := l.UploadAll(t, l.Alice, data, 50<<10)
 	require.Equal(t, http.StatusOK, l.Do(t, e2etest.Req{Method: "DELETE", Path: "/upload/sessions/" + first.ID, Token: l.Alice}).Status)
 	age(t, l, "upload_blob")
 
 	second := l.Open(t, l.Bob, data, 50<<10, digest)
-	for n, c := range upload.Chunks(data, 50<<10) {
+	for n, c := range uploadlab.Chunks(data, 50<<10) {
 		require.Equal(t, http.StatusCreated, l.Put(t, l.Bob, second.ID, n, c, nil).Status)
 	}
 	gate := l.Faults.Pause(faults.BeforeUnlink, digest)
 	collected := l.Go(l.GcReq())
 	<-gate.Reached()
-	completed := l.Go(upload.CompleteReq(l.Bob, second.ID))
+	completed := l.Go(uploadlab.CompleteReq(l.Bob, second.ID))
 	e2etest.WaitForLockWaiters(t, l.Pool, "INSERT INTO upload_blob", 1)
 	gate.Release()
-	require.Equal(t, 1, upload.GCReportOf(t, collected.Wait(t)).BlobsReclaimed)
+	require.Equal(t, 1, uploadlab.GCReportOf(t, collected.Wait(t)).BlobsReclaimed)
 	r := completed.Wait(t)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 
 	onDisk, err := os.ReadFile(l.Store.BlobPath(digest))
 	require.NoError(t, err, "the second completion's bytes are in place")
-	require.Equal(t, digest, upload.SHA256Hex(onDisk))
+	require.Equal(t, digest, uploadlab.SHA256Hex(onDisk))
 	r = l.Commit(t, l.Bob, second.ID, "again.bin")
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	e2etest.Assert(t, l.Pool, "upload")
@@ -120,10 +121,10 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 // reclaimed after the grace period; young ones are left alone.
 func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{Settings: oneHour})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
 	ctx := context.Background()
 
-	data, digest := upload.Payload(11, 100<<10)
+	data, digest := uploadlab.Payload(11, 100<<10)
 	idle := l.Open(t, l.Alice, data, 50<<10, digest)
 	require.Equal(t, http.StatusCreated, l.Put(t, l.Alice, idle.ID, 0, data[:50<<10], nil).Status)
 	require.True(t, l.PartialExists(idle.ID))
@@ -137,8 +138,8 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 
 	strayPartial := uuid.NewString()
 	require.NoError(t, os.WriteFile(l.Store.PartialPath(strayPartial), []byte("left by a crash"), 0o640))
-	oldStray, oldDigest := upload.Payload(12, 1000)
-	youngStray, youngDigest := upload.Payload(13, 1000)
+	oldStray, oldDigest := uploadlab.Payload(12, 1000)
+	youngStray, youngDigest := uploadlab.Payload(13, 1000)
 	require.NoError(t, os.WriteFile(l.Store.BlobPath(oldDigest), oldStray, 0o640))
 	require.NoError(t, os.WriteFile(l.Store.BlobPath(youngDigest), youngStray, 0o640))
 	old := time.Now().Add(-2 * time.Hour)
@@ -158,7 +159,7 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 	require.Equal(t, upload.SessionExpired, l.SessionState(t, idle.ID))
 	require.False(t, l.PartialExists(idle.ID))
 	require.Equal(t, upload.SessionAborted, l.SessionState(t, aborted.ID))
-	require.NoFileExists(t, l.Store.BlobPath(upload.SHA256Hex([]byte("aborted after completion"))))
+	require.NoFileExists(t, l.Store.BlobPath(uploadlab.SHA256Hex([]byte("aborted after completion"))))
 	r = l.Put(t, l.Alice, idle.ID, 1, data[50<<10:], nil)
 	require.Equal(t, http.StatusGone, r.Status)
 
@@ -185,14 +186,14 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 // completes from them.
 func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{})
-	data, digest := upload.Payload(14, 300<<10)
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	data, digest := uploadlab.Payload(14, 300<<10)
 	s := l.Open(t, l.Alice, data, 100<<10, digest)
-	for n, c := range upload.Chunks(data, 100<<10) {
+	for n, c := range uploadlab.Chunks(data, 100<<10) {
 		require.Equal(t, http.StatusCreated, l.Put(t, l.Alice, s.ID, n, c, nil).Status)
 	}
 	l.Faults.Fail(faults.AfterBytesWritten, s.ID)
-	r := l.Do(t, faulted(upload.CompleteReq(l.Alice, s.ID)))
+	r := l.Do(t, faulted(uploadlab.CompleteReq(l.Alice, s.ID)))
 	require.Equal(t, http.StatusInternalServerError, r.Status)
 	require.Equal(t, upload.SessionOpen, l.SessionState(t, s.ID))
 	require.FileExists(t, l.Store.BlobPath(digest))
@@ -215,9 +216,9 @@ func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 // to catch, and holds again once the damage is repaired.
 func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	ctx := context.Background()
-	data, digest := upload.Payload(15, 100<<10)
+	data, digest := uploadlab.Payload(15, 100<<10)
 	f := l.Committed(t, l.Alice, data, 25<<10, "guarded.bin")
 	l.Publish(t, f)
 	e2etest.Assert(t, l.Pool, "upload")
@@ -288,12 +289,12 @@ func toString(v any) string {
 // its GC would take the first database's blobs for stray files.
 func TestABlobStoreServesOneDatabase(t *testing.T) {
 	t.Parallel()
-	first := upload.StartLab(e2etest.X(t), upload.LabOptions{})
+	first := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	f := first.Committed(t, first.Alice, []byte("first database's file"), 8, "mine.txt")
-	second := upload.StartLab(e2etest.X(t), upload.LabOptions{Dir: first.Dir, Settings: map[string]string{upload.EnvGrace: "1s"}})
-	s := second.Open(t, second.Alice, []byte("x"), 1, upload.SHA256Hex([]byte("x")))
+	second := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{upload.EnvDir: first.Dir, upload.EnvGrace: "1s"}})
+	s := second.Open(t, second.Alice, []byte("x"), 1, uploadlab.SHA256Hex([]byte("x")))
 	require.Equal(t, http.StatusCreated, second.Put(t, second.Alice, s.ID, 0, []byte("x"), nil).Status)
-	require.Equal(t, http.StatusInternalServerError, second.Do(t, faulted(upload.CompleteReq(second.Alice, s.ID))).Status)
+	require.Equal(t, http.StatusInternalServerError, second.Do(t, faulted(uploadlab.CompleteReq(second.Alice, s.ID))).Status)
 	r := second.Do(t, faulted(e2etest.Req{Method: "POST", Path: "/upload/gc", Token: second.Admin}))
 	require.Equal(t, http.StatusInternalServerError, r.Status)
 	require.FileExists(t, first.Store.BlobPath(f.SHA256))
@@ -318,17 +319,17 @@ func faulted(r e2etest.Req) e2etest.Req {
 func TestGCScansABoundedWindowPerRun(t *testing.T) {
 	t.Parallel()
 	const window = 3
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{Settings: map[string]string{
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{
 		upload.EnvGrace: "1h", upload.EnvGCScan: strconv.Itoa(window)}})
 
-	kept, keptDigest := upload.Payload(20, 4096)
+	kept, keptDigest := uploadlab.Payload(20, 4096)
 	f := l.Committed(t, l.Alice, kept, 4096, "kept.bin")
 	old := time.Now().Add(-2 * time.Hour)
-	young, youngDigest := upload.Payload(21, 1000)
+	young, youngDigest := uploadlab.Payload(21, 1000)
 	require.NoError(t, os.WriteFile(l.Store.BlobPath(youngDigest), young, 0o640))
 	strays := map[string]bool{}
 	for i := range 6 {
-		data, digest := upload.Payload(uint64(30+i), 1000)
+		data, digest := uploadlab.Payload(uint64(30+i), 1000)
 		require.NoError(t, os.WriteFile(l.Store.BlobPath(digest), data, 0o640))
 		require.NoError(t, os.Chtimes(l.Store.BlobPath(digest), old, old))
 		strays[digest] = true

@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	uploadlab "github.com/fencelab/fencelab/lab/upload"
 	"github.com/fencelab/fencelab/services/upload"
 )
 
 // runningHash reads a session's saved running hash: how many leading
 // chunks it covers and its marshalled state.
-func runningHash(t *testing.T, l *upload.Lab, id string) (int, []byte) {
+func runningHash(t *testing.T, l *uploadlab.Lab, id string) (int, []byte) {
 	t.Helper()
 	var n int
 	var state []byte
@@ -40,7 +41,7 @@ func prefixState(t *testing.T, chunks [][]byte, k int) []byte {
 
 // requireHashedThrough checks the saved running hash covers exactly the
 // first k chunks, with their bytes.
-func requireHashedThrough(t *testing.T, l *upload.Lab, id string, chunks [][]byte, k int) {
+func requireHashedThrough(t *testing.T, l *uploadlab.Lab, id string, chunks [][]byte, k int) {
 	t.Helper()
 	n, state := runningHash(t, l, id)
 	require.Equal(t, k, n, "chunks covered by the running hash")
@@ -48,7 +49,7 @@ func requireHashedThrough(t *testing.T, l *upload.Lab, id string, chunks [][]byt
 }
 
 // hashedBytes reads fencelab_upload_hashed_bytes_total{how} of one app.
-func hashedBytes(t *testing.T, l *upload.Lab, how string) int {
+func hashedBytes(t *testing.T, l *uploadlab.Lab, how string) int {
 	t.Helper()
 	families, err := l.Metrics.Gather()
 	require.NoError(t, err)
@@ -76,15 +77,15 @@ func hashedBytes(t *testing.T, l *upload.Lab, how string) int {
 // state of the leading chunks; the completed blob is the declared file.
 func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 	t.Parallel()
-	first := upload.StartLab(e2etest.X(t), upload.LabOptions{})
+	first := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	const chunkSize = 64 << 10
-	data, digest := upload.Payload(31, 6*chunkSize+1234)
-	chunks := upload.Chunks(data, chunkSize)
+	data, digest := uploadlab.Payload(31, 6*chunkSize+1234)
+	chunks := uploadlab.Chunks(data, chunkSize)
 	require.Len(t, chunks, 7)
 	s := first.Open(t, first.Alice, data, chunkSize, digest)
 	requireHashedThrough(t, first, s.ID, chunks, 0)
 
-	put := func(l *upload.Lab, n int) {
+	put := func(l *uploadlab.Lab, n int) {
 		t.Helper()
 		r := l.Put(t, l.Alice, s.ID, n, chunks[n], nil)
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
@@ -100,7 +101,7 @@ func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 	// The process "dies" after recording chunk 1 and before advancing the
 	// hash with it: the chunk is stored, the saved hash has not moved.
 	first.Faults.Fail(upload.PointChunkRecorded, fmt.Sprintf("%s/1", s.ID))
-	r := first.Do(t, faulted(upload.PutReq(first.Alice, s.ID, 1, chunks[1], nil)))
+	r := first.Do(t, faulted(uploadlab.PutReq(first.Alice, s.ID, 1, chunks[1], nil)))
 	require.Equal(t, http.StatusInternalServerError, r.Status, string(r.Body))
 	first.Faults.Disarm(upload.PointChunkRecorded)
 	require.Equal(t, 1, first.Count(t, `SELECT count(*) FROM upload_chunk WHERE session_id = $1 AND n = 1`, s.ID))
@@ -110,7 +111,7 @@ func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 	// A fresh process on the same database and store continues from the
 	// saved state: chunk 4 closes nothing by itself, but its PUT folds in
 	// the stored run 1..4, reading those chunks back.
-	second := upload.StartLab(e2etest.X(t), upload.LabOptions{DBURL: first.DBURL, Dir: first.Dir})
+	second := uploadlab.StartLab(e2etest.X(t), e2etest.Options{DBURL: first.DBURL, Settings: map[string]string{upload.EnvDir: first.Dir}})
 	put(second, 4)
 	requireHashedThrough(t, second, s.ID, chunks, 5)
 	require.Equal(t, 4*chunkSize, hashedBytes(t, second, "reread"))
@@ -147,16 +148,16 @@ func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 // file completes as declared.
 func TestAStaleStreamedHashIsDroppedNotSaved(t *testing.T) {
 	t.Parallel()
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
 	const chunkSize = 32 << 10
-	data, digest := upload.Payload(32, 4*chunkSize)
-	chunks := upload.Chunks(data, chunkSize)
+	data, digest := uploadlab.Payload(32, 4*chunkSize)
+	chunks := uploadlab.Chunks(data, chunkSize)
 	s := l.Open(t, l.Alice, data, chunkSize, digest)
 	require.Equal(t, http.StatusCreated, l.Put(t, l.Alice, s.ID, 0, chunks[0], nil).Status)
 	requireHashedThrough(t, l, s.ID, chunks, 1)
 
 	gate := l.Faults.Pause(upload.PointChunkRecorded, fmt.Sprintf("%s/1", s.ID))
-	late := l.Go(upload.PutReq(l.Alice, s.ID, 1, chunks[1], nil))
+	late := l.Go(uploadlab.PutReq(l.Alice, s.ID, 1, chunks[1], nil))
 	e2etest.WaitOrTimeout(t, gate.Reached(), "chunk 1's writer recorded its chunk")
 	require.Equal(t, http.StatusCreated, l.Put(t, l.Alice, s.ID, 2, chunks[2], nil).Status)
 	requireHashedThrough(t, l, s.ID, chunks, 3)

@@ -17,6 +17,7 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	uploadlab "github.com/fencelab/fencelab/lab/upload"
 	"github.com/fencelab/fencelab/services/upload"
 )
 
@@ -89,9 +90,9 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	tok, err := auth.Mint("user-0042", httpx.RoleUser, time.Hour)
 	require.NoError(t, err)
 
-	data, digest := upload.Payload(2, 2<<20+777)
+	data, digest := uploadlab.Payload(2, 2<<20+777)
 	const chunkSize = 512 << 10
-	parts := upload.Chunks(data, chunkSize)
+	parts := uploadlab.Chunks(data, chunkSize)
 	status, body, err := srv.do("POST", "/upload/sessions", tok, fmt.Appendf(nil,
 		`{"total_size":%d,"chunk_count":%d,"chunk_size":%d,"sha256":%q}`, len(data), len(parts), chunkSize, digest))
 	require.NoError(t, err)
@@ -115,17 +116,17 @@ func TestUP02ServerKilledAfterBlobWrittenLeavesAnOrphanGCReclaimsIt(t *testing.T
 	require.Error(t, e2etest.WaitOrTimeout(t, completeErr), "the client never got an answer")
 
 	// The same database and blob directory, served by a fresh process.
-	l := upload.StartLab(e2etest.X(t), upload.LabOptions{DBURL: dbURL, Dir: dir, Settings: map[string]string{upload.EnvGrace: "1h"}})
+	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{DBURL: dbURL, Settings: map[string]string{upload.EnvDir: dir, upload.EnvGrace: "1h"}})
 	onDisk, err := os.ReadFile(l.Store.BlobPath(digest))
 	require.NoError(t, err, "the bytes were written before the kill")
-	require.Equal(t, digest, upload.SHA256Hex(onDisk))
+	require.Equal(t, digest, uploadlab.SHA256Hex(onDisk))
 	require.Equal(t, upload.SessionOpen, l.SessionState(t, sessionID), "no metadata committed")
 	require.Equal(t, 0, l.Count(t, `SELECT refs FROM upload_blob WHERE sha256 = $1 AND state = 'present'`, digest))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM file_object`))
 	e2etest.Assert(t, l.Pool, "upload")
 
 	// A committed file, as old as the orphan will be: GC must keep it.
-	kept, keptDigest := upload.Payload(22, 300<<10)
+	kept, keptDigest := uploadlab.Payload(22, 300<<10)
 	keptFile := l.Committed(t, l.Alice, kept, 100<<10, "kept.bin")
 	l.Publish(t, keptFile)
 

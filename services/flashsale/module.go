@@ -28,11 +28,10 @@ const (
 // on the reservations' Inventory.
 func Module() app.Module {
 	return app.Module{
-		Name:        "flashsale",
-		Invariants:  slices.Concat(reserve.Invariants, order.Invariants),
-		Errors:      slices.Concat(reserve.Errors, order.Errors),
-		Experiments: slices.Concat(reserve.Experiments, order.Experiments),
-		Build:       build,
+		Name:       "flashsale",
+		Invariants: slices.Concat(reserve.Invariants, order.Invariants),
+		Errors:     slices.Concat(reserve.Errors, order.Errors),
+		Build:      build,
 	}
 }
 

@@ -16,8 +16,7 @@ import (
 func Idem() app.Module {
 	return app.Module{
 		Name: "idem", Chapter: "idem",
-		Invariants:  idem.Invariants,
-		Experiments: IdemExperiments,
+		Invariants: idem.Invariants,
 		Build: func(d app.Deps) (app.Runtime, error) {
 			keys := d.Keys() // the purge's, counting fencelab_idem_purged_total
 			retention := idem.DefaultRetention

@@ -26,9 +26,8 @@ const EnvOutboxDemo = "FENCELAB_OUTBOX_DEMO"
 func Outbox() app.Module {
 	return app.Module{
 		Name: "outbox", Chapter: "outbox",
-		Invariants:  outbox.Invariants,
-		Experiments: OutboxExperiments,
-		Build:       buildOutbox,
+		Invariants: outbox.Invariants,
+		Build:      buildOutbox,
 	}
 }
 

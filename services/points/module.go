@@ -16,7 +16,7 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "points", Chapter: "points",
-		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
+		Invariants: Invariants, Errors: Errors, Build: build,
 	}
 }
 

@@ -179,6 +179,12 @@ WITH fixed AS (
 INSERT INTO points_repair (account_id, stored, recomputed, actor) VALUES ($1, $2, $3, $4) RETURNING id`
 )
 
+// SQLDebit is the debit statement as the product runs it. It is exported
+// for one reader: the lab's naive debit (lab/points) runs this very
+// statement minus its guard, so the naive version differs from the
+// product by the guard alone (PTS-I1).
+const SQLDebit = sqlDebit
+
 // sqlDebit and sqlGrant run on every posting: rewritten to $n once
 // (pg.Named), not on every call.
 var (

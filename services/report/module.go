@@ -11,7 +11,7 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "report", Chapter: "lease",
-		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
+		Invariants: Invariants, Errors: Errors, Build: build,
 	}
 }
 

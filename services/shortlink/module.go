@@ -25,7 +25,7 @@ const DemoCode = "demo"
 func Module() app.Module {
 	return app.Module{
 		Name: "shortlink", Chapter: "shortlink",
-		Invariants: Invariants, Errors: Errors, Experiments: Experiments, Build: build,
+		Invariants: Invariants, Errors: Errors, Build: build,
 	}
 }
 

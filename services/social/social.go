@@ -18,11 +18,10 @@ import (
 // Module is the social case study; its chapters are its parts'.
 func Module() app.Module {
 	return app.Module{
-		Name:        "social",
-		Invariants:  slices.Concat(rel.Invariants, feed.Invariants, like.Invariants),
-		Errors:      slices.Concat(rel.Errors, feed.Errors, like.Errors),
-		Experiments: slices.Concat(rel.Experiments, feed.Experiments, like.Experiments),
-		Build:       build,
+		Name:       "social",
+		Invariants: slices.Concat(rel.Invariants, feed.Invariants, like.Invariants),
+		Errors:     slices.Concat(rel.Errors, feed.Errors, like.Errors),
+		Build:      build,
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "upload", Chapter: "upload",
-		Invariants: Invariants, Experiments: Experiments, Errors: Errors, Build: build,
+		Invariants: Invariants, Errors: Errors, Build: build,
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package pgserver provisions a PostgreSQL server for `fencelab dev` and for
 // the test harness, in the order the spec fixes: a given URL, else the local
 // PostgreSQL binaries (run as the `postgres` user when we are root, because
-// PostgreSQL refuses to run as root), else a testcontainers-go container when
+// PostgreSQL refuses to run as root), else a container (docker CLI) when
 // a Docker engine answers, else an error that says what to install
 // (`dev` may install it first: DecideInstall).
 package pgserver
@@ -40,7 +40,7 @@ const (
 var ErrNoPostgres = errors.New(`pgserver: no PostgreSQL available: set DATABASE_URL, ` +
 	`or install the server binaries (Debian/Ubuntu: apt-get install postgresql; ` +
 	`initdb and pg_ctl must be on PATH or under /usr/lib/postgresql/*/bin), ` +
-	`or start a Docker engine for testcontainers`)
+	`or start a Docker engine (the docker CLI runs a container)`)
 
 // Env is what Choose looks at; tests fill it by hand to cover every branch.
 type Env struct {

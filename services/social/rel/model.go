@@ -46,10 +46,10 @@ var Ops = []Op{OpFollow, OpUnfollow, OpApprove, OpReject, OpBlock, OpUnblock}
 
 // Relation is one row of the truth table.
 type Relation struct {
-	Follower  string    `json:"follower"`
-	Followee  string    `json:"followee"`
-	State     State     `json:"state"`
-	Version   int64     `json:"version"`
+	Follower string `json:"follower"`
+	Followee string `json:"followee"`
+	State    State  `json:"state"`
+	Version  int64  `json:"version"`
 	// UpdatedAt is absent while the pair has no row (state none, version
 	// 0): there is no change to date, and a zero time would read as one.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`

@@ -1,0 +1,482 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/fencelab/fencelab/core/claim"
+	"github.com/fencelab/fencelab/core/fakeprovider"
+	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/flashsale/order"
+	"github.com/fencelab/fencelab/services/flashsale/reserve"
+)
+
+// Experiments are the orders chapter's runnable claims, driven through the
+// Lab kit (kit.go) against a real fake payment channel on loopback.
+var Experiments = []lab.Experiment{ChargeAnswerLost, SuccessDeliveredFiveTimes, LateSuccessUnitResold,
+	LateSuccessUnitFree, ForgedCallbacks, LateLandingCharge, ReconcileCloses}
+
+// ORD-01: the channel takes the charge but its answer is lost on the way
+// back. The order must neither fail nor give its unit up (ORD-O2): it
+// stays PAYING with the unit held. Reconciliation's query first finds the
+// charge still pending (nothing changes but that we learn its id), and
+// once the payment network has settled it — its callback held back, so
+// only the query can tell — makes the order PAID. The held callback,
+// arriving last, changes nothing.
+var ChargeAnswerLost = lab.Experiment{
+	ID:         "orders/charge-answer-lost",
+	Test:       "TestORD01ChargeTakenAnswerDroppedStaysPayingReconcileQueryMakesItPaid",
+	Claim:      "the channel takes the charge but its answer is lost: the order stays PAYING with its unit held, and reconciliation's query makes it PAID",
+	Invariants: []string{reserve.Module},
+	Run: func(x *lab.X) {
+		t := x
+		l := StartLab(x, lab.Options{})
+		tok := l.User(t, "user-0042")
+		res := l.Reserve(t, tok, labSKU, "ord01-0042")
+		o := l.Order(t, tok, res.ID)
+
+		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, DropResponse: true, Times: 1})
+		r := l.Do(t, PayReq(tok, o.ID))
+		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+		v := l.View(t, tok, o.ID)
+		require.Equal(t, order.StatePaying, v.State, "no answer is not a failure (ORD-O2)")
+		require.Empty(t, v.EffectID, "the answer naming the charge was lost")
+		require.Equal(t, reserve.StateHeld, l.Reservation(t, res.ID).State, "no answer never returns the unit (ORD-O2)")
+		require.Len(t, v.PaymentEvents, 1)
+		require.Equal(t, order.PayUnknown, v.PaymentEvents[0].Status)
+		ch := l.Charge(t, o) // the channel did take it
+		require.Equal(t, fakeprovider.StatusPending, ch.Status)
+
+		out := l.Reconcile(t)
+		require.Equal(t, map[string]int{"pending": 1}, out.Outcomes)
+		v = l.View(t, tok, o.ID)
+		require.Equal(t, order.StatePaying, v.State)
+		require.Equal(t, ch.ID, v.EffectID, "the query names the charge")
+
+		l.Pay.HoldCallbacks()
+		require.NoError(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
+		out = l.Reconcile(t)
+		require.Equal(t, map[string]int{"paid": 1}, out.Outcomes)
+
+		require.Equal(t, 1, l.Pay.ReleaseCallbacks(false))
+		l.Pay.WaitCallbacks()
+		v = l.View(t, tok, o.ID)
+		require.Equal(t, order.StatePaid, v.State)
+		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID"}, Applied(v))
+		require.Equal(t, []string{"confirm"}, Units(v))
+		last := v.PaymentEvents[len(v.PaymentEvents)-1]
+		require.Equal(t, order.SourceCallback, last.Source, "the late callback is recorded…")
+		require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM flashsale_order_transition WHERE order_id = $1 AND NOT applied AND event_id = $2`, o.ID, last.ID),
+			"…and its move refused")
+		require.Equal(t, reserve.StateConfirmed, l.Reservation(t, res.ID).State)
+		require.Equal(t, 1, l.PaidEvents(t, o.ID))
+		require.Equal(t, 1, l.Pay.Requests(fakeprovider.OpCreate), "one charge request: reconciliation asks, it never charges")
+		l.AssertSettled(t)
+	},
+}
+
+// ORD-02: the channel's success callback arrives five times, shuffled
+// with a stale failure callback for the same charge, all at once. Each
+// order ends PAID through exactly one transition, one confirmation and
+// one order_paid event (ORD-O3): duplicates are answered from the inbox,
+// and the failure, checked against the channel's query before it could
+// cost the unit, turns out to be a success already applied.
+var SuccessDeliveredFiveTimes = lab.Experiment{
+	ID:         "orders/success-delivered-five-times",
+	Test:       "TestORD02SuccessCallbackFiveTimesShuffledWithFailureOneTransitionOneConfirmOneEvent",
+	Claim:      "a success callback delivered five times, shuffled with a stale failure: one transition, one confirmation, one order_paid event",
+	Invariants: []string{reserve.Module},
+	Naive:      "a callback handler without its inbox: every delivery of the success is applied again",
+	Catches:    []string{"ORD-O3"},
+	Run: func(x *lab.X) {
+		t := x
+		l := StartLab(x, lab.Options{})
+		if x.Naive {
+			naiveFiveDeliveries(x, l)
+			return
+		}
+		const rounds = 4
+		for i := range rounds {
+			sub := "user-00" + itoa(int64(42+i))
+			tok := l.User(t, sub)
+			res := l.Reserve(t, tok, labSKU, "ord02-"+sub)
+			o := l.Order(t, tok, res.ID)
+			ch := l.PayPending(t, tok, o.ID)
+
+			got, restore := l.Capture(t)
+			require.NoError(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
+			ds := got()
+			restore()
+			require.Len(t, ds, 1)
+			success := ds[0]
+			var cb fakeprovider.Callback
+			require.NoError(t, json.Unmarshal(success.Body, &cb))
+
+			stale := ch
+			stale.Status = fakeprovider.StatusFailed
+			failBody, failSig := SignedCallback(t, "evt_pay_stale_failure_"+itoa(o.ID), order.CallbackFailed, stale)
+			sends := []Delivery{{failBody, failSig}}
+			for range 5 {
+				// A redelivery is signed afresh, as the channel does.
+				sends = append(sends, Delivery{success.Body, fakeprovider.Sign([]byte(LabSecret), time.Now(), success.Body)})
+			}
+			rand.Shuffle(len(sends), func(a, b int) { sends[a], sends[b] = sends[b], sends[a] })
+
+			answers := make([]order.CallbackAnswer, len(sends))
+			gate := make(chan struct{})
+			var wg sync.WaitGroup
+			for k, d := range sends {
+				wg.Go(func() {
+					<-gate
+					r := l.Callback(t, d.Body, d.Signature)
+					require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+					r.JSON(t, &answers[k])
+				})
+			}
+			close(gate)
+			wg.Wait()
+
+			firsts := 0
+			for k, a := range answers {
+				require.Equal(t, order.StatePaid, a.State, "every answer sees the order paid")
+				if !a.Duplicate {
+					firsts++
+				}
+				if sends[k].Signature == failSig {
+					require.False(t, a.Duplicate, "the failure is an event of its own")
+				}
+			}
+			require.Equal(t, 2, firsts, "the success applied once, the failure recorded once; four duplicates")
+
+			v := l.View(t, tok, o.ID)
+			require.Equal(t, order.StatePaid, v.State)
+			require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID"}, Applied(v), "one transition")
+			require.Equal(t, []string{"confirm"}, Units(v), "one confirmation")
+			require.Equal(t, 1, l.PaidEvents(t, o.ID), "one event")
+			require.Equal(t, reserve.StateConfirmed, l.Reservation(t, res.ID).State)
+			require.Equal(t, 5, l.Count(t, `SELECT deliveries FROM flashsale_payment_event WHERE provider_event_id = $1`, cb.ID),
+				"every delivery of the success counted on its one inbox row")
+			require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM flashsale_payment_event
+				WHERE order_id = $1 AND source = 'query' AND status = 'succeeded'`, o.ID), "the failure was checked by a query")
+		}
+		require.Equal(t, rounds, l.Pay.Requests(fakeprovider.OpQuery), "one query per failure, none per success")
+		l.AssertSettled(t)
+	},
+}
+
+// ORD-03: the payment succeeds after the hold expired and its unit was
+// sold to someone else. The money cannot buy a unit, so it goes back
+// through the channel, once: the order is REFUNDED, the first refund's
+// answer is lost and the refund is asked for again (by reconciliation and
+// by the refund job's retry), and the channel's ledger shows one refund.
+// The other buyer keeps the unit; the stock invariants hold.
+var LateSuccessUnitResold = lab.Experiment{
+	ID:         "orders/late-success-unit-resold",
+	Test:       "TestORD03SuccessAfterHoldExpiredAndUnitResoldIsRefundedOnce",
+	Claim:      "money that arrives after the hold expired and its unit was resold is refunded exactly once",
+	Invariants: []string{reserve.Module},
+	Run: func(x *lab.X) {
+		t := x
+		l := StartLab(x, lab.Options{})
+		l.AddSKU(t, "sku-lab-02", 1)
+		tok, other := l.User(t, "user-0042"), l.User(t, "user-0043")
+		res := l.Reserve(t, tok, "sku-lab-02", "ord03-0042")
+		o := l.Order(t, tok, res.ID)
+		ch := l.PayPending(t, tok, o.ID)
+
+		l.ExpireHold(t, res.ID)
+		resold := l.Reserve(t, other, "sku-lab-02", "ord03-0043")
+
+		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpRefund, DropResponse: true, Times: 1})
+		l.Settle(t, ch.ID, fakeprovider.StatusSucceeded)
+		v := l.View(t, tok, o.ID)
+		require.Equal(t, order.StateRefunding, v.State, "charged late, no unit free: the money is owed back")
+		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID_LATE", "PAID_LATE→REFUNDING"}, Applied(v))
+
+		// The refund job's first attempt: the channel refunds, the answer is
+		// lost (and the refund's callback held back, so that only our own
+		// calls can tell).
+		l.Pay.HoldCallbacks()
+		jobs := l.RunRefundJobs(t)
+		require.Len(t, jobs, 1)
+		require.Equal(t, order.StateRefunding, l.View(t, tok, o.ID).State)
+		require.Len(t, l.Pay.Refunds(), 1)
+
+		// Reconciliation asks again with the same key: the channel answers with
+		// the refund it made.
+		require.Equal(t, map[string]int{"refunded": 1}, l.Reconcile(t).Outcomes)
+		// The job's retry, due now, finds nothing left to do.
+		_, err := l.Pool.Exec(t.Context(), `UPDATE job SET due_at = now() WHERE id = $1`, jobs[0].ID)
+		require.NoError(t, err)
+		require.Len(t, l.RunRefundJobs(t), 1)
+		j, _, err := l.Jobs.Get(t.Context(), jobs[0].ID, 0)
+		require.NoError(t, err)
+		require.Equal(t, claim.StateSucceeded, j.State)
+		require.Equal(t, 1, l.Pay.ReleaseCallbacks(false), "the refund's callback, last, changes nothing")
+		l.Pay.WaitCallbacks()
+
+		v = l.View(t, tok, o.ID)
+		require.Equal(t, order.StateRefunded, v.State)
+		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID_LATE", "PAID_LATE→REFUNDING", "REFUNDING→REFUNDED"}, Applied(v))
+		require.Equal(t, order.Price, v.Charged)
+		require.Equal(t, order.Price, v.Refunded)
+		require.Empty(t, Units(v), "no unit was confirmed for the late money")
+		require.Len(t, l.Pay.Refunds(), 1, "refunded once")
+		require.Equal(t, 2, l.Pay.Requests(fakeprovider.OpRefund), "asked twice, with one key")
+		require.Equal(t, fakeprovider.StatusRefunded, l.Charge(t, o).Status)
+		require.Equal(t, 0, l.PaidEvents(t, o.ID))
+		require.Equal(t, reserve.StateReleased, l.Reservation(t, res.ID).State)
+		require.Equal(t, reserve.StateHeld, l.Reservation(t, resold.ID).State, "the other buyer keeps the unit")
+		l.AssertSettled(t)
+	},
+}
+
+// ORD-04: as ORD-03, but nobody bought the released unit: the late money
+// retakes it (ORD-O4) and the order is CONFIRMED_LATE, with its one
+// order_paid event; nothing is refunded.
+var LateSuccessUnitFree = lab.Experiment{
+	ID:         "orders/late-success-unit-free",
+	Test:       "TestORD04SuccessAfterHoldExpiredUnitFreeIsConfirmedLate",
+	Claim:      "money that arrives after the hold expired buys the unit back when nobody took it (CONFIRMED_LATE)",
+	Invariants: []string{reserve.Module},
+	Run: func(x *lab.X) {
+		t := x
+		l := StartLab(x, lab.Options{})
+		l.AddSKU(t, "sku-lab-02", 1)
+		tok := l.User(t, "user-0042")
+		res := l.Reserve(t, tok, "sku-lab-02", "ord04-0042")
+		o := l.Order(t, tok, res.ID)
+		ch := l.PayPending(t, tok, o.ID)
+		l.ExpireHold(t, res.ID)
+		require.Equal(t, 1, l.Count(t, `SELECT available FROM flashsale_sku WHERE sku = 'sku-lab-02'`))
+
+		l.Pay.DuplicateCallbacks(2)
+		l.Settle(t, ch.ID, fakeprovider.StatusSucceeded)
+
+		v := l.View(t, tok, o.ID)
+		require.Equal(t, order.StateConfirmedLate, v.State)
+		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID_LATE", "PAID_LATE→CONFIRMED_LATE"}, Applied(v))
+		require.Equal(t, []string{"retake"}, Units(v))
+		got := l.Reservation(t, res.ID)
+		require.Equal(t, reserve.StateConfirmed, got.State)
+		require.NotNil(t, got.RetakenAt)
+		require.Equal(t, 0, l.Count(t, `SELECT available FROM flashsale_sku WHERE sku = 'sku-lab-02'`))
+		require.Equal(t, 1, l.PaidEvents(t, o.ID))
+		require.Empty(t, l.Pay.Refunds())
+		require.Equal(t, 0, l.Count(t, `SELECT count(*) FROM job WHERE kind = $1`, order.RefundKind))
+		l.AssertSettled(t)
+	},
+}
+
+// ORD-05: forged and replayed callbacks are refused and change nothing
+// (ORD-O5). Before the real success: a body signed with the wrong secret,
+// no signature, a signed body altered in transit, a callback signed
+// outside the window — each a 401 and not a row written, the order still
+// PAYING. After it: the captured callback replayed as is (within the
+// window: a redelivery, answered 200 duplicate from the inbox), re-signed
+// with an old timestamp (401), and its event id reused for another body
+// (409) — nothing changes.
+var ForgedCallbacks = lab.Experiment{
+	ID:         "orders/forged-callbacks",
+	Test:       "TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing",
+	Claim:      "forged, tampered and replayed callbacks are refused and change nothing",
+	Invariants: []string{reserve.Module},
+	Run: func(x *lab.X) {
+		t := x
+		l := StartLab(x, lab.Options{})
+		tok := l.User(t, "user-0042")
+		res := l.Reserve(t, tok, labSKU, "ord05-0042")
+		o := l.Order(t, tok, res.ID)
+		ch := l.PayPending(t, tok, o.ID)
+
+		paid := ch
+		paid.Status = fakeprovider.StatusSucceeded
+		body, sig := SignedCallback(t, "evt_pay_forged", order.CallbackSucceeded, paid)
+		altered := []byte(string(body[:len(body)-1]) + ` `) // one byte differs
+		altered = append(altered, '}')
+		stale := fakeprovider.Sign([]byte(LabSecret), time.Now().Add(-10*time.Minute), body)
+		before := l.Snapshot(t)
+		for _, tc := range []struct {
+			name      string
+			body      []byte
+			signature string
+			code      string
+		}{
+			{"wrong secret", body, fakeprovider.Sign([]byte("not-the-channel-secret-0000"), time.Now(), body), "callback_signature_invalid"},
+			{"no signature", body, "", "callback_signature_invalid"},
+			{"garbage signature", body, "t=abc,v1=00", "callback_signature_invalid"},
+			{"body altered after signing", altered, sig, "callback_signature_invalid"},
+			{"signed outside the window", body, stale, "callback_signature_stale"},
+		} {
+			r := l.ForgedCallback(t, tc.body, tc.signature)
+			require.Equal(t, http.StatusUnauthorized, r.Status, "%s: %s", tc.name, r.Body)
+			require.Equal(t, tc.code, r.Code(), tc.name)
+		}
+		require.Equal(t, before, l.Snapshot(t), "forged callbacks change nothing")
+		require.Equal(t, order.StatePaying, l.View(t, tok, o.ID).State)
+
+		got, restore := l.Capture(t)
+		require.NoError(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
+		real := got()[0]
+		restore()
+		r := l.Callback(t, real.Body, real.Signature)
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var first order.CallbackAnswer
+		r.JSON(t, &first)
+		require.False(t, first.Duplicate)
+		require.Equal(t, order.StatePaid, first.State)
+
+		before = l.Snapshot(t)
+		r = l.Callback(t, real.Body, real.Signature)
+		require.Equal(t, http.StatusOK, r.Status, "a replay inside the window is a redelivery: %s", r.Body)
+		var again order.CallbackAnswer
+		r.JSON(t, &again)
+		require.True(t, again.Duplicate)
+		r = l.Callback(t, real.Body, fakeprovider.Sign([]byte(LabSecret), time.Now().Add(-time.Hour), real.Body))
+		require.Equal(t, http.StatusUnauthorized, r.Status)
+		require.Equal(t, "callback_signature_stale", r.Code())
+		var cb fakeprovider.Callback
+		require.NoError(t, json.Unmarshal(real.Body, &cb))
+		cb.Effect.Status, cb.Type = fakeprovider.StatusFailed, order.CallbackFailed
+		other, _ := json.Marshal(cb)
+		r = l.Callback(t, other, fakeprovider.Sign([]byte(LabSecret), time.Now(), other))
+		require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+		require.Equal(t, "callback_event_conflict", r.Code())
+		require.Equal(t, before, l.Snapshot(t), "replays change nothing")
+		require.Equal(t, 2, l.Count(t, `SELECT deliveries FROM flashsale_payment_event WHERE provider_event_id = $1`, cb.ID),
+			"the redelivery is counted on the inbox row, and only there")
+
+		v := l.View(t, tok, o.ID)
+		require.Equal(t, []string{"CREATED→PAYING", "PAYING→PAID"}, Applied(v))
+		require.Equal(t, 1, l.PaidEvents(t, o.ID))
+		l.AssertSettled(t)
+	},
+}
+
+// ORD-O2 and ORD-O4 together: the charge request reaches the channel
+// late, after the pay call has given up waiting (a proxy holds it on the
+// way). Reconciliation finds no charge at all and closes the order,
+// returning its unit — on the channel's authoritative answer, not a
+// guess. Then the charge lands and is paid: money after the order was
+// closed, with the unit still free, retakes it (CLOSED → PAID_LATE →
+// CONFIRMED_LATE).
+var LateLandingCharge = lab.Experiment{
+	ID:         "orders/late-landing-charge",
+	Test:       "TestORDLateLandingChargeAfterCloseRetakesTheUnit",
+	Claim:      "a charge that lands after reconciliation closed it retakes the unit (or refunds), never charges twice",
+	Invariants: []string{reserve.Module},
+	Run: func(x *lab.X) {
+		t := x
+		slow := NewSlowCreates(t)
+		l := StartLab(x, lab.Options{Settings: map[string]string{order.EnvCallTimeout: "200ms", order.EnvPayURL: slow.URL()}})
+		slow.To(l.Pay.URL())
+		tok := l.User(t, "user-0042")
+		res := l.Reserve(t, tok, labSKU, "ord-late-0042")
+		o := l.Order(t, tok, res.ID)
+
+		r := l.Do(t, PayReq(tok, o.ID))
+		require.Equal(t, http.StatusAccepted, r.Status, "no answer within the timeout: still paying: %s", r.Body)
+		require.Empty(t, l.Pay.EffectsFor(o.PaymentRef), "the charge is still on its way")
+		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes)
+		v := l.View(t, tok, o.ID)
+		require.Equal(t, order.StateClosed, v.State)
+		require.Equal(t, []string{"release"}, Units(v))
+		require.Equal(t, reserve.StateReleased, l.Reservation(t, res.ID).State)
+
+		slow.Land(t)
+		l.Settle(t, l.Charge(t, o).ID, fakeprovider.StatusSucceeded)
+
+		v = l.View(t, tok, o.ID)
+		require.Equal(t, order.StateConfirmedLate, v.State)
+		require.Equal(t, []string{"CREATED→PAYING", "PAYING→CLOSED", "CLOSED→PAID_LATE", "PAID_LATE→CONFIRMED_LATE"}, Applied(v))
+		require.Equal(t, []string{"release", "retake"}, Units(v))
+		require.Equal(t, reserve.StateConfirmed, l.Reservation(t, res.ID).State)
+		l.AssertSettled(t)
+	},
+}
+
+// A pending charge whose hold ends is closed at the channel first, so it
+// can never be paid, and then the order (PAYING → CLOSED, unit back); a
+// definite refusal of the charge fails the order at once.
+var ReconcileCloses = lab.Experiment{
+	ID:         "orders/reconcile-closes",
+	Test:       "TestORDReconcileClosesPendingChargeAfterHoldEndsAndRefusalFails",
+	Claim:      "reconciliation closes a pending charge once the hold ended; a charge the channel refuses fails the order and returns the unit",
+	Invariants: []string{reserve.Module},
+	Run: func(x *lab.X) {
+		t := x
+		l := StartLab(x, lab.Options{})
+		tok, tok2 := l.User(t, "user-0042"), l.User(t, "user-0043")
+		res := l.Reserve(t, tok, labSKU, "ord-close-0042")
+		o := l.Order(t, tok, res.ID)
+		ch := l.PayPending(t, tok, o.ID)
+		_, err := l.Pool.Exec(t.Context(), `UPDATE flashsale_reservation SET expires_at = now() - interval '1 second' WHERE id = $1`, res.ID)
+		require.NoError(t, err)
+
+		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes)
+		require.Equal(t, fakeprovider.StatusClosed, l.Charge(t, o).Status)
+		v := l.View(t, tok, o.ID)
+		require.Equal(t, order.StateClosed, v.State)
+		require.Equal(t, []string{"release"}, Units(v))
+		require.Equal(t, reserve.StateReleased, l.Reservation(t, res.ID).State)
+		require.Error(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded), "a closed charge can no longer be paid")
+
+		res2 := l.Reserve(t, tok2, labSKU, "ord-refused-0043")
+		o2 := l.Order(t, tok2, res2.ID)
+		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Status: http.StatusPaymentRequired, Times: 1})
+		r := l.Do(t, PayReq(tok2, o2.ID))
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		v2 := l.View(t, tok2, o2.ID)
+		require.Equal(t, order.StateFailed, v2.State, "the channel refused the charge: a definite failure")
+		require.Equal(t, []string{"release"}, Units(v2))
+		require.Equal(t, reserve.StateReleased, l.Reservation(t, res2.ID).State)
+
+		// A 503 is not a refusal of the payment: the order stays PAYING and the
+		// query settles it.
+		res3 := l.Reserve(t, l.User(t, "user-0044"), labSKU, "ord-503-0044")
+		o3 := l.Order(t, l.User(t, "user-0044"), res3.ID)
+		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Status: http.StatusServiceUnavailable, Times: 1})
+		r = l.Do(t, PayReq(l.User(t, "user-0044"), o3.ID))
+		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+		require.Equal(t, reserve.StateHeld, l.Reservation(t, res3.ID).State)
+		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes, "the channel has no charge: closed on its word")
+		l.AssertSettled(t)
+	},
+}
+
+// naiveFiveDeliveries is a callback handler without its inbox, done by the
+// experiment to the scratch database: each of five deliveries of one
+// success is applied as if it were the first — a move into PAID and an
+// order_paid event each time. ORD-O3 counts them.
+func naiveFiveDeliveries(x *lab.X, l *Lab) {
+	ctx := context.Background()
+	tok := l.User(x, "user-0042")
+	res := l.Reserve(x, tok, labSKU, "ord02-naive")
+	o := l.Order(x, tok, res.ID)
+	ch := l.PayPending(x, tok, o.ID)
+	got, restore := l.Capture(x)
+	require.NoError(x, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
+	ds := got()
+	restore()
+	require.Len(x, ds, 1)
+	for i := range 5 {
+		_, err := l.Pool.Exec(ctx, `
+WITH moved AS (
+    INSERT INTO flashsale_order_transition (order_id, from_state, to_state, applied, found_state, unit, cause)
+    VALUES ($1, 'PAYING', 'PAID', true, 'PAYING', CASE WHEN $2 THEN 'confirm' END, 'naive callback')
+)
+INSERT INTO outbox_event (topic, key, payload) VALUES ($3, $1::text, '{}')`, o.ID, i == 0, order.TopicOrderPaid)
+		step := lab.Step{Actor: "channel", Action: fmt.Sprintf("callback succeeded (delivery %d)", i+1), Outcome: lab.Violates,
+			Note: "applied again: no inbox row to say it was seen"}
+		if err != nil {
+			step.Outcome, step.Note = "error", err.Error()
+		}
+		x.Step(step)
+	}
+}
