@@ -1,8 +1,9 @@
 // Package pgserver provisions a PostgreSQL server for `fencelab dev` and for
 // the test harness, in the order the spec fixes: a given URL, else the local
 // PostgreSQL binaries (run as the `postgres` user when we are root, because
-// PostgreSQL refuses to run as root), else a container (docker CLI) when
-// a Docker engine answers, else an error that says what to install
+// PostgreSQL refuses to run as root), else a container when a Docker engine
+// answers (the docker CLI; the test harness passes testcontainers-go as
+// Options.Container), else an error that says what to install
 // (`dev` may install it first: DecideInstall).
 package pgserver
 
@@ -145,6 +146,12 @@ type Options struct {
 	MaxConnections int
 	// Log receives the server's stderr; nil writes it to <parent>/postgres.log.
 	Log io.Writer
+	// Container starts the third choice, a PostgreSQL container, and
+	// returns its superuser URL and how to remove it. nil runs it with the
+	// docker CLI. The test harness (pgtest) passes testcontainers-go here:
+	// it is the field's tool for tests, but it carries a test framework,
+	// so the deployable (dev, bench, the lab) never links it.
+	Container func(ctx context.Context, image string) (url string, terminate func(context.Context) error, err error)
 }
 
 // Server is a running PostgreSQL.
@@ -210,8 +217,27 @@ func Provision(ctx context.Context, givenURL string, o Options) (*Server, error)
 	case Local:
 		return StartLocal(ctx, env.BinDir, o)
 	default:
+		if o.Container != nil {
+			return adoptContainer(ctx, o.Container)
+		}
 		return startContainer(ctx)
 	}
+}
+
+// adoptContainer runs start (Options.Container) and wraps its server.
+func adoptContainer(ctx context.Context, start func(context.Context, string) (string, func(context.Context) error, error)) (*Server, error) {
+	u, terminate, err := start(ctx, ContainerImage)
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: container: %w", err)
+	}
+	s, err := fromURL(u)
+	if err != nil {
+		_ = terminate(context.Background())
+		return nil, err
+	}
+	s.Strategy = Container
+	s.terminate = terminate
+	return s, nil
 }
 
 func fromURL(raw string) (*Server, error) {

@@ -63,7 +63,7 @@ func Server(t testing.TB) *pgserver.Server {
 	once.Do(func() {
 		begin := time.Now()
 		shared, sharedErr = pgserver.Provision(context.Background(), os.Getenv(EnvURL),
-			pgserver.Options{Ephemeral: true})
+			pgserver.Options{Ephemeral: true, Container: testcontainer})
 		started = time.Since(begin)
 	})
 	if sharedErr != nil {
