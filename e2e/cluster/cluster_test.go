@@ -115,9 +115,9 @@ func startCluster(t *testing.T, mode string, basePort int, env ...string) *clust
 	go func() { done <- up.Wait() }()
 	select {
 	case err = <-done:
-	case <-time.After(90 * time.Second):
+	case <-time.After(180 * time.Second): // a hang guard: four clusters start at once beside the rest of the suite on 2 cores
 		_ = syscall.Kill(-up.Process.Pid, syscall.SIGKILL)
-		err = fmt.Errorf("up.sh took longer than 90s")
+		err = fmt.Errorf("up.sh took longer than 180s")
 	}
 	if err != nil {
 		for _, name := range []string{"patroni0", "patroni1", "haproxy", "migrate", "serve0"} {
