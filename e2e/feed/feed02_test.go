@@ -181,7 +181,8 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 }
 
 // The lab's feed experiment: a block takes effect on the next page (and the
-// naive page served from the inbox without the re-check is caught).
+// naive page, the product's statement minus its access re-check, is
+// caught; its control, without the block, holds).
 func TestFEEDLabRevokedOnNextRead(t *testing.T) {
 	t.Parallel()
 	e2etest.Experiment(t, feedlab.RevokedOnNextRead)

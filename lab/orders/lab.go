@@ -1,9 +1,7 @@
 package orders
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -87,18 +85,25 @@ var ChargeAnswerLost = lab.Experiment{
 // one order_paid event (ORD-O3): duplicates are answered from the inbox,
 // and the failure, checked against the channel's query before it could
 // cost the unit, turns out to be a success already applied.
+//
+// The naive version (naive.go) points the channel's callbacks at a
+// handler without the inbox whose move is the product's minus its state
+// condition; the channel delivers the one success five times and ORD-O3
+// counts the five moves, confirmations and order_paid events those
+// deliveries wrote. Its control is the same handler with one delivery.
 var SuccessDeliveredFiveTimes = lab.Experiment{
 	ID:         "orders/success-delivered-five-times",
 	Test:       "TestORD02SuccessCallbackFiveTimesShuffledWithFailureOneTransitionOneConfirmOneEvent",
 	Claim:      "a success callback delivered five times, shuffled with a stale failure: one transition, one confirmation, one order_paid event",
 	Invariants: []string{reserve.Module},
-	Naive:      "a callback handler without its inbox: every delivery of the success is applied again",
-	Catches:    []string{"ORD-O3"},
+	Naive:      "a callback handler without its inbox, whose move is not conditional on the state: the channel delivers the success five times and each delivery is applied again",
+	Catches:    []string{"ORD-O3", "ORD-O1"},
+	Control:    "the same naive handler, the success delivered once",
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})
 		if x.Naive {
-			naiveFiveDeliveries(x, l)
+			naiveSuccessDeliveries(x, l)
 			return
 		}
 		const rounds = 4
@@ -448,35 +453,4 @@ var ReconcileCloses = lab.Experiment{
 		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes, "the channel has no charge: closed on its word")
 		l.AssertSettled(t)
 	},
-}
-
-// naiveFiveDeliveries is a callback handler without its inbox, done by the
-// experiment to the scratch database: each of five deliveries of one
-// success is applied as if it were the first — a move into PAID and an
-// order_paid event each time. ORD-O3 counts them.
-func naiveFiveDeliveries(x *lab.X, l *Lab) {
-	ctx := context.Background()
-	tok := l.User(x, "user-0042")
-	res := l.Reserve(x, tok, labSKU, "ord02-naive")
-	o := l.Order(x, tok, res.ID)
-	ch := l.PayPending(x, tok, o.ID)
-	got, restore := l.Capture(x)
-	require.NoError(x, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
-	ds := got()
-	restore()
-	require.Len(x, ds, 1)
-	for i := range 5 {
-		_, err := l.Pool.Exec(ctx, `
-WITH moved AS (
-    INSERT INTO flashsale_order_transition (order_id, from_state, to_state, applied, found_state, unit, cause)
-    VALUES ($1, 'PAYING', 'PAID', true, 'PAYING', CASE WHEN $2 THEN 'confirm' END, 'naive callback')
-)
-INSERT INTO outbox_event (topic, key, payload) VALUES ($3, $1::text, '{}')`, o.ID, i == 0, order.TopicOrderPaid)
-		step := lab.Step{Actor: "channel", Action: fmt.Sprintf("callback succeeded (delivery %d)", i+1), Outcome: lab.Violates,
-			Note: "applied again: no inbox row to say it was seen"}
-		if err != nil {
-			step.Outcome, step.Note = "error", err.Error()
-		}
-		x.Step(step)
-	}
 }

@@ -149,13 +149,15 @@ var ProcessingLeaseTakenOver = lab.Experiment{
 	Test:       "TestUP03ProcessingLeaseExpiresSecondRunnerTakesOverOnePublish",
 	Claim:      "a processing run whose lease lapsed is superseded: the second runner publishes once, the first cannot",
 	Invariants: []string{"upload", "claim"},
-	Naive:      "the superseded run publishes anyway: a write without the fence check",
+	Naive:      "a run that publishes in a transaction of its own, before its fenced completion: runner A, superseded, wakes first and publishes; its completion is refused, the publish stays",
 	Catches:    []string{"UP-F3"},
+	Control:    "the same naive run alone: no lease lapses, no takeover",
 	Run: func(x *lab.X) {
-		cases := []string{"after", "before"} // the first run wakes after / before the takeover publishes
 		if x.Naive {
-			cases = []string{"naive"}
+			naiveTakeover(x)
+			return
 		}
+		cases := []string{"after", "before"} // the first run wakes after / before the takeover publishes
 		for _, wakes := range cases {
 			processingTakeover(x, wakes)
 		}
@@ -165,8 +167,8 @@ var ProcessingLeaseTakenOver = lab.Experiment{
 // processingTakeover is one UP-03 timeline: runner A claims the processing
 // job and pauses before publishing; its lease lapses (forced with SQL),
 // recovery raises the fence and runner B claims. A wakes after B published
-// or before; either way its fenced publish is refused. The naive A writes
-// the file's publication itself, without the fence.
+// or before; either way its fenced publish is refused. The naive version
+// is naiveTakeover (naive.go).
 func processingTakeover(x *lab.X, wakes string) {
 	t := x
 	l := StartLab(x, lab.Options{})
@@ -195,20 +197,12 @@ func processingTakeover(x *lab.X, wakes string) {
 	x.Step(lab.Step{Actor: "runner-b", Action: "claim processing of " + f.ID, Outcome: lab.Accepted, Fence: b.Fence})
 
 	switch wakes {
-	case "after", "naive":
+	case "after":
 		require.NoError(t, l.Jobs.Execute(ctx, b), "runner B publishes")
 		x.Step(lab.Step{Actor: "runner-b", Action: "publish " + f.ID, Outcome: lab.Accepted, Fence: b.Fence})
 		gateA.Release()
 		require.ErrorIs(t, <-errA, claim.ErrStaleFence, "runner A's late publish is refused")
 		x.Step(lab.Step{Actor: "runner-a", Action: "publish " + f.ID, Outcome: lab.Refused, Fence: a.Fence, Note: "stale fence"})
-		if wakes == "naive" {
-			// Runner A, written without the fence check, publishes anyway
-			// (on the naive schema, whose file rows have no guard).
-			l.Exec(t, `DROP TRIGGER file_object_guard ON file_object`)
-			l.Exec(t, `UPDATE file_object SET published_by = 'runner-a', published_fence = $2, published_at = now() WHERE id = $1`, f.ID, a.Fence)
-			x.Step(lab.Step{Actor: "runner-a", Action: "publish " + f.ID + " without the fence check", Outcome: lab.Violates, Fence: a.Fence})
-			return
-		}
 	case "before":
 		gateB := l.Faults.Pause(faults.BeforeCommit, key)
 		x.Cleanup(gateB.Release)

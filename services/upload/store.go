@@ -380,6 +380,13 @@ func getFile(ctx context.Context, db pg.Querier, id string) (File, error) {
 	return f, err
 }
 
+// SQLPublish is the publish statement as the product runs it. It is
+// exported for one reader: the lab's naive processing run (lab/upload)
+// runs this very statement without the fenced completion that commits
+// with it in the product, so the naive version differs from the product
+// by the fence guard alone (UP-F3).
+const SQLPublish = sqlPublish
+
 // publish marks a processing file published; ErrNotFound when it is not
 // processing (already published).
 func publish(ctx context.Context, db pg.Querier, id string, sum Summary, fence int64, by string) (File, error) {

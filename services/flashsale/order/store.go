@@ -184,6 +184,12 @@ type move struct {
 	paidOutbox  *int64
 }
 
+// SQLMove is the move statement as the product runs it. It is exported
+// for one reader: the lab's naive callback handler (lab/orders) runs this
+// very statement minus its state condition, so the naive version differs
+// from the product by the guard alone (ORD-O1, ORD-O3).
+const SQLMove = sqlMove
+
 // moveStmt is sqlMove rewritten to $n once (pg.MustNamed).
 var moveStmt = pg.MustNamed(sqlMove)
 

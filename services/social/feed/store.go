@@ -197,6 +197,13 @@ var (
 	sqlPageHybrid = [2]pg.Named{pg.MustNamed(pageHybrid + pageTail), pg.MustNamed(pageHybrid + sqlLogServed + pageTail)}
 )
 
+// SQLPagePush is the push strategy's page statement with its response
+// log, as the product runs it (read-only). It is exported for one reader:
+// the lab's naive feed (lab/feed) runs this very statement minus its
+// access re-check, so the naive page differs from the product's by the
+// guard alone (FEED-I1).
+var SQLPagePush = pagePush + sqlLogServed + pageTail
+
 // sqlAsyncCommit makes the logged read's commit asynchronous: losing the
 // last log rows in a crash only shortens the audit, and a read should not
 // wait for a WAL flush. It runs in the same implicit transaction as the
