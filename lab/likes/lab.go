@@ -30,7 +30,8 @@ var Experiments = []lab.Experiment{
 //
 // The naive counter keeps the count without its inbox: every delivery adds
 // its ±1 again, the count doubles, and LIKE-I3 reports the item whose
-// count is not its facts although the counter has caught up.
+// count is not its facts although the counter has caught up. Its control
+// hands the same inbox-less counter the stream once, in order: count 15.
 var RedeliveryCountedOnce = lab.Experiment{
 	ID:         "likes/redelivery-counted-once",
 	Test:       "TestLIKELabRedeliveryCountedOnce",
@@ -193,7 +194,9 @@ var DatabaseStoppedImmediately = lab.Experiment{
 // online counter, its snapshot's watermark telling the counter which
 // events the recount already includes. The naive recompute records no
 // watermark: the counter applies again what the recount counted, and
-// LIKE-I3 reports every double-counted item.
+// LIKE-I3 reports every double-counted item. Its control runs the same
+// watermark-less recount once the counter has applied every like: nothing
+// is pending beside it, and no count is doubled.
 var RecomputeBesideIncrements = lab.Experiment{
 	ID:         "likes/recompute-beside-increments",
 	Test:       "TestLIKE04RecomputeBesideOnlineIncrements",

@@ -197,6 +197,11 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 // lost — the handler is held after the commit until the client has given
 // up. The client's retry with the same key makes no second transaction; it
 // gets the recorded response, byte for byte, marked Idempotent-Replayed.
+//
+// The naive version keeps no reply: the same debit statement, no
+// idempotency record, a ledger without its unique (client, key). The
+// retry debits again and PTS-I2 reports the key's two transactions; its
+// control, whose answer is not lost, debits once.
 var LostResponse = lab.Experiment{
 	ID:         "points/lost-response",
 	Test:       "TestPTS02LostResponseRetryIsReplayedNotDebitedTwice",

@@ -329,6 +329,11 @@ var RedirectsOutliveStats = lab.Experiment{
 // SL-04: the first commits of the click writer lose their reply (a fault
 // between commit and acknowledgement), so it retries batches that are
 // already stored. Their ids are the same, and each click is one row.
+//
+// The naive writer retries with the first attempt's insert on a table
+// without the unique click id: the batch is stored twice and SL-I4
+// reports every id; its control, whose commit is acknowledged, stores
+// each click once.
 var ClickBatchRetried = lab.Experiment{
 	ID:         "shortlink/click-batch-retried",
 	Test:       "TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce",
