@@ -291,17 +291,29 @@ func naiveSameKey(x *lab.X, d *idemDemo, clients int, key string) {
 // transaction — effect included — rolls back. First A stalls before its
 // effect; then inside it, holding the account row's lock, so B's debit
 // waits for A's rollback.
+//
+// The naive version keeps records without a fence: B takes the expired
+// key over with a record of its own and A, waking, finishes its own —
+// IDEM-I1 reports the key's two records, the demo's ledger two debits.
+// Its control, where A does not stall, makes one record and one debit.
 var IdemCrashedRequest = lab.Experiment{
 	ID:         "idem/crashed-request-taken-over",
 	Test:       "TestIdempotencyCrashedRequestIsTakenOver",
 	Claim:      "a request that stalls past its key's lock is taken over by the retry; when it wakes, its fenced finish is refused and its effect rolls back",
 	Invariants: []string{"idem"},
+	Naive:      "records without a fence (and no primary key): the retry takes an expired key over with a record of its own, and the stalled original wakes and finishes its own — two records, two effects for one key",
+	Catches:    []string{"IDEM-I1"},
+	Control:    "the same fenceless records without the stall: the original finishes inside its lock, the retry finds its record and replays it",
 	Run:        runIdemCrashedRequest,
 }
 
 func runIdemCrashedRequest(x *lab.X) {
 	d := newIdemDemo(x)
 	ctx := context.Background()
+	if x.Naive {
+		naiveCrashedRequest(x, d)
+		return
+	}
 	x.Say("client-A", "— timeline 1: A stalls before its effect —")
 	{
 		const key = "k-crash-1"
@@ -364,6 +376,120 @@ func runIdemCrashedRequest(x *lab.X) {
 	x.Figure("effects", 2)
 	x.Figure("balance", balance)
 	require.EqualValues(x, 940, balance)
+}
+
+// naiveCrashedRequest is the key's record without a fence, on a table
+// without its primary key (the naive schema): a request claims the key by
+// inserting an in-flight record when it finds none live, runs the demo's
+// debit, and finishes by marking its in-flight record done — a finish
+// that does not ask whether the record is still its own. A stalls between
+// its claim and its effect; its lock expiry is forced with SQL; B's retry
+// finds the lock expired and claims the key with a record of its own, as
+// the product's takeover does but without bumping a fence; then A wakes
+// and finishes. IDEM-I1 reports the key's two records, and the demo's
+// ledger shows two debits. In the control A does not stall: it finishes
+// inside its lock and B's retry replays its record.
+func naiveCrashedRequest(x *lab.X, d *idemDemo) {
+	ctx := context.Background()
+	const key = "k-crash-naive"
+	_, err := d.pool.Exec(ctx, `ALTER TABLE idem_request DROP CONSTRAINT idem_request_pkey`)
+	require.NoError(x, err)
+	x.Step(lab.Step{Actor: "db", Action: "drop idem_request's primary key (scope, subject, key): the naive schema"})
+	fp := sha256.Sum256([]byte(body30))
+	// claim: a live record answers (done: replay; in flight: 409); none
+	// live, the caller records its own in-flight record.
+	claim := func(actor string) (record int64, answer string) {
+		var done, live int
+		err := d.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'done'),
+		                                    count(*) FILTER (WHERE state = 'in_flight' AND locked_until > now())
+		                               FROM idem_request WHERE scope = $1 AND subject = $2 AND key = $3`,
+			idemScope, idemUser, key).Scan(&done, &live)
+		if err != nil {
+			x.Error(actor, "look up key "+key, err)
+			return 0, ""
+		}
+		switch {
+		case done > 0:
+			return 0, lab.Replayed
+		case live > 0:
+			return 0, "409 in flight"
+		}
+		// The fence column's default numbers the record: here it only
+		// tells the caller's record apart, nobody compares it.
+		err = d.pool.QueryRow(ctx, `INSERT INTO idem_request (scope, subject, key, fingerprint, state, locked_until)
+		                            VALUES ($1, $2, $3, $4, 'in_flight', now() + interval '30 seconds') RETURNING fence`,
+			idemScope, idemUser, key, fp[:]).Scan(&record)
+		if err != nil {
+			x.Error(actor, "claim key "+key, err)
+			return 0, ""
+		}
+		return record, ""
+	}
+	// finish runs the effect and marks the caller's record done, whoever
+	// holds the key by now.
+	finish := func(actor string, record int64) {
+		err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+			status, resp, err := debit(ctx, tx, idemUser, key, 30, "prize-17")
+			if err != nil {
+				return err
+			}
+			body, err := json.Marshal(resp)
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE idem_request SET state = 'done', status = $4, content_type = 'application/json',
+			                              body = $5, locked_until = NULL, finished_at = now()
+			                        WHERE scope = $1 AND subject = $2 AND key = $3 AND fence = $6`,
+				idemScope, idemUser, key, status, body, record)
+			return err
+		})
+		if err != nil {
+			x.Error(actor, "debit 30, finish", err)
+			return
+		}
+		n, balance := d.effects(x, key)
+		outcome := lab.Accepted
+		if n > 1 {
+			outcome = lab.Violates
+		}
+		x.Step(lab.Step{Actor: actor, Action: "debit 30, finish its record", Outcome: outcome,
+			Note: fmt.Sprintf("%d effect rows for the key, balance %d", n, balance)})
+	}
+
+	recordA, _ := claim("client-A")
+	if recordA == 0 {
+		x.Errorf("client-A could not claim a fresh key")
+		return
+	}
+	x.Step(lab.Step{Actor: "client-A", Action: "debit 30, key " + key + ": claim the record", Outcome: lab.Accepted})
+	if x.Control {
+		finish("client-A", recordA) // no stall: it finishes inside its lock
+	} else {
+		x.Step(lab.Step{Actor: "client-A", Action: "stall before its effect", Outcome: "paused"})
+		tag, err := d.pool.Exec(ctx, `UPDATE idem_request SET locked_until = now() - interval '1 millisecond'
+		                               WHERE key = $1 AND state = 'in_flight'`, key)
+		require.NoError(x, err)
+		require.EqualValues(x, 1, tag.RowsAffected())
+		x.Step(lab.Step{Actor: "db", Action: "A's lock on the key expires (set with SQL)"})
+	}
+	recordB, answer := claim("client-B")
+	if recordB != 0 {
+		x.Step(lab.Step{Actor: "client-B", Action: "retry: the lock expired, claim the key with a record of its own", Outcome: lab.Accepted})
+		finish("client-B", recordB)
+	} else if answer != "" {
+		x.Step(lab.Step{Actor: "client-B", Action: "retry: debit 30, same key", Outcome: answer})
+	}
+	if !x.Control {
+		x.Step(lab.Step{Actor: "client-A", Action: "wake", Outcome: "resumed"})
+		finish("client-A", recordA)
+	}
+	var records int
+	require.NoError(x, d.pool.QueryRow(ctx, `SELECT count(*) FROM idem_request WHERE key = $1`, key).Scan(&records))
+	n, balance := d.effects(x, key)
+	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d records and %d effect rows for one key, balance %d", records, n, balance)})
+	x.Figure("records", records)
+	x.Figure("effects", n)
+	x.Figure("balance", balance)
 }
 
 // stall sends a debit that pauses at point, and returns its reply channel,

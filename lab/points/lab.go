@@ -197,11 +197,19 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 // lost — the handler is held after the commit until the client has given
 // up. The client's retry with the same key makes no second transaction; it
 // gets the recorded response, byte for byte, marked Idempotent-Replayed.
+//
+// The naive version keeps no reply: the same debit statement, no
+// idempotency record, a ledger without its unique (client, key). The
+// retry debits again and PTS-I2 reports the key's two transactions; its
+// control, whose answer is not lost, debits once.
 var LostResponse = lab.Experiment{
 	ID:         "points/lost-response",
 	Test:       "TestPTS02LostResponseRetryIsReplayedNotDebitedTwice",
 	Claim:      "a debit whose response is lost after its commit is retried with the same key: the retry is the recorded answer, not a second debit",
 	Invariants: []string{"points", "idem"},
+	Naive:      "a debit handler without the recorded reply (no idempotency record, no unique key in the ledger): the retry is a second debit",
+	Catches:    []string{"PTS-I2"},
+	Control:    "the same handler without the lost response: the client reads its answer and does not retry, one debit, balance 970",
 	Run:        runLostResponse,
 }
 
@@ -210,6 +218,10 @@ func runLostResponse(x *lab.X) {
 	ctx := context.Background()
 	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
 	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
+	if x.Naive {
+		naiveLostResponse(x, l.App, "acct-0042", NewKey())
+		return
+	}
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
 	key := NewKey()
 
@@ -260,6 +272,67 @@ func runLostResponse(x *lab.X) {
 	x.Figure("balance", balance)
 	require.Equal(x, 1, txns)
 	require.EqualValues(x, 970, balance)
+}
+
+// naiveLostResponse is a debit handler that keeps no reply: the
+// product's debit statement (points.SQLDebit, guard and all) in its own
+// transaction, without the idempotency record that answers a retry and on
+// a ledger without its unique (client, key) — the naive schema. The
+// client's first request commits and its answer is lost on the way back;
+// the client retries with the same key and the handler debits again.
+// PTS-I2 reports the key with two transactions. In the control the answer
+// arrives: the client does not retry and the same handler debits once.
+func naiveLostResponse(x *lab.X, a *lab.App, account, key string) {
+	ctx := context.Background()
+	_, err := a.Pool.Exec(ctx, `ALTER TABLE points_ledger_txn DROP CONSTRAINT points_ledger_txn_client_key`)
+	require.NoError(x, err)
+	x.Step(lab.Step{Actor: "db", Action: "drop UNIQUE (client_id, idem_key) on the ledger: the naive schema"})
+	serve := func() (points.Txn, error) {
+		var t points.Txn
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+			stmt := pg.MustNamed(points.SQLDebit)
+			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(pgx.NamedArgs{
+				"account": account, "amount": 30, "client": "user-0042", "key": key,
+				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
+			})...).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = fmt.Errorf("points: naive debit of %s matched no row", account)
+			}
+			return err
+		})
+		return t, err
+	}
+	first, err := serve()
+	if err != nil {
+		x.Error("client", "debit 30, key "+key, err)
+		return
+	}
+	if x.Control {
+		x.Step(lab.Step{Actor: "client", Action: "debit 30, key " + key, Outcome: lab.Accepted,
+			Note: fmt.Sprintf("transaction %d, balance %d: the answer arrives, no retry", first.ID, first.Balance)})
+	} else {
+		x.Step(lab.Step{Actor: "client", Action: "debit 30, key " + key, Outcome: "committed",
+			Note: fmt.Sprintf("transaction %d; the answer is lost on the way back", first.ID)})
+		x.Step(lab.Step{Actor: "client", Action: "time out waiting for the answer", Outcome: lab.Lost})
+		again, err := serve()
+		if err != nil {
+			x.Error("client", "retry: debit 30, same key", err)
+			return
+		}
+		outcome := lab.Accepted
+		if again.ID != first.ID {
+			outcome = lab.Violates
+		}
+		x.Step(lab.Step{Actor: "client", Action: "retry: debit 30, same key", Outcome: outcome,
+			Note: fmt.Sprintf("transaction %d, balance %d: nothing recorded the first answer", again.ID, again.Balance)})
+	}
+	var txns, balance int64
+	require.NoError(x, a.Pool.QueryRow(ctx,
+		`SELECT count(*) FROM points_ledger_txn WHERE client_id = 'user-0042' AND idem_key = $1`, key).Scan(&txns))
+	require.NoError(x, a.Pool.QueryRow(ctx, `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
+	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d transactions for the key, balance %d", txns, balance)})
+	x.Figure("transactions", txns)
+	x.Figure("balance", balance)
 }
 
 // KeyReused is PTS-03: the same key with a different amount (or on another

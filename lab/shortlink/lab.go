@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelab/fencelab/core/faults"
@@ -328,13 +329,25 @@ var RedirectsOutliveStats = lab.Experiment{
 // SL-04: the first commits of the click writer lose their reply (a fault
 // between commit and acknowledgement), so it retries batches that are
 // already stored. Their ids are the same, and each click is one row.
+//
+// The naive writer retries with the first attempt's insert on a table
+// without the unique click id: the batch is stored twice and SL-I4
+// reports every id; its control, whose commit is acknowledged, stores
+// each click once.
 var ClickBatchRetried = lab.Experiment{
 	ID:         "shortlink/click-batch-retried",
 	Test:       "TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce",
 	Claim:      "a click batch retried after its commit lost its reply stores each click once",
 	Invariants: []string{"shortlink"},
+	Naive:      "a click writer whose retry runs the first attempt's insert again (no ON CONFLICT, no unique click id): a batch whose reply was lost is stored twice",
+	Catches:    []string{"SL-I4"},
+	Control:    "the same writer whose commit is acknowledged: no retry, each click stored once",
 	Run: func(x *lab.X) {
 		t := x
+		if x.Naive {
+			naiveClickBatch(x, StartLab(x, LabOptions{}), 200)
+			return
+		}
 		a := StartLab(x, LabOptions{Tasks: true, Settings: map[string]string{
 			shortlink.EnvClickBatch: "50", shortlink.EnvClickInterval: "20ms", shortlink.EnvStatsAttempts: "3",
 			shortlink.EnvStatsTimeout: "5s"}}) // only the injected fault fails a batch, however busy the machine
@@ -365,6 +378,56 @@ var ClickBatchRetried = lab.Experiment{
 		require.Equal(t, shortlink.Stats{Code: l.Code, Clicks: n}, a.Stats(t, tok, l.Code))
 		x.Assert(a.Pool, "shortlink")
 	},
+}
+
+// naiveClickBatch is a click writer that retries a batch with its first
+// attempt's statement (shortlink.SQLInsertClicks: rows and counter in one
+// statement) on a table without its unique click id — the naive schema.
+// The batch's ids are assigned once, as the product's writer assigns
+// them. Its first commit succeeds and the reply is lost (the experiment
+// discards it, as the product's SL-04 fault does); the retry stores every
+// click again and SL-I4 reports each id twice. In the control the reply
+// arrives and the writer does not retry.
+func naiveClickBatch(x *lab.X, a *Lab, n int) {
+	ctx := context.Background()
+	link := a.MustCreate(x, a.UserToken(x, "user-0042"), shortlink.CreateRequest{Target: "https://example.test/counted"})
+	x.Step(lab.Step{Actor: "user-0042", Action: "create " + link.Code, Outcome: lab.Accepted})
+	_, err := a.Pool.Exec(ctx, `ALTER TABLE shortlink_clicks DROP CONSTRAINT shortlink_clicks_pkey`)
+	require.NoError(x, err)
+	x.Step(lab.Step{Actor: "db", Action: "drop the primary key on shortlink_clicks (id): the naive schema"})
+	ids, codes, ats := make([]string, n), make([]string, n), make([]time.Time, n)
+	now := time.Now()
+	for i := range n {
+		ids[i], codes[i], ats[i] = uuid.Must(uuid.NewV7()).String(), link.Code, now
+	}
+	write := func(action string) bool {
+		_, err := a.Pool.Exec(ctx, shortlink.SQLInsertClicks, ids, codes, ats, []string{link.Code}, []int64{int64(n)})
+		if err != nil {
+			x.Error("writer", action, err)
+			return false
+		}
+		var rows, distinct int
+		require.NoError(x, a.Pool.QueryRow(ctx,
+			`SELECT count(*), count(DISTINCT id) FROM shortlink_clicks WHERE code = $1`, link.Code).Scan(&rows, &distinct))
+		outcome := lab.Accepted
+		if rows != distinct {
+			outcome = lab.Violates
+		}
+		x.Step(lab.Step{Actor: "writer", Action: action, Outcome: outcome,
+			Note: fmt.Sprintf("%d rows for %d click ids", rows, distinct)})
+		return true
+	}
+	if !write(fmt.Sprintf("insert a batch of %d clicks", n)) {
+		return
+	}
+	if x.Control {
+		x.Step(lab.Step{Actor: "writer", Action: "the commit is acknowledged", Outcome: lab.Accepted, Note: "no retry"})
+	} else {
+		x.Step(lab.Step{Actor: "writer", Action: "the commit's reply is lost", Outcome: lab.Lost})
+		write("retry the batch, same ids, same statement")
+	}
+	x.Figure("clicks", n)
+	x.Figure("stats_clicks", a.Stats(x, a.UserToken(x, "user-0042"), link.Code).Clicks)
 }
 
 // deadPortURL is dbURL with its port replaced by one nobody listens on.

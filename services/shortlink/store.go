@@ -77,6 +77,13 @@ INSERT INTO shortlink_click_count AS k (code, clicks)
 SELECT * FROM unnest($4::text[], $5::bigint[]) AS n(code, clicks) ORDER BY code
 ON CONFLICT (code) DO UPDATE SET clicks = k.clicks + EXCLUDED.clicks`
 
+	// SQLInsertClicks is sqlInsertClicks, exported for the lab's naive
+	// click writer (shortlink/click-batch-retried): a retry that runs the
+	// first attempt's statement again, with no ON CONFLICT, stores a
+	// committed batch twice. The product runs it on first attempts only
+	// (SL-I4).
+	SQLInsertClicks = sqlInsertClicks
+
 	// sqlRetryClicks is every later attempt of a batch, whose earlier
 	// attempt may have committed with its reply lost. SL-I4: it carries
 	// the same ids, ON CONFLICT DO NOTHING inserts nothing already stored,

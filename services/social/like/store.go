@@ -46,6 +46,12 @@ SELECT p.found, p.readable, greatest(coalesce(c.n, 0), 0), u.events,
 
 	sqlItemExists = `SELECT EXISTS (SELECT 1 FROM social_post WHERE post_id = $1)`
 
+	// SQLApply is sqlApply, exported for the lab's naive counter
+	// (likes/redelivery-counted-once): the product's batch statement run
+	// without the outbox's inbox, so a redelivered event is added again.
+	// The product never runs it outside outbox.Runner (LIKE-I3).
+	SQLApply = sqlApply
+
 	// sqlApply is the counter's batch: one +1/-1 per event, summed per
 	// item, in the batch's transaction (which also writes the inbox rows
 	// and the position: a redelivered event never gets here). An event
