@@ -148,6 +148,12 @@ func TestConsoleRunsAnExperimentAndDrawsItsTimeline(t *testing.T) {
 	require.Contains(t, b.text("#guarded-verdict"), "Holds", b.text("main"))
 	require.Contains(t, b.text("#naive-verdict"), "Caught", b.text("main"))
 	require.Contains(t, b.text("#naive-verdict"), "PTS-I1")
+	// The control (the same naive code, one client) is drawn beside the
+	// naive run, and holds.
+	require.Contains(t, b.text("#control-verdict"), "Holds", b.text("main"))
+	require.Equal(t, "holds", eval[string](b, `document.querySelector("#control-verdict").dataset.verdict`))
+	require.Positive(t, eval[int](b, `document.querySelectorAll("#control .swimlane svg.step[data-outcome]").length`))
+	require.Zero(t, eval[int](b, `document.querySelectorAll('#control .swimlane svg.step[data-outcome="violates"]').length`))
 	for _, v := range []string{"guarded", "naive"} {
 		lanes := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s .swimlane .lanes .lane").length`, v))
 		steps := eval[int](b, fmt.Sprintf(`document.querySelectorAll("#%s .swimlane svg.step[data-outcome]").length`, v))
