@@ -76,6 +76,11 @@ type Experiment struct {
 	// invariant: the interleaving does. In a control run x.Naive and
 	// x.Control are both true.
 	Control string
+	// NoNaive says, in one line, why an experiment has no naive version
+	// ("" when it has one, or when nothing more specific than the
+	// console's generic sentence applies). The reader of a chapter sees
+	// every experiment's naive version or the reason it has none.
+	NoNaive string
 	// ExpectedErrors are the actor errors the experiment declares as
 	// outcomes (a substring of the error: a SQLSTATE, a sentinel's text).
 	// Any other error an actor reports through x.Error fails the run,

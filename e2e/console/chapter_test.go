@@ -59,8 +59,29 @@ func TestConsoleRendersTheChapterText(t *testing.T) {
 		require.True(t, strings.Contains(block, `action="/console/signin"`), "%s: signed out, running starts with signing in as admin", id)
 		last = h
 	}
-	// Every experiment says its naive version or why it has none.
+	// Every experiment says its naive version or why it has none, and
+	// every naive version its control or that it has none; the Run block
+	// runs the control too.
 	require.Equal(t, len(points), strings.Count(text, "<strong>Naive version:</strong>")+strings.Count(text, "<strong>No naive version:</strong>"))
+	naive := 0
+	for _, e := range program.Experiments() {
+		if strings.HasPrefix(e.ID, "points/") && e.Naive != "" {
+			naive++
+		}
+		if e.ID == "points/corrupted-balance" {
+			require.NotEmpty(t, e.NoNaive)
+			require.True(t, strings.Contains(text, e.NoNaive), "points/corrupted-balance says why it has no naive version")
+		}
+	}
+	require.Equal(t, naive, strings.Count(text, "<strong>Control:</strong>")+strings.Count(text, "<strong>No control:</strong>"))
+	require.True(t, strings.Contains(text, `data-experiment="points/concurrent-debits">Run it, its naive version and the control: sign in as admin</button>`))
+	// The invariants: data invariants apart from schema facts.
+	data, schema := strings.Index(page, `id="data-invariants"`), strings.Index(page, `id="schema-invariants"`)
+	require.Greater(t, data, 0)
+	require.Greater(t, schema, data)
+	require.Greater(t, strings.Index(page, `id="PTS-I1" data-invariant="PTS-I1" data-kind="data"`), data)
+	require.Less(t, strings.Index(page, `id="PTS-I1" data-invariant="PTS-I1"`), schema)
+	require.Greater(t, strings.Index(page, `id="PTS-S1" data-invariant="PTS-S1" data-kind="schema"`), schema)
 	// The invariants' live status sits under their headings.
 	require.Regexp(t, regexp.MustCompile(`<h[2-6] id="text-PTS-I4">[^<]*PTS-I4[\s\S]*?data-invariant-status="PTS-I4"`), text)
 

@@ -488,6 +488,7 @@ var UnknownToReview = lab.Experiment{
 	Test:       "TestUnknownWithoutQueryGoesToReview",
 	Claim:      "a call whose outcome is unknown and cannot be asked about goes to needs_review, never run again",
 	Invariants: []string{"claim"},
+	NoNaive:    "running an unknown outcome again is the bug other chapters show with their naive versions; here there is only the one decision to show",
 	Run:        runUnknownToReview,
 }
 

@@ -292,6 +292,7 @@ var ForgedCallbacks = lab.Experiment{
 	Test:       "TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing",
 	Claim:      "forged, tampered and replayed callbacks are refused and change nothing",
 	Invariants: []string{reserve.Module},
+	NoNaive:    "a callback without its signature check would accept anything: the experiment is the refusal itself, not a race",
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})

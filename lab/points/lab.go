@@ -488,6 +488,7 @@ var CorruptedBalance = lab.Experiment{
 	Test:       "TestPTS05CorruptedBalanceIsReportedAndRepairedFromTheLedger",
 	Claim:      "a balance changed behind the ledger's back is reported by PTS-I4 and repaired from the ledger, on record",
 	Invariants: []string{"points"},
+	NoNaive:    "the fault is the corruption itself (a balance changed behind the ledger): there is no weaker check to run beside PTS-I4",
 	Run:        runCorruptedBalance,
 }
 

@@ -569,6 +569,7 @@ var BoundedAdmission = lab.Experiment{
 	Test:       "TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce",
 	Claim:      "limit 8, line 16, 200 buyers at once: 8 in the database, 16 waiting, 176 answered 503 at once; never more than 8 in the database",
 	Invariants: []string{reserve.Module},
+	NoNaive:    "the limit is configuration, not a guard in a query: unbounded admission is a slow database, which no invariant can report",
 	Run: func(x *lab.X) {
 		const limit, line, buyers = 8, 16, 200
 		a := labSale(x, map[string]string{reserve.EnvLimit: fmt.Sprint(limit), reserve.EnvWaitLine: fmt.Sprint(line), reserve.EnvMaxWait: "0s"})

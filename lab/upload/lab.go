@@ -296,6 +296,7 @@ var WrongDeclaredSHA256 = lab.Experiment{
 	Test:       "TestUP05WrongDeclaredSHA256FailsCompletionNothingReferenced",
 	Claim:      "a declared SHA-256 the bytes do not have fails completion and references nothing",
 	Invariants: []string{"upload"},
+	NoNaive:    "the check of the declared SHA-256 is the whole guarantee: without it nothing refuses, and no interleaving is involved",
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})

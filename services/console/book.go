@@ -14,6 +14,7 @@ import (
 	"github.com/yuin/goldmark/extension"
 	"github.com/yuin/goldmark/text"
 
+	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/docs"
 )
 
@@ -44,7 +45,7 @@ var (
 	bookCache = map[string]*bookText{}
 )
 
-var invariantHeading = regexp.MustCompile(`^([A-Z]+-I[0-9]+)\b`)
+var invariantHeading = regexp.MustCompile(`^([A-Z]+-[IS][0-9]+)\b`)
 
 // chapterFile returns the Markdown of chapter slug.
 func chapterFile(slug string) ([]byte, bool) {
@@ -211,8 +212,34 @@ var clusterExperiments = map[string][]clusterExperiment{
 	},
 }
 
-// noNaive is said of an experiment without a naive version.
+// noNaive is said of an experiment without a naive version that does
+// not say why itself (lab.Experiment.NoNaive).
 const noNaive = "this experiment shows the guarded code through a fault or a race; there is no weaker version of it to run beside it."
+
+// noNaiveOf is the one line that says why e has no naive version: its
+// own reason when it gives one, else the generic sentence.
+func noNaiveOf(e lab.Experiment) string {
+	if e.NoNaive != "" {
+		return strings.TrimSuffix(e.NoNaive, ".") + "."
+	}
+	return noNaive
+}
+
+// noControl is said of a naive version without a control: nothing yet
+// shows its catch depends on the race rather than on the naive code.
+const noControl = "this naive version declares no control yet (the same naive code without the race or the fault), so nothing here shows that its catch comes from the interleaving."
+
+// runWhat names what an experiment's Run button runs: the guarded
+// version, then its naive version and the control when it has them.
+func runWhat(e lab.Experiment) string {
+	switch {
+	case e.Naive != "" && e.Control != "":
+		return "it, its naive version and the control"
+	case e.Naive != "":
+		return "it and its naive version"
+	}
+	return "it"
+}
 
 // anchor is an experiment's element id on its chapter's page: its ID with
 // the slash spelled "--", so a link's fragment needs no escaping

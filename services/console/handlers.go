@@ -45,6 +45,7 @@ const pageWait = 3 * time.Second
 type invView struct {
 	ID, Module, Statement, SQL, Error string
 	Holds, Checked                    bool
+	Schema                            bool // a schema invariant: a guard in the catalog, never data
 	Columns                           []string
 	Rows                              [][]string
 	More                              bool
@@ -56,6 +57,24 @@ type chapterView struct {
 	Experiments []lab.Experiment
 	Cluster     []clusterExperiment // experiments that need a whole cluster
 	Red         int
+}
+
+// DataInvariants are the chapter's invariants that report rows of data.
+func (cv chapterView) DataInvariants() []invView { return cv.invariants(false) }
+
+// SchemaInvariants are the chapter's schema invariants: each reports a
+// guard missing from the catalog, a different fact from a row that
+// breaks a rule, so the chapter page shows them apart.
+func (cv chapterView) SchemaInvariants() []invView { return cv.invariants(true) }
+
+func (cv chapterView) invariants(schema bool) []invView {
+	var out []invView
+	for _, v := range cv.Invariants {
+		if v.Schema == schema {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // chapters groups the registered invariants and the lab's experiments by
@@ -76,7 +95,7 @@ func (c *Console) chapters(res *checkResult) []chapterView {
 			if chapterOf(inv) != ch.Slug {
 				continue
 			}
-			v := invView{ID: inv.ID, Module: inv.Module, Statement: inv.Statement, SQL: strings.TrimSpace(inv.SQL)}
+			v := invView{ID: inv.ID, Module: inv.Module, Statement: inv.Statement, SQL: strings.TrimSpace(inv.SQL), Schema: inv.Schema}
 			if inv.SQL == "" {
 				v.SQL = "(checked in Go: it also looks outside the database)"
 			}
@@ -196,13 +215,63 @@ func (c *Console) startRun(ec echo.Context) error {
 
 // runView is one version of a run as the run page draws it.
 type runView struct {
-	Title   string
-	R       *lab.Result
-	Steps   []string
-	More    int
-	Red     []redView
-	Refused int
-	Violate int
+	Title string
+	R     *lab.Result
+	Steps []string
+	More  int
+	Red   []redView // data invariants that reported rows (or failed to check)
+	// SchemaRed are schema invariants that reported a guard missing: in a
+	// naive run or its control, the naive schema the version sets up on
+	// purpose. They never catch a run, so they are shown apart from Red.
+	SchemaRed []redView
+	Refused   int
+	Violate   int
+}
+
+// Verdict is the run's verdict as a reader's sentence: the word
+// (holds, caught, broke, not caught) and what it means for this version.
+func (v *runView) Verdict() string {
+	r := v.R
+	ids := func() string {
+		var s []string
+		for _, rv := range v.Red {
+			for _, c := range r.Catches {
+				if rv.ID == c && rv.Error == "" {
+					s = append(s, rv.ID)
+				}
+			}
+		}
+		return strings.Join(s, ", ")
+	}
+	switch r.Verdict {
+	case lab.Held:
+		if r.Control {
+			return "Holds: every data invariant reports no rows. The same naive code, without the race or the fault, does not break it: the interleaving does."
+		}
+		return "Holds: the prediction held and every invariant reports no rows."
+	case lab.Caught:
+		return "Caught: " + ids() + " reports the data rows the naive timeline wrote, as the chapter says it would."
+	case lab.NotCaught:
+		return "Not caught: no invariant among " + strings.Join(r.Catches, ", ") + " reported this naive run, so the experiment is broken."
+	case lab.Broke:
+		if r.Control {
+			return "Broke: the control broke an invariant or an assertion, so the naive version's catch does not depend on the race and the experiment is broken."
+		}
+		return "Broke: an invariant or an assertion failed, so the guarantee did not hold."
+	}
+	return string(r.Verdict)
+}
+
+// VerdictClass is the verdict's look: green when the version did what
+// the book says it does, red when the experiment or the guarantee failed.
+func (v *runView) VerdictClass() string {
+	switch v.R.Verdict {
+	case lab.Held:
+		return "holds"
+	case lab.Caught:
+		return "caught"
+	}
+	return "missed"
 }
 
 func viewOf(title string, r *lab.Result) *runView {
@@ -233,13 +302,17 @@ func viewOf(title string, r *lab.Result) *runView {
 						cells[i] = "—"
 					}
 				}
-				if schemaFact(cells) {
+				if iv.Schema || schemaFact(cells) {
 					rv.Schema = append(rv.Schema, cells)
 				} else {
 					rv.Data = append(rv.Data, cells)
 				}
 			}
-			v.Red = append(v.Red, rv)
+			if iv.Schema && iv.Error == "" {
+				v.SchemaRed = append(v.SchemaRed, rv)
+			} else {
+				v.Red = append(v.Red, rv)
+			}
 		}
 	}
 	return v
@@ -275,14 +348,22 @@ func (c *Console) runPage(ec echo.Context) error {
 	if ru == nil {
 		return c.fail(ec, http.StatusNotFound, "No such run", "This console keeps its last "+strconv.Itoa(keptRuns)+" runs in memory; start a new one from the chapter's page.")
 	}
-	state, g, nv, rerr := ru.snapshot()
+	return c.render(ec, http.StatusOK, "run.html", runPageData(ru))
+}
+
+// runPageData is what the run page shows of ru: each version's verdict,
+// timeline and invariants, the control beside the naive run when the
+// experiment declares one.
+func runPageData(ru *run) map[string]any {
+	state, g, nv, ctl, rerr := ru.snapshot()
 	slug, _, _ := strings.Cut(ru.Exp.ID, "/")
 	ch, _ := lab.ChapterOf(slug)
-	return c.render(ec, http.StatusOK, "run.html", map[string]any{
+	return map[string]any{
 		"Run": ru, "State": state, "Err": rerr, "Chapter": ch, "Refresh": state != "done",
 		"Guarded": viewOf("Guarded", g), "Naive": viewOf("Naive: "+ru.Exp.Naive, nv),
-		"GuardedSVG": svgOf(g), "NaiveSVG": svgOf(nv), "Elapsed": time.Since(ru.Queued).Round(time.Second),
-	})
+		"Control": viewOf("Control: "+ru.Exp.Control, ctl), "HasControl": ru.Exp.Naive != "" && ru.Exp.Control != "",
+		"GuardedSVG": svgOf(g), "NaiveSVG": svgOf(nv), "ControlSVG": svgOf(ctl), "Elapsed": time.Since(ru.Queued).Round(time.Second),
+	}
 }
 
 func svgOf(r *lab.Result) any {

@@ -55,10 +55,12 @@ var funcs = template.FuncMap{
 		}
 		return m
 	},
-	"depth":   func(m map[claim.State]int64, s claim.State) int64 { return m[s] },
-	"noNaive": func() string { return noNaive },
-	"anchor":  anchor,
-	"legend":  legend,
+	"depth":     func(m map[claim.State]int64, s claim.State) int64 { return m[s] },
+	"noNaive":   noNaiveOf,
+	"noControl": func() string { return noControl },
+	"runWhat":   runWhat,
+	"anchor":    anchor,
+	"legend":    legend,
 }
 
 // parsePages parses each page with the layout.

@@ -12,7 +12,7 @@ import (
 )
 
 const (
-	// runTimeout bounds one experiment run (guarded and naive together).
+	// runTimeout bounds one experiment run (guarded, naive and control together).
 	runTimeout = 5 * time.Minute
 	// keptRuns bounds the runs remembered for their pages.
 	keptRuns = 50
@@ -22,7 +22,11 @@ const (
 var errBusy = errors.New("console: the lab is busy")
 
 // run is one request to run an experiment: its guarded version and, when
-// it has one, its naive version, one after the other in one slot.
+// it has them, its naive version and the naive version's control (the
+// same naive code without the race or the fault), one after the other in
+// one slot. The control runs so the run page can draw it beside the naive
+// run: the reader sees the naive code alone does not break the invariant,
+// the interleaving does.
 type run struct {
 	N       int64
 	Exp     lab.Experiment
@@ -32,13 +36,14 @@ type run struct {
 	state   string // queued, running, done
 	guarded *lab.Result
 	naive   *lab.Result
+	control *lab.Result
 	err     string
 }
 
-func (r *run) snapshot() (state string, guarded, naive *lab.Result, err string) {
+func (r *run) snapshot() (state string, guarded, naive, control *lab.Result, err string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.state, r.guarded, r.naive, r.err
+	return r.state, r.guarded, r.naive, r.control, r.err
 }
 
 // Runner runs experiments in the background on a scratch environment made
@@ -142,14 +147,20 @@ func (r *Runner) do(ru *run) {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, runTimeout)
 	defer cancel()
-	g := lab.Run(ctx, ru.Exp, env, false)
+	g := lab.RunVariant(ctx, ru.Exp, env, lab.Guarded)
 	ru.mu.Lock()
 	ru.guarded = &g
 	ru.mu.Unlock()
 	if ru.Exp.Naive != "" && ctx.Err() == nil {
-		n := lab.Run(ctx, ru.Exp, env, true)
+		n := lab.RunVariant(ctx, ru.Exp, env, lab.Naive)
 		ru.mu.Lock()
 		ru.naive = &n
+		ru.mu.Unlock()
+	}
+	if ru.Exp.Naive != "" && ru.Exp.Control != "" && ctx.Err() == nil {
+		k := lab.RunVariant(ctx, ru.Exp, env, lab.Control)
+		ru.mu.Lock()
+		ru.control = &k
 		ru.mu.Unlock()
 	}
 	ru.mu.Lock()
@@ -158,7 +169,7 @@ func (r *Runner) do(ru *run) {
 		ru.err = fmt.Sprintf("the run was stopped: %v", ctx.Err())
 	}
 	ru.mu.Unlock()
-	r.log.Info("console: experiment run", "id", ru.Exp.ID, "by", ru.By, "holds", g.Holds)
+	r.log.Info("console: experiment run", "id", ru.Exp.ID, "by", ru.By, "verdict", g.Verdict)
 }
 
 // environment provisions the scratch cluster once.
