@@ -20,7 +20,7 @@ const module = "github.com/fencelab/fencelab"
 var layers = []struct{ prefix, layer string }{
 	{"cmd/", "cmd"}, {"program", "cmd"}, {"e2e/", "e2e"}, {"lab/", "lab"}, {"bench/", "bench"},
 	{"services/console", "console"}, {"services/", "services"}, {"api", "api"},
-	{"core/", "core"}, {"migrations", "migrations"},
+	{"core/", "core"}, {"migrations", "migrations"}, {"docs", "docs"},
 }
 
 func layerOf(t *testing.T, path string) string {
