@@ -143,7 +143,7 @@ func (x *X) watch(url string) {
 					locked  bool
 					by      []int32
 				)
-				if rows.Scan(&pid, &app, &started, &now, &locked, &by) != nil {
+				if rows.Scan(&pid, &app, &started, &now, &locked, &q, &by) != nil {
 					continue
 				}
 				who := fmt.Sprintf("backend %d %s: %s", pid, app, q)
