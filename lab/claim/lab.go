@@ -323,6 +323,7 @@ var TwoClaimers = lab.Experiment{
 	ID:         "claim/two-claimers",
 	Test:       "TestTwoClaimersCannotOwnOneWorkflow",
 	Claim:      "two claimers racing for one ready workflow, 50 times: each time one claim, one owner, one tool effect",
+	Overlap:    true,
 	Invariants: []string{"claim"},
 	Naive:      "read the ready job, then UPDATE it to running with the fence read + 1 — no SKIP LOCKED, no state re-check, no unique claim per fence",
 	Catches:    []string{"CLAIM-I3", "CLAIM-I4"},

@@ -30,6 +30,7 @@ var HundredCreatorsOneAlias = lab.Experiment{
 	ID:         "shortlink/hundred-creators-one-alias",
 	Test:       "TestSL01HundredCreatorsOfOneAliasOneWinsEveryLoserGets409",
 	Claim:      "100 creators race for one alias: one is told created, 99 get 409 alias_taken, and the alias leads to the winner's target",
+	Overlap:    true,
 	Invariants: []string{"shortlink"},
 	Naive:      "check-then-insert: look the alias up, and when it is free write it (last writer wins)",
 	Catches:    []string{"SL-I1"},
