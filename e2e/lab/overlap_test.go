@@ -1,7 +1,6 @@
 package lab_test
 
 import (
-	"context"
 	"regexp"
 	"strings"
 	"testing"
@@ -38,16 +37,14 @@ func TestEveryConcurrentClaimObservesAnOverlap(t *testing.T) {
 		t.Fatalf("only %v claim an overlap: the match is broken", listed)
 	}
 	t.Logf("claims that need an overlap (%d): %s", len(listed), strings.Join(listed, ", "))
-	r := lab.RunVariant(context.Background(), claimlab.TwoProcesses, e2etest.Env, lab.Guarded)
-	if r.Verdict != lab.Held {
-		t.Fatalf("claim/two-processes: %s: %v", r.Verdict, r.Failures)
-	}
+	x := lab.NewX(t, e2etest.Env)
+	claimlab.TwoProcesses.Run(x)
 	var seen bool
-	for _, s := range r.Timeline {
+	for _, s := range x.Steps() {
 		seen = seen || (s.Actor == "db" && strings.HasPrefix(s.Action, "overlap:") && !s.DBTime.IsZero())
 	}
 	if !seen {
-		t.Fatalf("claim/two-processes held without an overlap step: %+v", r.Timeline)
+		t.Fatalf("claim/two-processes held without an overlap step: %+v", x.Steps())
 	}
 }
 
@@ -56,19 +53,18 @@ func TestEveryConcurrentClaimObservesAnOverlap(t *testing.T) {
 // order: enqueue, the lab's lock, both claim statements in flight, the
 // release, the winner's claim, its completion.
 func TestTimelineStepsCarryDatabaseTime(t *testing.T) {
-	r := lab.RunVariant(context.Background(), claimlab.TwoProcesses, e2etest.Env, lab.Guarded)
-	if r.Verdict != lab.Held {
-		t.Fatalf("claim/two-processes: %s: %v", r.Verdict, r.Failures)
-	}
+	x := lab.NewX(t, e2etest.Env)
+	claimlab.TwoProcesses.Run(x)
+	steps := x.Steps()
 	var (
 		enqueued, locked, released, claimed, done time.Time
 		waits                                     []time.Time
 	)
-	for _, s := range r.Timeline {
+	for _, s := range steps {
 		touched := s.Actor == "db" || s.Actor == "client" || s.Outcome == lab.Accepted || s.Outcome == "waiting" ||
 			s.Outcome == "succeeded" || strings.Contains(s.Action, "lock")
 		if touched && s.DBTime.IsZero() {
-			t.Errorf("a step that touched the database has no database time: %s", lab.FormatStep(s, r.Started))
+			t.Errorf("a step that touched the database has no database time: %s", lab.FormatStep(s, steps[0].At))
 		}
 		switch {
 		case strings.HasPrefix(s.Action, "enqueue"):

@@ -341,21 +341,33 @@ func runTwoClaimers(x *lab.X) {
 	}
 	const rounds = 50
 	owners := map[string]int{}
+	// The race is checked, not assumed: some round's two claim calls
+	// must overlap in database time (CLAIM-I3 is about claims in flight
+	// at once); 50 serial rounds would prove nothing.
+	var overlapped []lab.Interval
+	overlapsSeen := false
 	for i := range rounds {
 		key := fmt.Sprintf("wf-%04d", i)
 		id := l.enqueue(x, a, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 		start := make(chan struct{})
 		got := make([][]*claim.Job, 2)
 		errs := make([]error, 2)
+		ivs := make([]lab.Interval, 2) // each claim call bracketed by the database's clock
 		var wg sync.WaitGroup
 		for n, c := range []*claim.Client{a, b} {
 			wg.Go(func() {
 				<-start
+				ivs[n] = lab.Interval{Actor: c.Owner(), From: x.DBNow(l.pool)}
 				got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
+				ivs[n].To = x.DBNow(l.pool)
 			})
 		}
 		close(start)
 		wg.Wait()
+		if overlapped == nil || ivs[0].From.Before(ivs[1].To) && ivs[1].From.Before(ivs[0].To) && !overlapsSeen {
+			overlapped = ivs
+			overlapsSeen = ivs[0].From.Before(ivs[1].To) && ivs[1].From.Before(ivs[0].To)
+		}
 		require.NoError(x, errors.Join(errs...))
 		require.Equal(x, 1, len(got[0])+len(got[1]), "round %d: exactly one claimer owns the job", i)
 		winner, c := got[0], a
@@ -372,6 +384,7 @@ func runTwoClaimers(x *lab.X) {
 		require.Equal(x, 1, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id))
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1)
 	}
+	x.Overlap("two claim calls of one round in flight at once", overlapped...)
 	succeeded := l.count(x, `SELECT count(*) FROM job WHERE state = 'succeeded'`)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d jobs succeeded; claimer-a won %d rounds, claimer-b %d", succeeded, owners["claimer-a"], owners["claimer-b"])})
 	x.Figure("rounds", rounds)
