@@ -674,6 +674,7 @@ func runRetriesBackOff(x *lab.X) {
 	id := l.enqueue(x, w, claim.NewJob{Kind: workflow.KindName, BusinessKey: "wf-9", MaxAttempts: 3})
 	x.Say("provider", "answers 503 to every call")
 
+	var shares []float64 // each wait as a share of its exponential step d
 	for attempt := 1; attempt <= 3; attempt++ {
 		jobs, err := w.Claim(ctx, claim.ClaimParams{})
 		require.NoError(x, err)
@@ -690,6 +691,7 @@ func runRetriesBackOff(x *lab.X) {
 		d := claim.BackoffBase << (attempt - 1)
 		require.GreaterOrEqual(x, wait, d/2, "attempt %d backoff", attempt)
 		require.LessOrEqual(x, wait, d, "attempt %d backoff", attempt)
+		shares = append(shares, float64(wait)/float64(d))
 		none, err := w.Claim(ctx, claim.ClaimParams{})
 		require.NoError(x, err)
 		require.Empty(x, none, "not claimable before its due_at")
@@ -702,6 +704,12 @@ func runRetriesBackOff(x *lab.X) {
 	require.Equal(x, claim.StateFailed, row.State)
 	require.Equal(x, 3, row.Attempts)
 	require.Contains(x, row.LastErr, "503")
+	// "Jittered" is asserted, not assumed: a fixed delay (d, or any fixed
+	// share of d) gives equal shares; jitter drawn from [d/2, d] gives two
+	// equal shares to the microsecond with negligible odds.
+	require.Len(x, shares, 2)
+	require.NotEqual(x, shares[0], shares[1], "the backoff is not jittered: each wait is the same share of its step")
+	x.Figure("backoff_shares", fmt.Sprintf("%.3f,%.3f", shares[0], shares[1]))
 	none, err := w.Claim(ctx, claim.ClaimParams{})
 	require.NoError(x, err)
 	require.Empty(x, none)
