@@ -87,6 +87,13 @@ type Experiment struct {
 	// guarded, naive or control: a naive run whose writes all failed
 	// proves nothing.
 	ExpectedErrors []string
+	// Overlap marks a claim that depends on actors being in the critical
+	// section at the same time (it says "concurrent", "at once", "race"):
+	// a guarded run must observe the overlap at the database — a lock
+	// wait, two actors' statements overlapping in database time, or a
+	// pause point both reached — or it fails with "no overlap observed".
+	// A run that happened to be serial proves nothing about the race.
+	Overlap bool
 	// Run is the timeline. It fails through x (x.Fatalf, require.*(x, …));
 	// x.Naive and x.Control say which version to run.
 	Run func(x *X)

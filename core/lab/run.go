@@ -114,6 +114,7 @@ func Test(t *testing.T, e Experiment, env Env) {
 	x := newX(t, env, e, Guarded)
 	t.Logf("%s — %s", e.ID, e.Claim)
 	e.Run(x)
+	x.endOverlap(e)
 	if t.Failed() {
 		return
 	}
@@ -185,7 +186,10 @@ func TestControl(t *testing.T, e Experiment, env Env) []InvariantView {
 
 func newX(t T, env Env, e Experiment, v Variant) *X {
 	return &X{T: t, Env: env, Naive: v != Guarded, Control: v == Control, expected: e.ExpectedErrors,
-		start: time.Now(), echo: true}
+		start: time.Now(), echo: true,
+		// Only the guarded run must observe its overlap: a control takes
+		// the race out on purpose, and a naive run is judged by its catch.
+		overlap: e.Overlap && v == Guarded}
 }
 
 // Run runs e outside go test (the CLI, the console): failures are recorded,
@@ -231,6 +235,7 @@ func RunVariant(ctx context.Context, e Experiment, env Env, v Variant) Result {
 			rt.Fatalf("%s has no control", e.ID)
 		}
 		e.Run(x)
+		x.endOverlap(e)
 		if !rt.Failed() {
 			views = x.check(e)
 		}

@@ -73,6 +73,10 @@ type X struct {
 	start    time.Time
 	t0       time.Time // the first step's time: the timeline's zero
 	echo     bool      // log each step through T (go test -v tells the story)
+
+	overlap   bool     // Experiment.Overlap: the run must observe one
+	overlaps  []string // the overlaps observed (x.Overlap, the watcher)
+	watchStop func()   // stops the overlap watcher
 }
 
 // Step is one line of the timeline: who did what, when by the database's
@@ -84,6 +88,13 @@ type Step struct {
 	Outcome string    `json:"outcome,omitempty"` // accepted, refused, replayed, lost answer, …
 	Fence   int64     `json:"fence,omitempty"`   // the fence (or version) involved, if any
 	Note    string    `json:"note,omitempty"`
+	// DBTime is the database's own time of the step's statement
+	// (clock_timestamp() returned by that statement, a row's commit-time
+	// column, or pg_stat_activity's query_start), and DBEnd when the
+	// statement's end is known too. At is when the lab saw the step; only
+	// DBTime and DBEnd can show that two actors overlapped at the database.
+	DBTime time.Time `json:"db_time,omitzero"`
+	DBEnd  time.Time `json:"db_end,omitzero"`
 }
 
 // Outcomes every chapter shares; a step may use any other word.
@@ -182,6 +193,9 @@ func (x *X) useDB(url string) {
 	x.mu.Unlock()
 	if first {
 		x.syncClock(url)
+		if x.overlap {
+			x.watch(url)
+		}
 	}
 }
 
@@ -221,6 +235,13 @@ func FormatStep(s Step, t0 time.Time) string {
 	}
 	if s.Note != "" {
 		fmt.Fprintf(&b, "  — %s", s.Note)
+	}
+	if !s.DBTime.IsZero() {
+		fmt.Fprintf(&b, "  [db %+.6fs", s.DBTime.Sub(t0).Seconds())
+		if !s.DBEnd.IsZero() {
+			fmt.Fprintf(&b, " … %+.6fs", s.DBEnd.Sub(t0).Seconds())
+		}
+		b.WriteString("]")
 	}
 	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +117,7 @@ var TwoProcesses = lab.Experiment{
 	Test:       "TestTwoWorkerProcessesClaimExactlyOne",
 	Claim:      "two worker processes released at once on one workflow: one claim, one tool effect, the job succeeds",
 	Invariants: []string{"claim"},
+	Overlap:    true,
 	Run:        runTwoProcesses,
 }
 
@@ -124,23 +126,100 @@ func runTwoProcesses(x *lab.X) {
 	ctx := context.Background()
 	const key = "wf-0001"
 	id := l.enqueue(x, claim.NewClient(l.pool, claim.Options{}), claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
-	x.Step(lab.Step{Actor: "client", Action: fmt.Sprintf("enqueue workflow %s (job %d)", key, id), Outcome: lab.Accepted})
+	var enqueued time.Time
+	require.NoError(x, l.pool.QueryRow(ctx, `SELECT created_at FROM job WHERE id = $1`, id).Scan(&enqueued))
+	x.Step(lab.Step{Actor: "client", Action: fmt.Sprintf("enqueue workflow %s (job %d)", key, id), Outcome: lab.Accepted, DBTime: enqueued})
 
-	env := x.Env.ChildEnv(l.url, workflow.EnvToolURL+"="+l.tool.URL(), "FENCELAB_WORKERS=2")
 	// Only the workflow kind: other modules' periodic jobs are not part of
 	// this experiment.
 	args := []string{"worker", "--start-gate", "--pause-at", "after_claim", "--exit-when-idle", "--kinds", workflow.KindName}
-	workers := []*lab.Proc{x.Spawn("process-A", env, args...), x.Spawn("process-B", env, args...)}
+	var workers []*lab.Proc
+	for _, name := range []string{"process-A", "process-B"} {
+		env := x.Env.ChildEnv(l.url, workflow.EnvToolURL+"="+l.tool.URL(), "FENCELAB_WORKERS=2")
+		workers = append(workers, x.Spawn(name, env, args...))
+	}
 	ready := map[int]bool{} // distinct OS processes at the gate
 	for _, w := range workers {
 		w.Expect(x, "READY")
 		ready[w.Pid()] = true
 		x.Step(lab.Step{Actor: w.Name, Action: fmt.Sprintf("pid %d: at the start gate", w.Pid()), Outcome: "ready"})
 	}
+
+	// The overlap is forced, not hoped for (CLAIM-I3 is about two claims
+	// in flight at once): the lab holds a SHARE lock on job, which every
+	// claim's UPDATE waits for, so both claim statements are in flight —
+	// each has taken its snapshot and sees the job ready — before either
+	// can lock the row. pg_stat_activity shows both waiting; then the lab
+	// lets go and SKIP LOCKED decides.
+	gate, err := l.pool.Begin(ctx)
+	require.NoError(x, err)
+	defer func() { _ = gate.Rollback(ctx) }()
+	var locked time.Time
+	_, err = gate.Exec(ctx, `LOCK TABLE job IN SHARE MODE`)
+	require.NoError(x, err)
+	require.NoError(x, gate.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&locked))
+	x.Step(lab.Step{Actor: "admin", Action: "hold a SHARE lock on job: every claim statement waits at it", DBTime: locked})
 	for _, w := range workers { // open the gate for both
 		w.Release(x)
 	}
 	x.Say("admin", "open both gates at once")
+	// Which OS process a backend serves: its client port is one of that
+	// process's sockets (both processes are "fencelab-worker" to
+	// pg_stat_activity).
+	inFlight := map[string]time.Time{} // process → its claim statement's query_start
+	until := time.Now().Add(30 * time.Second)
+	for len(inFlight) < 2 && time.Now().Before(until) {
+		rows, err := l.pool.Query(ctx, `
+			SELECT client_port, query_start FROM pg_stat_activity
+			 WHERE datname = current_database() AND state = 'active' AND wait_event_type = 'Lock'
+			   AND query LIKE '%state = ''running'', owner =%'`)
+		require.NoError(x, err)
+		type backend struct {
+			port    int
+			started time.Time
+		}
+		var waiting []backend
+		for rows.Next() {
+			var b backend
+			require.NoError(x, rows.Scan(&b.port, &b.started))
+			waiting = append(waiting, b)
+		}
+		require.NoError(x, rows.Err())
+		for _, w := range workers {
+			ports := socketPorts(w.Pid())
+			for _, b := range waiting {
+				if _, seen := inFlight[w.Name]; !seen && ports[b.port] {
+					inFlight[w.Name] = b.started
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // a poll interval, not a boundary: the boundary is the lock
+	}
+	if len(inFlight) < 2 { // say what the processes were doing instead
+		rows, err := l.pool.Query(ctx, `
+			SELECT application_name || ' ' || state || ' ' || coalesce(wait_event_type, '') || ': ' || left(regexp_replace(query, '\s+', ' ', 'g'), 120)
+			  FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+		require.NoError(x, err)
+		seen, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(x, err)
+		x.Logf("pg_stat_activity when the wait ended:\n%s", strings.Join(seen, "\n"))
+	}
+	var released time.Time
+	require.NoError(x, gate.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&released))
+	var ivs []lab.Interval
+	for _, w := range workers {
+		started, ok := inFlight[w.Name]
+		if !ok {
+			continue
+		}
+		x.Step(lab.Step{Actor: w.Name, Action: "claim statement in flight: snapshot taken, waiting at the lock", Outcome: "waiting", DBTime: started, DBEnd: released})
+		ivs = append(ivs, lab.Interval{Actor: w.Name, From: started, To: released})
+	}
+	require.NoError(x, gate.Commit(ctx))
+	x.Step(lab.Step{Actor: "admin", Action: "release the lock: both claims proceed", DBTime: released})
+	if !x.Overlap("both processes' claim statements in flight at once", ivs...) {
+		x.FailNow()
+	}
 
 	// Exactly one pauses after its claim; the other's claim is empty and it
 	// exits. A closed stdout is the loser exiting (possibly before the
@@ -170,22 +249,26 @@ func runTwoProcesses(x *lab.X) {
 		}
 	}
 	row := l.job(x, id)
-	x.Step(lab.Step{Actor: winner.Name, Action: fmt.Sprintf("claim job %d (SKIP LOCKED), commit, pause before the tool call", id), Outcome: lab.Accepted, Fence: row.Fence})
+	var claimedAt time.Time
+	require.NoError(x, l.pool.QueryRow(ctx, `SELECT at FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id).Scan(&claimedAt))
+	x.Step(lab.Step{Actor: winner.Name, Action: fmt.Sprintf("claim job %d (SKIP LOCKED), commit, pause before the tool call", id), Outcome: lab.Accepted, Fence: row.Fence, DBTime: claimedAt,
+		Note: "db time: the claim's transaction start (the event's now())"})
 	require.NoError(x, loser.Wait(x), "the loser exits cleanly after its empty claim")
 	x.Step(lab.Step{Actor: loser.Name, Action: "claim: no ready job (the row is claimed), exit when idle", Outcome: "empty"})
 
 	require.Equal(x, claim.StateRunning, row.State)
 	require.Contains(x, row.Owner, "/"+strconv.Itoa(winner.Pid())+"/", "the database names the paused process as owner")
 	require.Zero(x, l.tool.Posts(), "the winner paused before calling the tool")
-	x.Step(lab.Step{Actor: "db", Action: "job " + strconv.FormatInt(id, 10) + " is running, owner " + row.Owner, Fence: row.Fence})
+	x.Step(lab.Step{Actor: "db", Action: "job " + strconv.FormatInt(id, 10) + " is running, owner " + row.Owner, Fence: row.Fence, DBTime: x.DBNow(l.pool)})
 
 	winner.Release(x)
 	require.NoError(x, winner.Wait(x))
 	effects := l.tool.EffectsFor(workflow.IdempotencyKey(key))
 	require.Equal(x, len(effects), l.tool.Posts(), "every POST made an effect: no retry hid a second call")
 	var state string
-	require.NoError(x, l.pool.QueryRow(ctx, `SELECT state FROM job WHERE id = $1`, id).Scan(&state))
-	x.Step(lab.Step{Actor: winner.Name, Action: "call the tool with key " + workflow.IdempotencyKey(key) + ", complete", Outcome: state, Fence: row.Fence})
+	var doneAt time.Time
+	require.NoError(x, l.pool.QueryRow(ctx, `SELECT state, updated_at FROM job WHERE id = $1`, id).Scan(&state, &doneAt))
+	x.Step(lab.Step{Actor: winner.Name, Action: "call the tool with key " + workflow.IdempotencyKey(key) + ", complete", Outcome: state, Fence: row.Fence, DBTime: doneAt})
 	claims := l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id)
 	x.Figure("os_processes", len(ready))
 	x.Figure("claims", claims)
@@ -195,6 +278,36 @@ func runTwoProcesses(x *lab.X) {
 	require.Equal(x, 1, claims)
 	require.Len(x, effects, 1)
 	require.Equal(x, string(claim.StateSucceeded), state)
+}
+
+// socketPorts is the local TCP ports of process pid's sockets (Linux:
+// its fds' socket inodes looked up in /proc/net/tcp{,6}); empty when
+// they cannot be read.
+func socketPorts(pid int) map[int]bool {
+	inodes := map[string]bool{}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, _ := os.ReadDir(dir)
+	for _, fd := range fds {
+		link, err := os.Readlink(dir + "/" + fd.Name())
+		if inode, ok := strings.CutPrefix(link, "socket:["); err == nil && ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	ports := map[int]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(table)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || !inodes[f[9]] {
+				continue
+			}
+			_, hex, _ := strings.Cut(f[1], ":")
+			if port, err := strconv.ParseInt(hex, 16, 32); err == nil {
+				ports[int(port)] = true
+			}
+		}
+	}
+	return ports
 }
 
 // TwoClaimers races two claimers for one ready workflow, many times over:
@@ -210,6 +323,7 @@ var TwoClaimers = lab.Experiment{
 	ID:         "claim/two-claimers",
 	Test:       "TestTwoClaimersCannotOwnOneWorkflow",
 	Claim:      "two claimers racing for one ready workflow, 50 times: each time one claim, one owner, one tool effect",
+	Overlap:    true,
 	Invariants: []string{"claim"},
 	Naive:      "read the ready job, then UPDATE it to running with the fence read + 1 — no SKIP LOCKED, no state re-check, no unique claim per fence",
 	Catches:    []string{"CLAIM-I3", "CLAIM-I4"},
@@ -227,21 +341,33 @@ func runTwoClaimers(x *lab.X) {
 	}
 	const rounds = 50
 	owners := map[string]int{}
+	// The race is checked, not assumed: some round's two claim calls
+	// must overlap in database time (CLAIM-I3 is about claims in flight
+	// at once); 50 serial rounds would prove nothing.
+	var overlapped []lab.Interval
+	overlapsSeen := false
 	for i := range rounds {
 		key := fmt.Sprintf("wf-%04d", i)
 		id := l.enqueue(x, a, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 		start := make(chan struct{})
 		got := make([][]*claim.Job, 2)
 		errs := make([]error, 2)
+		ivs := make([]lab.Interval, 2) // each claim call bracketed by the database's clock
 		var wg sync.WaitGroup
 		for n, c := range []*claim.Client{a, b} {
 			wg.Go(func() {
 				<-start
+				ivs[n] = lab.Interval{Actor: c.Owner(), From: x.DBNow(l.pool)}
 				got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
+				ivs[n].To = x.DBNow(l.pool)
 			})
 		}
 		close(start)
 		wg.Wait()
+		if overlapped == nil || ivs[0].From.Before(ivs[1].To) && ivs[1].From.Before(ivs[0].To) && !overlapsSeen {
+			overlapped = ivs
+			overlapsSeen = ivs[0].From.Before(ivs[1].To) && ivs[1].From.Before(ivs[0].To)
+		}
 		require.NoError(x, errors.Join(errs...))
 		require.Equal(x, 1, len(got[0])+len(got[1]), "round %d: exactly one claimer owns the job", i)
 		winner, c := got[0], a
@@ -258,6 +384,7 @@ func runTwoClaimers(x *lab.X) {
 		require.Equal(x, 1, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id))
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1)
 	}
+	x.Overlap("two claim calls of one round in flight at once", overlapped...)
 	succeeded := l.count(x, `SELECT count(*) FROM job WHERE state = 'succeeded'`)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d jobs succeeded; claimer-a won %d rounds, claimer-b %d", succeeded, owners["claimer-a"], owners["claimer-b"])})
 	x.Figure("rounds", rounds)
@@ -548,6 +675,7 @@ func runRetriesBackOff(x *lab.X) {
 	id := l.enqueue(x, w, claim.NewJob{Kind: workflow.KindName, BusinessKey: "wf-9", MaxAttempts: 3})
 	x.Say("provider", "answers 503 to every call")
 
+	var shares []float64 // each wait as a share of its exponential step d
 	for attempt := 1; attempt <= 3; attempt++ {
 		jobs, err := w.Claim(ctx, claim.ClaimParams{})
 		require.NoError(x, err)
@@ -564,6 +692,7 @@ func runRetriesBackOff(x *lab.X) {
 		d := claim.BackoffBase << (attempt - 1)
 		require.GreaterOrEqual(x, wait, d/2, "attempt %d backoff", attempt)
 		require.LessOrEqual(x, wait, d, "attempt %d backoff", attempt)
+		shares = append(shares, float64(wait)/float64(d))
 		none, err := w.Claim(ctx, claim.ClaimParams{})
 		require.NoError(x, err)
 		require.Empty(x, none, "not claimable before its due_at")
@@ -576,6 +705,12 @@ func runRetriesBackOff(x *lab.X) {
 	require.Equal(x, claim.StateFailed, row.State)
 	require.Equal(x, 3, row.Attempts)
 	require.Contains(x, row.LastErr, "503")
+	// "Jittered" is asserted, not assumed: a fixed delay (d, or any fixed
+	// share of d) gives equal shares; jitter drawn from [d/2, d] gives two
+	// equal shares to the microsecond with negligible odds.
+	require.Len(x, shares, 2)
+	require.NotEqual(x, shares[0], shares[1], "the backoff is not jittered: each wait is the same share of its step")
+	x.Figure("backoff_shares", fmt.Sprintf("%.3f,%.3f", shares[0], shares[1]))
 	none, err := w.Claim(ctx, claim.ClaimParams{})
 	require.NoError(x, err)
 	require.Empty(x, none)

@@ -151,6 +151,7 @@ var IdemConcurrentSameKey = lab.Experiment{
 	ID:         "idem/concurrent-same-key",
 	Test:       "TestIdempotencyConcurrentSameKeyOneEffect",
 	Claim:      "20 copies of one request with one Idempotency-Key, at once: one effect, the rest 409 in flight or the replayed response",
+	Overlap:    true,
 	Invariants: []string{"idem"},
 	Naive:      "look the key up, then run the effect and insert the key's record — a check-then-insert, no primary key on the records",
 	Catches:    []string{"IDEM-I1"},

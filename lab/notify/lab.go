@@ -24,6 +24,7 @@ var SameEventFiftyTimes = lab.Experiment{
 	ID:         "notify/same-event-fifty-times",
 	Test:       "TestNTF01SameEventFiftyTimesConcurrentlyMakesOneNotification",
 	Claim:      "one event submitted fifty times at once makes one notification, one task per enabled channel and one message per channel",
+	Overlap:    true,
 	Invariants: []string{"notify", "claim"},
 	Naive:      "check-then-insert: look the event up, and when it is new insert a notification (no unique key)",
 	Catches:    []string{"NTF-I1"},

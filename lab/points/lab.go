@@ -39,6 +39,7 @@ var ConcurrentDebits = lab.Experiment{
 	ID:         "points/concurrent-debits",
 	Test:       "TestPTS01ConcurrentDebitsNeverOverdraw",
 	Claim:      "100 concurrent debits of 30 against 1,000: exactly 33 succeed, the balance ends at 10 and is never negative",
+	Overlap:    true,
 	Invariants: []string{"points", "idem"},
 	Naive:      "read the balance, check it in Go, then subtract — no guard in the UPDATE, no CHECK on the table",
 	Catches:    []string{"PTS-I1"},
@@ -389,6 +390,7 @@ var SameKeyConcurrently = lab.Experiment{
 	ID:         "points/same-key-concurrently",
 	Test:       "TestPTS04SameKeyConcurrentlyMakesOneTransaction",
 	Claim:      "one key sent by many clients at once makes one ledger transaction; the others get 409 in flight or the replay",
+	Overlap:    true,
 	Invariants: []string{"points", "idem"},
 	Run:        runSameKeyConcurrently,
 }

@@ -150,6 +150,7 @@ var DoubleFollowRaces = lab.Experiment{
 	ID:         "relations/double-follow-races",
 	Test:       "TestREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState",
 	Claim:      "racing follows and unfollows of one pair leave one row per direction, in the state of the operation that serialised last, with one event per change",
+	Overlap:    true,
 	Invariants: []string{"social"},
 	Run:        runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState,
 }
@@ -170,6 +171,7 @@ var BlockRevokesOnCommit = lab.Experiment{
 	ID:         "relations/block-revokes-on-commit",
 	Test:       "TestREL03BlockRevokesReadsTheMomentItCommits",
 	Claim:      "a block refuses the blocked reader from the moment it commits, while the follower views still say \"follows\", and an approval racing it grants nothing",
+	Overlap:    true,
 	Invariants: []string{"social"},
 	Run:        runREL03BlockRevokesReadsTheMomentItCommits,
 }

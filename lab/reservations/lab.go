@@ -38,6 +38,7 @@ var FiveHundredBuyers = lab.Experiment{
 	ID:         "reservations/five-hundred-buyers",
 	Test:       "TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds",
 	Claim:      "500 buyers released at once on 40 units: exactly 40 holds, 460 sold_out, no oversell, admission bounded",
+	Overlap:    true,
 	Invariants: []string{reserve.Module},
 	Naive:      "check-then-insert: read available, decide in Go, write available = read − 1 and insert the hold",
 	Catches:    []string{"FS-R1"},
@@ -207,6 +208,7 @@ var ReleaseRacesItself = lab.Experiment{
 	ID:         "reservations/release-races-itself",
 	Test:       "TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce",
 	Claim:      "the expiry release racing itself (job, admin, rerun; then three at once) returns each expired unit exactly once",
+	Overlap:    true,
 	Invariants: []string{reserve.Module},
 	Naive:      "read the expired holds, then mark them released, log the returns and add their count to available — no state condition, no unique key on the log",
 	Catches:    []string{"FS-R1", "FS-R5"},
@@ -568,6 +570,7 @@ var BoundedAdmission = lab.Experiment{
 	ID:         "reservations/bounded-admission",
 	Test:       "TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce",
 	Claim:      "limit 8, line 16, 200 buyers at once: 8 in the database, 16 waiting, 176 answered 503 at once; never more than 8 in the database",
+	Overlap:    true,
 	Invariants: []string{reserve.Module},
 	NoNaive:    "the limit is configuration, not a guard in a query: unbounded admission is a slow database, which no invariant can report",
 	Run: func(x *lab.X) {
