@@ -263,6 +263,16 @@ var RedirectsOutliveStats = lab.Experiment{
 
 		healthy := a.Hammer(path, n, c)
 		require.Equal(t, map[int]int{http.StatusFound: n}, Statuses(healthy))
+		// The click writer stores the healthy round in batches every 10 ms;
+		// the lock below must come after at least one of them is counted,
+		// or the read during the lock has no healthy click to show (on a
+		// loaded machine the lock came first). Polled, bounded: an
+		// observable state, not a guessed delay.
+		require.Eventually(t, func() bool {
+			var clicks int64
+			_ = a.Pool.QueryRow(ctx, `SELECT coalesce(sum(clicks), 0) FROM shortlink_click_count WHERE code = $1`, l.Code).Scan(&clicks)
+			return clicks > 0
+		}, 10*time.Second, 10*time.Millisecond, "the healthy round's first batch is counted")
 
 		// Another session takes the clicks table and holds it.
 		locker, err := pgx.Connect(ctx, a.DBURL)
