@@ -320,10 +320,13 @@ func socketPorts(pid int) map[int]bool {
 // both own the job under the same fence and both run it: CLAIM-I3 reports
 // two claims of one fence (and CLAIM-I4 two completions).
 var TwoClaimers = lab.Experiment{
-	ID:         "claim/two-claimers",
-	Test:       "TestTwoClaimersCannotOwnOneWorkflow",
-	Claim:      "two claimers racing for one ready workflow, 50 times: each time one claim, one owner, one tool effect",
-	Overlap:    true,
+	ID:   "claim/two-claimers",
+	Test: "TestTwoClaimersCannotOwnOneWorkflow",
+	// The claim says what every run shows. The two claim calls of a round
+	// are released together but are not forced to overlap (on a loaded
+	// machine one can finish before the other starts), so it does not say
+	// "racing": claim/two-processes is the forced, checked overlap.
+	Claim:      "two claimers released together for one ready workflow, 50 times: each time one claim, one owner, one tool effect",
 	Invariants: []string{"claim"},
 	Naive:      "read the ready job, then UPDATE it to running with the fence read + 1 — no SKIP LOCKED, no state re-check, no unique claim per fence",
 	Catches:    []string{"CLAIM-I3", "CLAIM-I4"},
@@ -384,7 +387,13 @@ func runTwoClaimers(x *lab.X) {
 		require.Equal(x, 1, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id))
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1)
 	}
-	x.Overlap("two claim calls of one round in flight at once", overlapped...)
+	// Recorded when seen, not required: the rounds are released together
+	// but not forced to overlap (claim/two-processes is the forced check).
+	if overlapsSeen {
+		x.Overlap("two claim calls of one round in flight at once", overlapped...)
+	} else {
+		x.Step(lab.Step{Actor: "db", Action: "no round's two claim calls overlapped in database time", Outcome: "observed"})
+	}
 	succeeded := l.count(x, `SELECT count(*) FROM job WHERE state = 'succeeded'`)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d jobs succeeded; claimer-a won %d rounds, claimer-b %d", succeeded, owners["claimer-a"], owners["claimer-b"])})
 	x.Figure("rounds", rounds)
