@@ -108,11 +108,6 @@ type Keys struct {
 	owner   *Presence
 }
 
-// Config is the former name of Options.
-//
-// Deprecated: use Options; kept only until the lab's callers move.
-type Config = Options
-
 // NewKeys returns the store over pool.
 func NewKeys(pool *pgxpool.Pool, c Options) *Keys {
 	if c.LockTTL <= 0 {
@@ -120,11 +115,6 @@ func NewKeys(pool *pgxpool.Pool, c Options) *Keys {
 	}
 	return &Keys{pool: pool, lockTTL: c.LockTTL, faults: c.Faults, m: newMetrics(c.Metrics), owner: c.Presence}
 }
-
-// New is the former name of NewKeys.
-//
-// Deprecated: use NewKeys; kept only until the lab's callers move.
-func New(pool *pgxpool.Pool, c Options) *Keys { return NewKeys(pool, c) }
 
 // Func is an idempotent effect. It runs inside the transaction that also
 // stores its response, and returns the status and body to send (a

@@ -69,7 +69,7 @@ func newIdemDemo(x *lab.X) *idemDemo {
 	auth, err := httpx.NewAuth([]byte("idem-lab-secret-0123456789abcdef"))
 	require.NoError(x, err)
 	fs := faults.New()
-	keys := idem.New(pool, idem.Config{Faults: fs})
+	keys := idem.NewKeys(pool, idem.Options{Faults: fs})
 	e := httpx.New(httpx.Options{})
 	e.POST("/demo/accounts/:owner/debits", func(c echo.Context) error {
 		owner := c.Param("owner")
