@@ -239,6 +239,9 @@ func runVariant(ctx context.Context, e Experiment, env Env, v Variant, pol polic
 	if res.Control {
 		res.ControlHow = e.Control
 	}
+	if pol != nil {
+		res.Claim = e.Explore.Claim
+	}
 	done := make(chan []InvariantView, 1)
 	go func() {
 		var views []InvariantView
