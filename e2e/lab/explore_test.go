@@ -31,9 +31,11 @@ func (e scheduleEnv) Start(t lab.T, o lab.Options) *lab.App {
 	}
 	return labenv.Serve(t, program.Lab(), db, o, slog.New(slog.NewTextHandler(io.Discard, nil))).App
 }
-func (e scheduleEnv) Binary(lab.T) string                          { return e2etest.Binary(e.t) }
-func (e scheduleEnv) ChildEnv(db string, extra ...string) []string { return e2etest.ChildEnv(db, extra...) }
-func (e scheduleEnv) Dedicated(lab.T) *pgserver.Server             { return pgtest.Dedicated(e.t) }
+func (e scheduleEnv) Binary(lab.T) string { return e2etest.Binary(e.t) }
+func (e scheduleEnv) ChildEnv(db string, extra ...string) []string {
+	return e2etest.ChildEnv(db, extra...)
+}
+func (e scheduleEnv) Dedicated(lab.T) *pgserver.Server { return pgtest.Dedicated(e.t) }
 func (e scheduleEnv) DatabaseOn(_ lab.T, s *pgserver.Server) string {
 	return pgtest.URLOn(e.t, s)
 }
