@@ -143,7 +143,7 @@ func printExploration(out io.Writer, ex lab.Exploration) {
 	mode := ex.Mode
 	switch ex.Mode {
 	case "exhaustive":
-		mode = fmt.Sprintf("exhaustive: %d orders of the steps, less those where a chosen actor was blocked", ex.Orders)
+		mode = fmt.Sprintf("exhaustive: of the %d orders of the steps, those the run allowed (none releases an actor blocked on a lock or finished early)", ex.Orders)
 		if ex.Reduced > 0 {
 			mode += fmt.Sprintf(", %d branches skipped as equivalent", ex.Reduced)
 		}
@@ -153,6 +153,15 @@ func printExploration(out io.Writer, ex lab.Exploration) {
 		mode = "serial: each actor runs all its steps before the next (the control)"
 	}
 	fmt.Fprintf(out, "\n%s (%s; %.1fs)\n", ex.Summary, mode, ex.Seconds)
+	if ex.Variant == lab.Naive.String() && ex.Breaking > 0 {
+		var caught []string
+		for _, s := range ex.Schedules {
+			if s.Verdict == lab.Caught {
+				caught = append(caught, s.Schedule)
+			}
+		}
+		fmt.Fprintf(out, "caught under: %s\n", strings.Join(caught, "  "))
+	}
 	if ex.First != nil {
 		r := *ex.First
 		what := "first breaking schedule"
