@@ -67,9 +67,9 @@ func runExploreBench(_ []app.Module, args []string) error {
 }
 
 // toyExperiment: two actors of n steps, each step one statement (an
-// advisory lock on the actor's own key, held for the statement) on the
-// a fresh database — no step blocks another, so every
-// one of the C(2n, n) orders is a schedule.
+// advisory lock on the actor's own key, held for the statement) on a
+// fresh database — no step blocks another, so every one of the C(2n, n)
+// orders is a schedule.
 func toyExperiment(n int) lab.Experiment {
 	steps := make([]string, n)
 	for i := range steps {
