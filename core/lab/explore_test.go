@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -209,5 +210,41 @@ func TestALockWaitIsABlockedStep(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"A,A,B,B", "A,B,A,B", "B,A,B,A", "B,B,A,A"}; !slices.Equal(got, want) || ex.Verdict != Held {
 		t.Fatalf("schedules %v (%s), want %v: the 6 orders less the two that choose a blocked actor", got, ex.Summary, want)
+	}
+}
+
+// A stepping session (the console's "run this actor's next step") is the
+// same scheduler with the reader's choices: each Next returns who waits,
+// who is blocked on whom, the timeline and the invariants now; the last
+// one the judged run.
+func TestASessionStepsActorsByHand(t *testing.T) {
+	t.Parallel()
+	s, v, err := StartSession(context.Background(), lockToy, toyEnv{t}, Guarded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	waiting := func(v SessionView) string { return optNames(v.Waiting) }
+	if waiting(v) != "A, B" || len(v.Invariants) == 0 {
+		t.Fatalf("first view: waiting %s, invariants %v", waiting(v), v.Invariants)
+	}
+	if v, err = s.Next("A"); err != nil || waiting(v) != "A, B" {
+		t.Fatalf("after A: waiting %s (%v)", waiting(v), err)
+	}
+	if v, err = s.Next("B"); err != nil || waiting(v) != "A" || v.Blocked["B"] != "lab:A" {
+		t.Fatalf("after B: waiting %s, blocked %v (%v): B should wait on A's row lock", waiting(v), v.Blocked, err)
+	}
+	if _, err = s.Next("B"); err == nil || !strings.Contains(err.Error(), "not waiting") {
+		t.Fatalf("releasing blocked B: %v", err)
+	}
+	if v, err = s.Next("A"); err != nil || waiting(v) != "B" || len(v.Blocked) != 0 {
+		t.Fatalf("after A commits: waiting %s, blocked %v (%v)", waiting(v), v.Blocked, err)
+	}
+	v, err = s.Next("B")
+	if err != nil || !v.Done || v.Result == nil || v.Result.Verdict != Held || v.Result.Schedule != "A,B,A,B" {
+		t.Fatalf("last step: done %v result %+v (%v)", v.Done, v.Result, err)
+	}
+	if _, err := s.Next("A"); !errors.Is(err, ErrSessionEnded) {
+		t.Fatalf("Next after the end: %v", err)
 	}
 }

@@ -228,6 +228,9 @@ func runVariant(ctx context.Context, e Experiment, env Env, v Variant, pol polic
 	body := e.Run
 	if pol != nil {
 		x.sched = newScheduler(x, e.Explore, pol)
+		if b, ok := pol.(interface{ bind(*X) }); ok {
+			b.bind(x) // a stepping session reads the run's timeline and invariants
+		}
 		x.overlap = false // a schedule orders the actors; it is judged by its invariants
 		body = e.Explore.Run
 	}
