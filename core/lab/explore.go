@@ -541,20 +541,35 @@ func (s *scheduler) settle(ctx context.Context, mon *pgxpool.Pool) error {
 // lock timeout).
 func (s *scheduler) waitChange(ctx context.Context, mon *pgxpool.Pool) error {
 	deadline := time.Now().Add(stepLimit)
+	countBlocked := func() (n int) {
+		for _, st := range s.state {
+			if st == blocked {
+				n++
+			}
+		}
+		return n
+	}
+	s.mu.Lock()
+	atEntry := countBlocked()
+	s.mu.Unlock()
 	for {
 		waits := s.lockWaits(ctx, mon)
 		s.mu.Lock()
 		moved := false
 		for i, st := range s.state {
-			if st == blocked {
+			switch st {
+			case blocked:
 				if _, ok := waits[s.actors[i].Name]; !ok {
 					s.state[i] = running
 					moved = true
 				}
-			} else if st != finished {
-				moved = true
+			case waiting, running:
+				moved = true // it was granted its lock and went on
 			}
 		}
+		// One that finished since (its wait ended in an error, or it was
+		// granted the lock and ran to its end) is a move too.
+		moved = moved || countBlocked() < atEntry
 		s.mu.Unlock()
 		if moved {
 			return nil
