@@ -141,3 +141,24 @@ func violated(r lab.Result) []string {
 	}
 	return out
 }
+
+// lease/paused-holder's breaking schedule, spelled out: A acquires and
+// stops before its write, the clock expires A's lease, B acquires and
+// writes, A writes. Naive, the stale write lands and LOCK-I2 catches it;
+// guarded, the same schedule ends with A's write refused.
+func TestThePausedHoldersStaleWriteUnderOneSchedule(t *testing.T) {
+	e := explorable(t, "lease/paused-holder")
+	schedule := lab.ParseSchedule("A,clock,B,B,A")
+	n := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Naive, schedule)
+	if n.Verdict != lab.Caught || !slices.Contains(violated(n), "LOCK-I2") {
+		t.Fatalf("naive A,clock,B,B,A: %s, violated %v, failures %v", n.Verdict, violated(n), n.Failures)
+	}
+	g := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Guarded, schedule)
+	if g.Verdict != lab.Held || g.Schedule != "A,clock,B,B,A" {
+		t.Fatalf("guarded A,clock,B,B,A: %s (%s), failures %v", g.Verdict, g.Schedule, g.Failures)
+	}
+	last := g.Timeline[len(g.Timeline)-2] // before the re-read
+	if last.Actor != "A" || last.Outcome != lab.Refused {
+		t.Fatalf("guarded: A's late write should be refused; the timeline ends %+v", g.Timeline[len(g.Timeline)-3:])
+	}
+}
