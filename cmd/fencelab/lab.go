@@ -92,6 +92,7 @@ func labList(args []string) error {
 		Naive      string   `json:"naive,omitempty"`
 		Catches    []string `json:"catches,omitempty"`
 		Control    string   `json:"control,omitempty"`
+		Explorable bool     `json:"explorable,omitempty"` // lab explore runs it under every schedule
 	}
 	type chapterView struct {
 		N           int       `json:"n"`
@@ -104,7 +105,7 @@ func labList(args []string) error {
 		cv := chapterView{N: c.N, Slug: c.Slug, Title: c.Title, Experiments: []expView{}}
 		for _, e := range exps {
 			if strings.HasPrefix(e.ID, c.Slug+"/") {
-				cv.Experiments = append(cv.Experiments, expView{e.ID, e.Test, e.Claim, e.Invariants, e.Naive, e.Catches, e.Control})
+				cv.Experiments = append(cv.Experiments, expView{e.ID, e.Test, e.Claim, e.Invariants, e.Naive, e.Catches, e.Control, e.Explore != nil})
 			}
 		}
 		chapters = append(chapters, cv)
@@ -125,6 +126,9 @@ func labList(args []string) error {
 			fmt.Printf("     %-36s       checks %s\n", "", strings.Join(e.Invariants, " "))
 			if e.Control != "" {
 				fmt.Printf("     %-36s       control: %s\n", "", e.Control)
+			}
+			if e.Explorable {
+				fmt.Printf("     %-36s       every schedule: fencelab lab explore %s\n", "", e.ID)
 			}
 		}
 	}

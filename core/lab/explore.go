@@ -41,8 +41,8 @@ type Explore struct {
 // steps. Each step begins where the actor's body calls a.Step (or reaches
 // a fault point armed with x.StepAt) and runs until its next one.
 type ActorSpec struct {
-	Name  string
-	Steps []StepSpec
+	Name  string     `json:"name"`
+	Steps []StepSpec `json:"steps"`
 }
 
 // StepSpec is one step. Touches, when set, names the rows or keys the step
@@ -51,8 +51,8 @@ type ActorSpec struct {
 // them (partial-order reduction). A step without Touches may touch
 // anything.
 type StepSpec struct {
-	Label   string
-	Touches []string
+	Label   string   `json:"label"`
+	Touches []string `json:"touches,omitempty"`
 }
 
 // Steps is a list of steps that declare no keys.
