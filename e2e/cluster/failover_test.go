@@ -10,7 +10,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencelab/fencelab/e2e/e2etest"
 )
 
 // Each experiment owns its cluster on its own ports (19200, 19300, 19400 +
@@ -58,7 +57,7 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	res, _ := porcupine.CheckOperationsVerbose(fenceModel, log.ops, time.Minute)
 	require.Equal(t, porcupine.Ok, res, "the lease history of %d operations is linearizable", len(log.ops))
 
-	e2etest.Assert(t, c.db, "points", "flashsale", "lease", "claim")
+	assertInvariants(t, c, "points", "flashsale", "lease", "claim")
 }
 
 // The naive version: asynchronous replication, with the standby held
@@ -123,19 +122,40 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	res := porcupine.CheckOperations(fenceModel, log.ops)
 	require.False(t, res, "the lease history check rejects the reissued fence")
 
-	e2etest.Assert(t, c.db, "points", "flashsale", "lease", "claim")
+	assertInvariants(t, c, "points", "flashsale", "lease", "claim")
 }
 
 // A serve replica dies mid-load (SIGKILL to its process group). HAProxy
 // stops routing to it after its health checks fail; clients whose request
 // died with it retry with the same Idempotency-Key, land on another
 // replica, and get one effect each.
+//
+// The same topology then shows the other half of a replica's death
+// (aKilledReplicaComesBack): serve0's process alone is killed, and its
+// supervisor starts it again. One cluster serves both: a topology is the
+// most expensive thing the suite starts, and neither half touches the
+// database's roles.
 func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, "sync", 19400)
+	t.Run("the env file is sh-quoted and check works after sourcing it", func(t *testing.T) {
+		envFileSourcesWhole(t, c)
+	})
 	t.Run("chunks of one upload on three replicas make one blob", func(t *testing.T) {
 		chunksOnEveryReplicaMakeOneBlob(t, c)
 	})
+	killedReplicaRetriesLandOnce(t, c)
+	if t.Failed() {
+		return
+	}
+	// serve1's whole process group (its supervisor with it) is gone for
+	// good: the restart is serve0's, and down.sh stops the others.
+	t.Run("a killed replica comes back", func(t *testing.T) {
+		aKilledReplicaComesBack(t, c, []string{"serve0", "serve2", "worker0", "worker1"})
+	})
+}
+
+func killedReplicaRetriesLandOnce(t *testing.T, c *cluster) {
 	ld := startLoad(t, c, spec{debitors: 4, buyers: 2})
 	ld.waitAcks(t, 60)
 
@@ -154,7 +174,7 @@ func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 	require.Empty(t, j.doubled, "and exactly once, whichever replica the retry reached")
 	require.Empty(t, j.moved)
 	effectsMatchKeys(t, c, log)
-	e2etest.Assert(t, c.db, "points", "flashsale", "upload")
+	assertInvariants(t, c, "points", "flashsale", "upload")
 }
 
 // byKind counts acknowledgements per kind ("debit=3 hold=1").
