@@ -194,10 +194,17 @@ var OutboxTwoProcesses = lab.Experiment{
 	Test:       "TestOutboxTwoConsumerProcesses",
 	Claim:      "two consumer processes, the lease holder killed with SIGKILL mid-stream: 10,000 events, each applied once and in order per key",
 	Invariants: []string{"outbox"},
+	Naive:      "two consumer processes (psql) whose position is unfenced and saved after the effects' commit, in a transaction of its own: the first is SIGKILLed between the two commits, and the second applies its 5,000 events again",
+	Catches:    []string{"OUTBOX-I3"},
+	Control:    "the same two naive consumer processes, no kill: the first saves its position, the second applies only the rest",
 	Run:        runOutboxTwoProcesses,
 }
 
 func runOutboxTwoProcesses(x *lab.X) {
+	if x.Naive {
+		naiveTwoProcesses(x)
+		return
+	}
 	ctx := context.Background()
 	db := x.Database()
 	pool, err := pgxpool.New(ctx, db)
