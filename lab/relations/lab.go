@@ -173,7 +173,16 @@ var BlockRevokesOnCommit = lab.Experiment{
 	Claim:      "a block refuses the blocked reader from the moment it commits, while the follower views still say \"follows\", and an approval racing it grants nothing",
 	Overlap:    true,
 	Invariants: []string{"social"},
-	Run:        runREL03BlockRevokesReadsTheMomentItCommits,
+	Naive:      "a read authorised from the lagging view: the feed page asks the followers view, not the truth table, whether the reader follows the author, and the view has not applied the block yet",
+	Catches:    []string{"FEED-I1"},
+	Control:    "the same view-authorised read after the view has applied the block: nothing is served",
+	Run: func(x *lab.X) {
+		if x.Naive {
+			naiveViewRead(x)
+			return
+		}
+		runREL03BlockRevokesReadsTheMomentItCommits(x)
+	},
 }
 
 // ResetOffsetReplay is REL-04: every view's consumer replays from zero
