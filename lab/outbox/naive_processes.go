@@ -44,7 +44,7 @@ INSERT INTO outbox_demo_effect (event_id, key, n, owner, fence)
 SELECT id, key, n, :'owner', 0 FROM batch ORDER BY tx_id, id;
 INSERT INTO outbox_inbox (consumer, event_id, fence)
 SELECT :'consumer', id, 0 FROM batch ON CONFLICT DO NOTHING;
-SELECT coalesce((SELECT tx_id::text FROM batch ORDER BY tx_id DESC, id DESC LIMIT 1), c.position_tx::text) AS pos_tx,
+SELECT coalesce((SELECT tx_id FROM batch ORDER BY tx_id DESC, id DESC LIMIT 1), c.position_tx)::text AS pos_tx,
        coalesce((SELECT id FROM batch ORDER BY tx_id DESC, id DESC LIMIT 1), c.position_id) AS pos_id
   FROM outbox_consumer c WHERE c.name = :'consumer' \gset
 COMMIT;
@@ -141,9 +141,21 @@ func naiveTwoProcesses(x *lab.X) {
 		x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("SIGKILL process-A (pid %d) between its effects' commit and its position's", a.cmd.Process.Pid), Outcome: "killed",
 			Note: "the effects are committed; the position is not"})
 	}
-	var posID int64
-	require.NoError(x, pool.QueryRow(ctx, `SELECT position_id FROM outbox_consumer WHERE name = $1`, outbox.DemoConsumerName).Scan(&posID))
-	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: the saved position is event %d", posID)})
+	var (
+		posTx string
+		posID int64
+		after int
+	)
+	require.NoError(x, pool.QueryRow(ctx, `
+		SELECT c.position_tx::text, c.position_id,
+		       (SELECT count(*) FROM outbox_event e WHERE e.topic = $2 AND (e.tx_id, e.id) > (c.position_tx, c.position_id))
+		  FROM outbox_consumer c WHERE c.name = $1`, outbox.DemoConsumerName, outbox.DemoTopic).Scan(&posTx, &posID, &after))
+	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: the saved position is (tx %s, event %d); %d events after it", posTx, posID, after)})
+	if x.Control {
+		require.Zero(x, after, "the saved position is past every event process-A applied")
+	} else {
+		require.Equal(x, 5000, after, "the kill left the position where it was")
+	}
 
 	appendRounds(x, pool, 51, 100)
 	x.Say("producer", "append rounds 51–100: 5,000 more events")
