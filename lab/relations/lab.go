@@ -247,6 +247,9 @@ func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 		t.Fatalf("second follow finished while the first held the pair's lock: %+v", r)
 	default:
 	}
+	// The overlap is observed at the database before the release: the
+	// second follow's lock wait, seen in pg_stat_activity.
+	lab.WaitFor(t, lab.DefaultWait, "the overlap watcher to see the second follow's lock wait", x.Overlapped)
 	gate.Release()
 	r1, r2 := <-first, <-second
 	require.Equal(t, http.StatusOK, r1.Status)
