@@ -382,7 +382,9 @@ func runWatchdogKeepsAlive(x *lab.X) {
 	// would put the median at 1.5 s, above TTL/2.5; every gap must stay
 	// under the TTL (a longer one would have let the lease lapse).
 	times := append([]time.Time{l.ExpiresAt.Add(-ttl)}, renewals.times()...)
-	require.Equal(x, w.Renewals(), len(times)-1, "every renewal is recorded with its database time")
+	// A renewal that committed while Stop was called is recorded here but
+	// not counted by the watchdog (it returns without counting it).
+	require.Contains(x, []int{w.Renewals(), w.Renewals() + 1}, len(times)-1, "every renewal is recorded with its database time")
 	require.GreaterOrEqual(x, w.Renewals(), 4, "renewed over two TTLs")
 	period := gaps(times)
 	mid := median(period)
