@@ -32,9 +32,16 @@ var ChargeAnswerLost = lab.Experiment{
 	Test:       "TestORD01ChargeTakenAnswerDroppedStaysPayingReconcileQueryMakesItPaid",
 	Claim:      "the channel takes the charge but its answer is lost: the order stays PAYING with its unit held, and reconciliation's query makes it PAID",
 	Invariants: []string{reserve.Module},
+	Naive:      "a pay handler that takes no answer for a failure: the charge's answer is lost, so it moves the order PAYING → FAILED on that report and returns the unit — while the channel took the money",
+	Catches:    []string{"ORD-O2"},
+	Control:    "the same naive pay handler, the charge's answer not lost: it names the charge, the order waits PAYING and reconciliation's query makes it PAID",
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})
+		if x.Naive {
+			naiveChargeAnswerLost(x, l)
+			return
+		}
 		tok := l.User(t, "user-0042")
 		res := l.Reserve(t, tok, labSKU, "ord01-0042")
 		o := l.Order(t, tok, res.ID)
