@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,9 +75,11 @@ type X struct {
 	t0       time.Time // the first step's time: the timeline's zero
 	echo     bool      // log each step through T (go test -v tells the story)
 
-	overlap   bool     // Experiment.Overlap: the run must observe one
-	overlaps  []string // the overlaps observed (x.Overlap, the watcher)
-	watchStop func()   // stops the overlap watcher
+	overlap   bool         // Experiment.Overlap: the run must observe one
+	overlaps  []string     // the overlaps observed (x.Overlap, the watcher)
+	actorApps []string     // application_names whose sessions act for actors (ActorSessions)
+	watchStop func()       // stops the overlap watcher
+	samples   atomic.Int64 // pg_stat_activity samples the watcher has judged
 }
 
 // Step is one line of the timeline: who did what, when by the database's
@@ -172,6 +175,11 @@ func (x *X) Database() string {
 func (x *X) Start(o Options) *App {
 	x.Helper()
 	a := x.Env.Start(x.T, o)
+	if a.Pool != nil {
+		// The app's sessions serve the actors' requests: the overlap
+		// watcher counts them as actors.
+		x.ActorSessions(a.Pool.Config().ConnConfig.RuntimeParams["application_name"])
+	}
 	x.useDB(a.DBURL)
 	return a
 }

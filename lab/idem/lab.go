@@ -49,6 +49,9 @@ const (
 	body30    = `{"amount":30,"reason":"prize-17"}`
 )
 
+// idemDemoApp is the application_name of the demo's sessions.
+const idemDemoApp = "fencelab-idem-demo"
+
 // idemDemo is POST /demo/accounts/:owner/debits behind real auth and
 // idem.Require on a real HTTP server over the experiment's database.
 type idemDemo struct {
@@ -61,7 +64,14 @@ type idemDemo struct {
 func newIdemDemo(x *lab.X) *idemDemo {
 	x.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, x.Database())
+	cfg, err := pgxpool.ParseConfig(x.Database())
+	require.NoError(x, err)
+	// The demo's sessions serve the clients' requests: the overlap watcher
+	// counts them as the actors' sessions (a lock wait between two of them
+	// is two copies of the request meeting at the key).
+	cfg.ConnConfig.RuntimeParams["application_name"] = idemDemoApp
+	x.ActorSessions(idemDemoApp)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(x, err)
 	x.Cleanup(pool.Close)
 	_, err = pool.Exec(ctx, idemSchema)
