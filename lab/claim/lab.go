@@ -657,10 +657,31 @@ func runUnknownToReview(x *lab.X) {
 		require.Equal(x, 1, row.Attempts, "never re-run")
 		require.Equal(x, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2"}, l.history(x, id))
 	}
+	// "Never run again", tried: both jobs made due now (so only their state
+	// keeps them out), another worker runs a claim round and a resolve
+	// round over every kind. Neither takes a job in review.
+	_, err := l.pool.Exec(ctx, `UPDATE job SET due_at = now() - interval '1 second' WHERE state = $1`, claim.StateNeedsReview)
+	require.NoError(x, err)
+	w2 := l.worker(x, "worker-2", workflow.NewKind(l.tool.Client()), noResolve)
+	later, err := w2.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName, "workflow.blind"}, Limit: 10})
+	require.NoError(x, err)
+	require.Empty(x, later, "a later claim round takes no job in review")
+	resolved, err := w2.ResolveUnknown(ctx, 10, 1)
+	require.NoError(x, err)
+	require.Empty(x, resolved, "a later resolve round takes no job in review")
+	x.Step(lab.Step{Actor: "worker-2", Action: "claim round and resolve round over both kinds, jobs due now",
+		Outcome: "no job", Note: "needs_review is not claimable"})
 	for _, kind := range []string{workflow.KindName, "workflow.blind"} {
+		var id int64
+		require.NoError(x, l.pool.QueryRow(ctx, `SELECT id FROM job WHERE business_key = $1`, "wf-7-"+kind).Scan(&id))
+		row := l.job(x, id)
+		require.Equal(x, claim.StateNeedsReview, row.State, "still in review after the later rounds")
+		require.Equal(x, 1, row.Attempts, "never re-run: one attempt after the later claim round")
+		require.Equal(x, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2"}, l.history(x, id), "no event since")
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey("wf-7-"+kind)), 1, "the effect happened once and was not repeated")
 	}
 	require.Equal(x, 1, l.tool.Requests(fakeprovider.OpQuery), "only the kind with a Resolve asked (and was refused)")
+	require.Equal(x, 2, l.tool.Requests(fakeprovider.OpCreate), "one tool call per job, none after review")
 	x.Figure("needs_review", 2)
 	x.Figure("effects", len(l.tool.Effects()))
 }
