@@ -32,8 +32,9 @@ const (
 //
 // The naive version is the book's check-then-insert: read `available`,
 // decide in Go that a unit is left, write `available = read − 1` and insert
-// the reservation. Sixty buyers all read 40 before anyone writes: sixty
-// holds on forty units, and FS-R1 reports the oversold SKU.
+// the reservation. The five hundred buyers of the claim all read 40 before
+// anyone writes: five hundred holds on forty units, and FS-R1 reports the
+// oversold SKU.
 var FiveHundredBuyers = lab.Experiment{
 	ID:         "reservations/five-hundred-buyers",
 	Test:       "TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds",
