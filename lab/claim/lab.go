@@ -382,7 +382,8 @@ func runTwoClaimers(x *lab.X) {
 		owners[c.Owner()]++
 		if i < 3 || i == rounds-1 { // the first rounds and the last tell the story
 			x.Step(lab.Step{Actor: c.Owner(), Action: fmt.Sprintf("round %d: claim job %d, call the tool, complete", i+1, id), Outcome: lab.Accepted, Fence: winner[0].Fence})
-			x.Step(lab.Step{Actor: other(c.Owner()), Action: fmt.Sprintf("round %d: claim", i+1), Outcome: "empty", Note: "the row was locked: SKIP LOCKED skipped it"})
+			x.Step(lab.Step{Actor: other(c.Owner()), Action: fmt.Sprintf("round %d: claim", i+1), Outcome: "empty",
+				Note: loserNote(ivs[0], ivs[1], c == a), DBTime: ivs[1-winnerIndex(c == a)].From, DBEnd: ivs[1-winnerIndex(c == a)].To})
 		}
 		require.Equal(x, 1, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id))
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1)
@@ -402,6 +403,31 @@ func runTwoClaimers(x *lab.X) {
 	require.Equal(x, rounds, succeeded)
 	require.Equal(x, rounds, l.tool.Posts())
 	require.Len(x, l.tool.Effects(), rounds)
+}
+
+// winnerIndex is the index in a round's intervals of the winner's claim.
+func winnerIndex(aWon bool) int {
+	if aWon {
+		return 0
+	}
+	return 1
+}
+
+// loserNote says why the loser's claim found nothing, from what the
+// database's clock shows of the two claim calls: only that. A claim that
+// began after the winner's had returned found the job running; one in
+// flight with the winner's found the row locked by it or already claimed —
+// SKIP LOCKED passes the first, the state check the second, and the
+// database does not tell which happened.
+func loserNote(a, b lab.Interval, aWon bool) string {
+	winner, loser := a, b
+	if !aWon {
+		winner, loser = b, a
+	}
+	if !loser.From.Before(winner.To) {
+		return "began after the winner's claim returned: the job was running, nothing ready"
+	}
+	return "in flight with the winner's claim: the row was locked by it or already claimed, not claimable either way"
 }
 
 func other(owner string) string {
