@@ -241,7 +241,7 @@ func naiveSameKey(x *lab.X, d *idemDemo, clients int, key string) {
 	ctx := context.Background()
 	_, err := d.pool.Exec(ctx, `ALTER TABLE idem_request DROP CONSTRAINT idem_request_pkey`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop idem_request's primary key (scope, subject, key): the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: idem_request's primary key (scope, subject, key) dropped"})
 	fp := sha256.Sum256([]byte(body30))
 	var (
 		wg   sync.WaitGroup
@@ -405,7 +405,7 @@ func naiveCrashedRequest(x *lab.X, d *idemDemo) {
 	const key = "k-crash-naive"
 	_, err := d.pool.Exec(ctx, `ALTER TABLE idem_request DROP CONSTRAINT idem_request_pkey`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop idem_request's primary key (scope, subject, key): the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: idem_request's primary key (scope, subject, key) dropped"})
 	fp := sha256.Sum256([]byte(body30))
 	// claim: a live record answers (done: replay; in flight: 409); none
 	// live, the caller records its own in-flight record.

@@ -134,7 +134,7 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 	ctx := context.Background()
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE points_account DROP CONSTRAINT balance_non_negative`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop CHECK (balance >= 0): the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: CHECK (balance >= 0) dropped"})
 	var (
 		wg      sync.WaitGroup
 		read    sync.WaitGroup // every client has read before anyone writes
@@ -287,7 +287,7 @@ func naiveLostResponse(x *lab.X, a *lab.App, account, key string) {
 	ctx := context.Background()
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE points_ledger_txn DROP CONSTRAINT points_ledger_txn_client_key`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop UNIQUE (client_id, idem_key) on the ledger: the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: UNIQUE (client_id, idem_key) on the ledger dropped"})
 	serve := func() (points.Txn, error) {
 		var t points.Txn
 		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {

@@ -329,7 +329,7 @@ func naiveRelease(x *lab.X, a *lab.App) {
 	                           ALTER TABLE flashsale_stock_move DROP CONSTRAINT flashsale_stock_move_once;
 	                           DROP TRIGGER flashsale_reservation_guard ON flashsale_reservation`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "the naive schema: no CHECK on available, no unique key on the stock log, no transition guard"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: the CHECK on available, the stock log's unique key and the transition guard dropped"})
 	actors := []string{"worker", "admin"}
 	if x.Control {
 		actors = actors[:1] // one run: nothing races it

@@ -450,7 +450,7 @@ func naiveClickBatch(x *lab.X, a *Lab, n int) {
 	x.Step(lab.Step{Actor: "user-0042", Action: "create " + link.Code, Outcome: lab.Accepted})
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE shortlink_clicks DROP CONSTRAINT shortlink_clicks_pkey`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop the primary key on shortlink_clicks (id): the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: the primary key on shortlink_clicks (id) dropped"})
 	ids, codes, ats := make([]string, n), make([]string, n), make([]time.Time, n)
 	now := time.Now()
 	for i := range n {
@@ -511,7 +511,7 @@ func naiveAlias(x *lab.X, a *Lab, creators int) {
 	ctx := context.Background()
 	_, err := a.Pool.Exec(ctx, `DROP TRIGGER shortlink_links_guard ON shortlink_links`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "the naive schema: links may be overwritten"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: the guard trigger on shortlink_links dropped (links may be overwritten)"})
 	var wg, looked sync.WaitGroup
 	looked.Add(creators)
 	for i := range creators {
