@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -53,7 +54,13 @@ func (h *naivePayHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var o order.Order
 	if resp.Status == http.StatusAccepted {
-		resp.JSON(h.x, &o)
+		// Decoded here, not through x: a handler goroutine must not stop
+		// the run's goroutine, only report.
+		if err := json.Unmarshal(resp.Body, &o); err != nil {
+			h.x.Error("naive-pay", fmt.Sprintf("read the pay answer of order %d", id), err)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
 	}
 	if resp.Status != http.StatusAccepted || o.EffectID != "" {
 		// The channel answered (or the call was refused): nothing for the
