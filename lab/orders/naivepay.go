@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -71,33 +72,35 @@ func (h *naivePayHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(resp.Body)
 		return
 	}
-	report, err := h.giveUp(r.Context(), id)
+	report, at, err := h.giveUp(r.Context(), id)
 	if err != nil {
 		h.x.Error("naive-pay", fmt.Sprintf("give order %d up", id), err)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	h.x.Step(lab.Step{Actor: "naive-pay", Action: fmt.Sprintf("pay order %d: no answer, so failed", id), Outcome: string(order.StateFailed),
-		Note: fmt.Sprintf("moved PAYING → FAILED on report %s and returned the unit", report)})
+		Note: fmt.Sprintf("moved PAYING → FAILED on report %s and returned the unit", report), DBTime: at})
 	w.WriteHeader(http.StatusOK)
 	_, _ = fmt.Fprintf(w, `{"id":%d,"state":%q}`, id, order.StateFailed)
 }
 
 // giveUp is the product's giveUp (order PAYING → FAILED on the report,
 // the unit released in the same transaction) applied to the charge's
-// report whatever it says. It returns the report it rested on.
-func (h *naivePayHandler) giveUp(ctx context.Context, id int64) (string, error) {
+// report whatever it says. It returns the report it rested on and the
+// database's time of its statement.
+func (h *naivePayHandler) giveUp(ctx context.Context, id int64) (string, time.Time, error) {
 	var report string
+	var at time.Time
 	err := pgx.BeginFunc(ctx, h.l.Pool, func(tx pgx.Tx) error {
 		var reservationID, eventID int64
 		var status string
 		if err := tx.QueryRow(ctx, `
-SELECT o.reservation_id, e.id, e.status
+SELECT o.reservation_id, e.id, e.status, clock_timestamp()
   FROM flashsale_order o
   JOIN flashsale_payment_event e ON e.order_id = o.id AND e.source = $2
  WHERE o.id = $1
  ORDER BY e.id DESC LIMIT 1
-   FOR UPDATE OF o`, id, order.SourceCharge).Scan(&reservationID, &eventID, &status); err != nil {
+   FOR UPDATE OF o`, id, order.SourceCharge).Scan(&reservationID, &eventID, &status, &at); err != nil {
 			return fmt.Errorf("order %d and its charge report: %w", id, err)
 		}
 		report = fmt.Sprintf("%d (charge %s)", eventID, status)
@@ -119,7 +122,7 @@ SELECT o.reservation_id, e.id, e.status
 		}
 		return err
 	})
-	return report, err
+	return report, at, err
 }
 
 // naiveChargeAnswerLost is ORD-01's naive version: the buyer pays through
