@@ -25,7 +25,7 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	tool, toolEnv := startTool(t, 19250)
 	c := startCluster(t, "sync", 19200, toolEnv)
 	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, starters: 1, holders: 2})
-	ld.waitAcks(t, 40, 20*time.Second)
+	ld.waitAcks(t, 40)
 
 	old := c.primary()
 	require.NotEmpty(t, old)
@@ -33,7 +33,7 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 	c.crashNode(t, old)
 	newPrimary := waitPromotion(t, c, old)
 	promoted := time.Since(t0)
-	ld.waitAcks(t, 40, 30*time.Second)
+	ld.waitAcks(t, 40)
 	log := ld.finish(t)
 
 	unavailable, inFlight, fails := log.windows(t0)
@@ -74,7 +74,7 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	tool, toolEnv := startTool(t, 19350)
 	c := startCluster(t, "async", 19300, toolEnv)
 	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, starters: 1, holders: 2})
-	ld.waitAcks(t, 40, 20*time.Second)
+	ld.waitAcks(t, 40)
 
 	old := c.primary()
 	require.NotEmpty(t, old)
@@ -85,7 +85,7 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	require.NoError(t, pdb.QueryRow(ctx, `SELECT pid FROM pg_stat_replication`).Scan(&walsender))
 	require.NoError(t, syscall.Kill(walsender, syscall.SIGSTOP))
 	t.Logf("node%s: walsender %d stopped; the standby receives nothing from here on", old, walsender)
-	ld.waitAcks(t, 40, 20*time.Second) // acknowledged by the primary alone
+	ld.waitAcks(t, 40) // acknowledged by the primary alone
 
 	var lag int64
 	var standbyLSN string
@@ -97,7 +97,7 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	c.crashNode(t, old)
 	newPrimary := waitPromotion(t, c, old)
 	promoted := time.Since(t0)
-	ld.waitAcks(t, 40, 30*time.Second)
+	ld.waitAcks(t, 40)
 	log := ld.finish(t)
 
 	unavailable, inFlight, fails := log.windows(t0)
@@ -137,12 +137,12 @@ func TestKilledReplicaRetriesLandOnce(t *testing.T) {
 		chunksOnEveryReplicaMakeOneBlob(t, c)
 	})
 	ld := startLoad(t, c, spec{debitors: 4, buyers: 2})
-	ld.waitAcks(t, 60, 20*time.Second)
+	ld.waitAcks(t, 60)
 
 	g := c.group(t, "serve1")
 	t0 := time.Now()
 	require.NoError(t, syscall.Kill(-g, syscall.SIGKILL))
-	ld.waitAcks(t, 60, 30*time.Second)
+	ld.waitAcks(t, 60)
 	log := ld.finish(t)
 
 	unavailable, inFlight, fails := log.windows(t0)
