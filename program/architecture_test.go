@@ -19,7 +19,7 @@ const module = "github.com/fencelab/fencelab"
 // as docs/DEVELOPING.md's "The layers" names them. The first match wins.
 var layers = []struct{ prefix, layer string }{
 	{"cmd/", "cmd"}, {"program", "cmd"}, {"e2e/", "e2e"}, {"lab/", "lab"}, {"bench/", "bench"},
-	{"services/console", "console"}, {"services/", "services"}, {"api", "api"},
+	{"console", "console"}, {"services/", "services"}, {"api", "api"},
 	{"core/", "core"}, {"migrations", "migrations"}, {"docs", "docs"},
 }
 

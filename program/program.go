@@ -27,7 +27,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/lab/book"
 	"github.com/fencelab/fencelab/lab/labenv"
-	"github.com/fencelab/fencelab/services/console"
+	"github.com/fencelab/fencelab/console"
 	"github.com/fencelab/fencelab/services/flashsale"
 	"github.com/fencelab/fencelab/services/notify"
 	"github.com/fencelab/fencelab/services/ops"

@@ -37,9 +37,14 @@ func TestDevNoInstallWithoutPostgresNamesTheAptCommand(t *testing.T) {
 	if _, err := os.Stat("/etc/debian_version"); err != nil {
 		t.Fatalf("this test proves the Debian/Ubuntu path (apt): run it on Debian or Ubuntu (%v)", err)
 	}
-	bin := filepath.Join(t.TempDir(), "fencelab")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// ./test builds the binary once for every package
+	// (FENCELAB_TEST_BINARY); plain go test builds it here.
+	bin := os.Getenv("FENCELAB_TEST_BINARY")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "fencelab")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
 	}
 	empty, env := noPostgresHere(t)
 	cmd := exec.Command(bin, "dev", "--no-install", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(empty, "data"))

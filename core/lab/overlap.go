@@ -76,25 +76,123 @@ func (x *X) DBNow(q pg.Querier) time.Time {
 // watchPeriod is how often the overlap watcher samples pg_stat_activity.
 const watchPeriod = 2 * time.Millisecond
 
-// sqlWaiting finds a lock wait in the experiment's database: a backend
-// blocked by another backend's lock is the plainest evidence that two
-// actors were inside the critical section at once (the blocker holds it,
-// the waiter is in it, waiting). Failing that, two backends running
-// statements at the same instant, both started before the sample, overlap
-// in database time.
-const sqlWaiting = `
-SELECT w.pid, coalesce(w.application_name, ''), w.query_start, clock_timestamp(),
+// ActorPrefix starts the application_name of a session that acts for one
+// of the timeline's actors ("lab:client-3"): the overlap watcher counts
+// such sessions, and no others but the ones declared with ActorSessions.
+const ActorPrefix = "lab:"
+
+// ActorApplicationName is the application_name a session opened for actor
+// carries, so the overlap watcher can tell it from the lab's own sessions.
+func ActorApplicationName(actor string) string { return ActorPrefix + actor }
+
+// ActorSessions declares that every session with this application_name
+// acts for the timeline's actors: the app's pool, whose sessions serve the
+// actors' requests (x.Start declares it), or a worker process's. A
+// session neither declared nor tagged with ActorPrefix — the lab's setup
+// and inspection, the test harness, the watcher — is not an actor, and a
+// lock it holds or waits on is no evidence that two actors met.
+func (x *X) ActorSessions(applicationName string) {
+	if applicationName == "" {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, a := range x.actorApps {
+		if a == applicationName {
+			return
+		}
+	}
+	x.actorApps = append(x.actorApps, applicationName)
+}
+
+// isActor reports whether a session with application_name app acts for
+// one of the timeline's actors.
+func (x *X) isActor(app string) bool {
+	if strings.HasPrefix(app, ActorPrefix) {
+		return true
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, a := range x.actorApps {
+		if a == app {
+			return true
+		}
+	}
+	return false
+}
+
+// sqlSessions lists the experiment's client sessions with what each is
+// doing and which sessions block it. A backend blocked by another actor's
+// lock is the plainest evidence that two actors were inside the critical
+// section at once (the blocker holds it, the waiter is in it, waiting).
+// Failing that, two actors' sessions running statements at the same
+// instant, both started before the sample, overlap in database time. The
+// blockers may be idle in their transaction, so every state is listed.
+const sqlSessions = `
+SELECT w.pid, coalesce(w.application_name, ''), coalesce(w.state, '') = 'active', coalesce(w.query_start, w.backend_start), clock_timestamp(),
        coalesce(w.wait_event_type, '') = 'Lock', left(regexp_replace(w.query, '\s+', ' ', 'g'), 80),
        coalesce((SELECT array_agg(b) FROM unnest(pg_blocking_pids(w.pid)) b), '{}')
   FROM pg_stat_activity w
- WHERE w.datname = current_database() AND w.pid <> pg_backend_pid() AND w.state = 'active'
+ WHERE w.datname = current_database() AND w.pid <> pg_backend_pid()
    AND w.backend_type = 'client backend'
- ORDER BY w.query_start`
+ ORDER BY 4`
+
+// session is one row of sqlSessions.
+type session struct {
+	pid     int32
+	app     string
+	active  bool
+	started time.Time
+	now     time.Time
+	locked  bool
+	query   string
+	by      []int32
+}
+
+func (s session) who() string {
+	return fmt.Sprintf("backend %d %s: %s", s.pid, s.app, s.query)
+}
+
+// actorEvidence finds, in one sample, an actor's session waiting on a lock
+// held by another actor's session (wait), or else the last two actors'
+// sessions running statements at once (both).
+func (x *X) actorEvidence(sessions []session) (wait *Step, both []Interval) {
+	actors := map[int32]session{}
+	for _, s := range sessions {
+		if x.isActor(s.app) {
+			actors[s.pid] = s
+		}
+	}
+	var inFlight []Interval
+	for _, s := range sessions {
+		if _, ok := actors[s.pid]; !ok || !s.active {
+			continue
+		}
+		inFlight = append(inFlight, Interval{Actor: s.who(), From: s.started, To: s.now})
+		if !s.locked || wait != nil {
+			continue
+		}
+		for _, b := range s.by {
+			if blocker, ok := actors[b]; ok && b != s.pid {
+				wait = &Step{Actor: "db", Action: "overlap: a lock wait (pg_stat_activity)", Outcome: "observed",
+					Note:   fmt.Sprintf("%s waits on a lock held by backend %d %s", s.who(), blocker.pid, blocker.app),
+					DBTime: s.started, DBEnd: s.now}
+				break
+			}
+		}
+	}
+	if len(inFlight) >= 2 {
+		both = inFlight[len(inFlight)-2:]
+	}
+	return wait, both
+}
 
 // watch samples pg_stat_activity on url until the run ends and records the
-// first overlap it sees: a lock wait (preferred) or two statements in
-// flight at once. It runs only for experiments whose claim needs an
-// overlap (Experiment.Overlap).
+// first overlap of two actors it sees: an actor's session waiting on a
+// lock another actor's session holds (preferred), or two actors'
+// statements in flight at once. Sessions that act for no actor are never
+// evidence (ActorSessions). It runs only for experiments whose claim needs
+// an overlap (Experiment.Overlap).
 func (x *X) watch(url string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -122,44 +220,32 @@ func (x *X) watch(url string) {
 			select {
 			case <-ctx.Done():
 				if len(both) == 2 {
-					x.observed(Step{Actor: "db", Action: "overlap: two statements in flight at once (pg_stat_activity)",
+					x.observed(Step{Actor: "db", Action: "overlap: two actors' statements in flight at once (pg_stat_activity)",
 						Outcome: "observed", Note: both[0].Actor + "; " + both[1].Actor, DBTime: both[1].From, DBEnd: both[1].To})
 				}
 				return
 			case <-tick.C:
 			}
-			rows, err := pool.Query(ctx, sqlWaiting)
+			rows, err := pool.Query(ctx, sqlSessions)
 			if err != nil {
 				continue
 			}
-			var inFlight []Interval
-			var wait *Step
+			var sessions []session
 			for rows.Next() {
-				var (
-					pid     int32
-					app, q  string
-					started time.Time
-					now     time.Time
-					locked  bool
-					by      []int32
-				)
-				if rows.Scan(&pid, &app, &started, &now, &locked, &q, &by) != nil {
-					continue
-				}
-				who := fmt.Sprintf("backend %d %s: %s", pid, app, q)
-				inFlight = append(inFlight, Interval{Actor: who, From: started, To: now})
-				if locked && len(by) > 0 && wait == nil {
-					wait = &Step{Actor: "db", Action: "overlap: a lock wait (pg_stat_activity)", Outcome: "observed",
-						Note: fmt.Sprintf("%s waits on a lock held by backend %v", who, by), DBTime: started, DBEnd: now}
+				var s session
+				if rows.Scan(&s.pid, &s.app, &s.active, &s.started, &s.now, &s.locked, &s.query, &s.by) == nil {
+					sessions = append(sessions, s)
 				}
 			}
 			rows.Close()
+			wait, pair := x.actorEvidence(sessions)
+			x.samples.Add(1)
 			if wait != nil {
 				x.observed(*wait)
 				return
 			}
-			if len(inFlight) >= 2 && both == nil {
-				both = inFlight[len(inFlight)-2:]
+			if pair != nil && both == nil {
+				both = pair
 			}
 		}
 	}()

@@ -130,12 +130,54 @@ func Test(t *testing.T, e Experiment, env Env) {
 		}
 	}
 	x.logFigure()
+	var naive, control []InvariantView
 	if e.Naive != "" {
-		t.Run("naive", func(t *testing.T) { TestNaive(t, e, env) })
+		t.Run("naive", func(t *testing.T) { naive = TestNaive(t, e, env) })
 	}
 	if e.Control != "" {
-		t.Run("control", func(t *testing.T) { TestControl(t, e, env) })
+		t.Run("control", func(t *testing.T) { control = TestControl(t, e, env) })
 	}
+	if naive != nil && control != nil {
+		for _, row := range SharedCatches(e, naive, control) {
+			t.Errorf("the control produces the row that catches the naive run: %s", row)
+		}
+	}
+}
+
+// SharedCatches returns the rows of e.Catches that caught the naive run and
+// that its control produced too. A naive version proves its guard only if
+// it breaks because of the race or the fault: a row the naive code writes
+// whatever the timing (the control has it as well) proves nothing, so any
+// row returned here is a broken experiment. Schema findings are never
+// compared: they are not data the timeline produced.
+func SharedCatches(e Experiment, naive, control []InvariantView) []string {
+	var shared []string
+	for _, id := range e.Catches {
+		seen := map[string]bool{}
+		for _, row := range dataRows(control, id) {
+			seen[row] = true
+		}
+		for _, row := range dataRows(naive, id) {
+			if seen[row] {
+				shared = append(shared, id+": "+row)
+			}
+		}
+	}
+	return shared
+}
+
+// dataRows renders each data row the invariant id reported.
+func dataRows(views []InvariantView, id string) []string {
+	var out []string
+	for _, v := range views {
+		if v.ID != id || v.Schema {
+			continue
+		}
+		for _, row := range v.Rows {
+			out = append(out, fmt.Sprint(row...))
+		}
+	}
+	return out
 }
 
 // TestNaive runs e's naive version and asserts one of e.Catches catches it:

@@ -10,8 +10,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,12 +24,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/e2e/e2etest"
+	"github.com/fencelab/fencelab/program"
 )
 
 // TestMain lets the four experiments run at once even where -parallel
@@ -44,8 +48,11 @@ func TestMain(m *testing.M) {
 }
 
 // lifetime bounds every process a test starts: even if the test binary is
-// killed before its cleanup runs, the cluster stops by itself.
-const lifetime = "150s"
+// killed before its cleanup runs, the cluster stops by itself. It must
+// outlast the slowest test it serves, waits included: at 150 s, a loaded
+// run (up.sh alone took over a minute) saw HAProxy and the replicas stopped
+// by their timeout mid-test, and the load "made no progress".
+const lifetime = "6m"
 
 // cluster is one running topology.
 type cluster struct {
@@ -250,4 +257,42 @@ func (c *cluster) group(t *testing.T, name string) int {
 	}
 	t.Fatalf("no process group %q in %s/pids", name, c.dir)
 	return 0
+}
+
+// assertInvariants checks the modules' invariants through HAProxy once the
+// cluster answers them. A check that failed because its connection did
+// (Patroni restarting or demoting a node late in a loaded run terminates
+// sessions, SQLSTATE 57P01; HAProxy has no primary for a moment) says
+// nothing about the data, so it is tried again for up to a minute; a check
+// that ran and found rows fails at once.
+func assertInvariants(t *testing.T, c *cluster, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var lost []string
+		for _, r := range program.Invariants().Run(context.Background(), c.db, names...) {
+			if r.Err != nil && connectionLost(r.Err) {
+				lost = append(lost, fmt.Sprintf("%s: %v", r.ID, r.Err))
+			}
+		}
+		if len(lost) == 0 || time.Now().After(deadline) {
+			break
+		}
+		t.Logf("invariant checks lost their connection (%d), trying again: %s", len(lost), lost[0])
+		time.Sleep(time.Second)
+	}
+	e2etest.Assert(t, c.db, names...)
+}
+
+// connectionLost reports whether err is the connection's failure rather
+// than the query's: a terminated session, a failed connect, a closed pool
+// connection.
+func connectionLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "failed to connect")
 }

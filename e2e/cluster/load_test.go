@@ -83,8 +83,11 @@ type load struct {
 
 // giveUp bounds how long one key is retried. It exceeds idem's lock TTL
 // (15 s): a request cut off by a crash leaves its key in flight until then,
-// and its retries are answered 409 with Retry-After meanwhile.
-const giveUp = 25 * time.Second
+// and its retries are answered 409 with Retry-After meanwhile. It is also
+// past the slowest recovery seen with four clusters beside the rest of the
+// suite on 2 cores: a client that gives up stops its load, and the next
+// waitAcks then reports a stall that was only a slow failover.
+const giveUp = 90 * time.Second
 
 // spec sizes a load.
 type spec struct{ debitors, buyers, starters, holders int }
@@ -456,15 +459,23 @@ func (l *clientLog) reissued(t0 time.Time) (before int64, again []int64) {
 
 // waitAcks waits until the clients have n more acknowledged debits (and,
 // with holders, more lease grants) than at the call: the load is running
-// and its writes landed.
-func (ld *load) waitAcks(t *testing.T, n int, within time.Duration) {
+// and its writes landed. It is a liveness check, not a timing target (the
+// RESULT lines carry the times): its bound only turns a stall into a
+// failure, and is wide because four clusters start at once beside the rest
+// of the suite on 2 cores, where a failover's recovery has been seen to
+// take over 30 s that takes 7 s on a quiet machine.
+func (ld *load) waitAcks(t *testing.T, n int) {
 	t.Helper()
 	ld.log.mu.Lock()
 	target, grants := len(ld.log.acks)+n, len(ld.log.grants)
 	ld.log.mu.Unlock()
+	start := time.Now()
 	require.Eventually(t, func() bool {
 		ld.log.mu.Lock()
 		defer ld.log.mu.Unlock()
 		return len(ld.log.acks) >= target && (ld.holders == 0 || len(ld.log.grants) > grants)
-	}, within, 20*time.Millisecond, "the load must make progress")
+	}, 2*time.Minute, 20*time.Millisecond, "the load must make progress")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Logf("the load took %s to make %d more acknowledged writes", d.Round(100*time.Millisecond), n)
+	}
 }

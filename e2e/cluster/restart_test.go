@@ -22,30 +22,10 @@ import (
 // again by its supervisor (deploy/local/supervise.sh), the restart is
 // logged, and HAProxy routes to it once more: the topology does not
 // shrink for good. Every wait is a poll with a deadline on the state it
-// waits for, never a sleep.
-func TestAKilledReplicaComesBack(t *testing.T) {
-	t.Parallel()
-	c := startCluster(t, "sync", 19500)
-
-	t.Run("the env file is sh-quoted and check works after sourcing it", func(t *testing.T) {
-		envFile := filepath.Join(c.dir, "env")
-		require.Contains(t, c.env["DATABASE_URL"], "&", "the URL holds the & that once broke sourcing")
-		cmd := exec.Command("sh", "-c", `set -a; . "$1"; set +a; printf '%s\n%s\n' "$DATABASE_URL" "${FENCELAB_DATA_DIR-unset}"`, "sh", envFile)
-		cmd.Env = childEnv()
-		out, err := cmd.Output()
-		require.NoError(t, err)
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		require.Equal(t, []string{c.env["DATABASE_URL"], "unset"}, lines,
-			"sourced, DATABASE_URL is the whole URL and FENCELAB_DATA_DIR stays unset (a later dev keeps its own)")
-
-		// From a directory without .fencelab, as an operator would.
-		check := exec.Command("sh", "-c", `set -a; . "$1"; set +a; exec "$2" check`, "sh", envFile, e2etest.Binary(t))
-		check.Env, check.Dir = childEnv(), t.TempDir()
-		out, err = check.CombinedOutput()
-		require.NoError(t, err, "fencelab check after sourcing DIR/env:\n%s", out)
-		require.Contains(t, string(out), " 0 violated")
-	})
-
+// waits for, never a sleep. It runs on TestKilledReplicaRetriesLandOnce's
+// cluster, last (it ends with down.sh); supervised names the processes
+// whose supervisors are still alive then.
+func aKilledReplicaComesBack(t *testing.T, c *cluster, supervised []string) {
 	old := c.replicaPID(t, "serve0")
 	killed := time.Now()
 	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
@@ -89,7 +69,7 @@ func TestAKilledReplicaComesBack(t *testing.T) {
 	b, err = os.ReadFile(c.env["SUPERVISOR_LOG"])
 	require.NoError(t, err)
 	log := string(b)
-	for _, name := range []string{"serve0", "serve1", "serve2", "worker0", "worker1"} {
+	for _, name := range supervised {
 		require.Contains(t, log, name+": stopped", "down.sh stops %s through its supervisor", name)
 	}
 	require.Equal(t, 1, strings.Count(log, "restart #1: pid"), "the kill above is the only restart:\n%s", log)
@@ -160,4 +140,26 @@ func (c *cluster) haproxyServer(t *testing.T, name string) map[string]string {
 	}
 	t.Fatalf("no server %s in HAProxy's statistics", name)
 	return nil
+}
+
+// envFileSourcesWhole: the cluster's env file is sh-quoted, so sourcing it
+// gives the whole DATABASE_URL (with its &), and `fencelab check` works
+// after sourcing it from a directory without .fencelab.
+func envFileSourcesWhole(t *testing.T, c *cluster) {
+	envFile := filepath.Join(c.dir, "env")
+	require.Contains(t, c.env["DATABASE_URL"], "&", "the URL holds the & that once broke sourcing")
+	cmd := exec.Command("sh", "-c", `set -a; . "$1"; set +a; printf '%s\n%s\n' "$DATABASE_URL" "${FENCELAB_DATA_DIR-unset}"`, "sh", envFile)
+	cmd.Env = childEnv()
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Equal(t, []string{c.env["DATABASE_URL"], "unset"}, lines,
+		"sourced, DATABASE_URL is the whole URL and FENCELAB_DATA_DIR stays unset (a later dev keeps its own)")
+
+	// From a directory without .fencelab, as an operator would.
+	check := exec.Command("sh", "-c", `set -a; . "$1"; set +a; exec "$2" check`, "sh", envFile, e2etest.Binary(t))
+	check.Env, check.Dir = childEnv(), t.TempDir()
+	out, err = check.CombinedOutput()
+	require.NoError(t, err, "fencelab check after sourcing DIR/env:\n%s", out)
+	require.Contains(t, string(out), " 0 violated")
 }

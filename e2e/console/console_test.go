@@ -21,7 +21,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/services/console"
+	"github.com/fencelab/fencelab/console"
 )
 
 const admin, user = "admin-0001", "user-0042"

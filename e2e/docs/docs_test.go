@@ -234,13 +234,18 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	scratch := scratchDir(t)
 	dataDir, work := filepath.Join(scratch, "data"), filepath.Join(scratch, "work")
 	require.NoError(t, os.MkdirAll(work, 0o755))
-	bin := filepath.Join(scratch, "fencelab")
+	// ./test builds the binary once for every package
+	// (FENCELAB_TEST_BINARY); plain go test builds it here.
+	bin := os.Getenv("FENCELAB_TEST_BINARY")
 	phase := time.Now()
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fencelab")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoErrorf(t, err, "go build: %s", out)
-	t.Logf("go build: %v", time.Since(phase).Round(100*time.Millisecond))
+	if bin == "" {
+		bin = filepath.Join(scratch, "fencelab")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/fencelab")
+		build.Dir = root
+		out, err := build.CombinedOutput()
+		require.NoErrorf(t, err, "go build: %s", out)
+		t.Logf("go build: %v", time.Since(phase).Round(100*time.Millisecond))
+	}
 
 	addr := freeAddr(t)
 	// A port of its own for the dev cluster (dev keeps it in pg-port): two

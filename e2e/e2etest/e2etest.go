@@ -124,9 +124,22 @@ func MainThen(m *testing.M, after func()) {
 	os.Exit(code)
 }
 
-// Binary builds cmd/fencelab once per test process and returns its path.
+// EnvBinary names a fencelab binary already built from this tree: ./test
+// builds it once and every test process runs it, instead of each e2e
+// package linking its own copy (a link is seconds of CPU, paid a dozen
+// times in a full run).
+const EnvBinary = "FENCELAB_TEST_BINARY"
+
+// Binary returns the fencelab binary the tests run: FENCELAB_TEST_BINARY's
+// when set, else cmd/fencelab built once per test process.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv(EnvBinary); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s: %v (unset it, and the test builds its own)", EnvBinary, p, err)
+		}
+		return p
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fencelab-bin-")
 		if err != nil {

@@ -382,7 +382,8 @@ func runTwoClaimers(x *lab.X) {
 		owners[c.Owner()]++
 		if i < 3 || i == rounds-1 { // the first rounds and the last tell the story
 			x.Step(lab.Step{Actor: c.Owner(), Action: fmt.Sprintf("round %d: claim job %d, call the tool, complete", i+1, id), Outcome: lab.Accepted, Fence: winner[0].Fence})
-			x.Step(lab.Step{Actor: other(c.Owner()), Action: fmt.Sprintf("round %d: claim", i+1), Outcome: "empty", Note: "the row was locked: SKIP LOCKED skipped it"})
+			x.Step(lab.Step{Actor: other(c.Owner()), Action: fmt.Sprintf("round %d: claim", i+1), Outcome: "empty",
+				Note: loserNote(ivs[0], ivs[1], c == a), DBTime: ivs[1-winnerIndex(c == a)].From, DBEnd: ivs[1-winnerIndex(c == a)].To})
 		}
 		require.Equal(x, 1, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id))
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1)
@@ -404,6 +405,31 @@ func runTwoClaimers(x *lab.X) {
 	require.Len(x, l.tool.Effects(), rounds)
 }
 
+// winnerIndex is the index in a round's intervals of the winner's claim.
+func winnerIndex(aWon bool) int {
+	if aWon {
+		return 0
+	}
+	return 1
+}
+
+// loserNote says why the loser's claim found nothing, from what the
+// database's clock shows of the two claim calls: only that. A claim that
+// began after the winner's had returned found the job running; one in
+// flight with the winner's found the row locked by it or already claimed —
+// SKIP LOCKED passes the first, the state check the second, and the
+// database does not tell which happened.
+func loserNote(a, b lab.Interval, aWon bool) string {
+	winner, loser := a, b
+	if !aWon {
+		winner, loser = b, a
+	}
+	if !loser.From.Before(winner.To) {
+		return "began after the winner's claim returned: the job was running, nothing ready"
+	}
+	return "in flight with the winner's claim: the row was locked by it or already claimed, not claimable either way"
+}
+
 func other(owner string) string {
 	if owner == "claimer-a" {
 		return "claimer-b"
@@ -420,7 +446,7 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 	ctx := context.Background()
 	_, err := l.pool.Exec(ctx, `DROP INDEX job_event_one_claim_per_fence`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop the unique index on (job, fence) of claimed events: the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: the unique index on claimed events (job, fence) dropped"})
 	const key = "wf-0000"
 	id := l.enqueue(x, enq, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 	tool := l.tool.Client()
@@ -563,8 +589,10 @@ func runExpiredOwner(x *lab.X) {
 	switch {
 	case errors.Is(lateErr, claim.ErrStaleFence):
 		step.Outcome, step.Note = lab.Refused, fmt.Sprintf("stale fence: the job is at %d", current.Fence)
-	case lateErr == nil && x.Naive:
-		step.Outcome, step.Note = lab.Violates, "a stale result committed over the current owner's"
+	case lateErr == nil && x.Naive && l.job(x, id).Fence != stalled.Fence:
+		// Observed, not assumed: the commit went through while the job's
+		// fence (read now) is another owner's.
+		step.Outcome, step.Note = lab.Violates, fmt.Sprintf("committed with fence %d while the job is at fence %d: a stale result over the current owner's", stalled.Fence, l.job(x, id).Fence)
 	case lateErr == nil:
 		step.Outcome = lab.Accepted
 	default:
@@ -657,10 +685,31 @@ func runUnknownToReview(x *lab.X) {
 		require.Equal(x, 1, row.Attempts, "never re-run")
 		require.Equal(x, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2"}, l.history(x, id))
 	}
+	// "Never run again", tried: both jobs made due now (so only their state
+	// keeps them out), another worker runs a claim round and a resolve
+	// round over every kind. Neither takes a job in review.
+	_, err := l.pool.Exec(ctx, `UPDATE job SET due_at = now() - interval '1 second' WHERE state = $1`, claim.StateNeedsReview)
+	require.NoError(x, err)
+	w2 := l.worker(x, "worker-2", workflow.NewKind(l.tool.Client()), noResolve)
+	later, err := w2.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName, "workflow.blind"}, Limit: 10})
+	require.NoError(x, err)
+	require.Empty(x, later, "a later claim round takes no job in review")
+	resolved, err := w2.ResolveUnknown(ctx, 10, 1)
+	require.NoError(x, err)
+	require.Empty(x, resolved, "a later resolve round takes no job in review")
+	x.Step(lab.Step{Actor: "worker-2", Action: "claim round and resolve round over both kinds, jobs due now",
+		Outcome: "no job", Note: "needs_review is not claimable"})
 	for _, kind := range []string{workflow.KindName, "workflow.blind"} {
+		var id int64
+		require.NoError(x, l.pool.QueryRow(ctx, `SELECT id FROM job WHERE business_key = $1`, "wf-7-"+kind).Scan(&id))
+		row := l.job(x, id)
+		require.Equal(x, claim.StateNeedsReview, row.State, "still in review after the later rounds")
+		require.Equal(x, 1, row.Attempts, "never re-run: one attempt after the later claim round")
+		require.Equal(x, []string{"claimed:1", "unknown:1", "resolving:2", "needs_review:2"}, l.history(x, id), "no event since")
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey("wf-7-"+kind)), 1, "the effect happened once and was not repeated")
 	}
 	require.Equal(x, 1, l.tool.Requests(fakeprovider.OpQuery), "only the kind with a Resolve asked (and was refused)")
+	require.Equal(x, 2, l.tool.Requests(fakeprovider.OpCreate), "one tool call per job, none after review")
 	x.Figure("needs_review", 2)
 	x.Figure("effects", len(l.tool.Effects()))
 }

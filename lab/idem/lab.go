@@ -49,6 +49,9 @@ const (
 	body30    = `{"amount":30,"reason":"prize-17"}`
 )
 
+// idemDemoApp is the application_name of the demo's sessions.
+const idemDemoApp = "fencelab-idem-demo"
+
 // idemDemo is POST /demo/accounts/:owner/debits behind real auth and
 // idem.Require on a real HTTP server over the experiment's database.
 type idemDemo struct {
@@ -61,7 +64,14 @@ type idemDemo struct {
 func newIdemDemo(x *lab.X) *idemDemo {
 	x.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, x.Database())
+	cfg, err := pgxpool.ParseConfig(x.Database())
+	require.NoError(x, err)
+	// The demo's sessions serve the clients' requests: the overlap watcher
+	// counts them as the actors' sessions (a lock wait between two of them
+	// is two copies of the request meeting at the key).
+	cfg.ConnConfig.RuntimeParams["application_name"] = idemDemoApp
+	x.ActorSessions(idemDemoApp)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(x, err)
 	x.Cleanup(pool.Close)
 	_, err = pool.Exec(ctx, idemSchema)
@@ -232,7 +242,7 @@ func naiveSameKey(x *lab.X, d *idemDemo, clients int, key string) {
 	ctx := context.Background()
 	_, err := d.pool.Exec(ctx, `ALTER TABLE idem_request DROP CONSTRAINT idem_request_pkey`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop idem_request's primary key (scope, subject, key): the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: idem_request's primary key (scope, subject, key) dropped"})
 	fp := sha256.Sum256([]byte(body30))
 	var (
 		wg   sync.WaitGroup
@@ -396,7 +406,7 @@ func naiveCrashedRequest(x *lab.X, d *idemDemo) {
 	const key = "k-crash-naive"
 	_, err := d.pool.Exec(ctx, `ALTER TABLE idem_request DROP CONSTRAINT idem_request_pkey`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop idem_request's primary key (scope, subject, key): the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: idem_request's primary key (scope, subject, key) dropped"})
 	fp := sha256.Sum256([]byte(body30))
 	// claim: a live record answers (done: replay; in flight: 409); none
 	// live, the caller records its own in-flight record.

@@ -343,13 +343,16 @@ func runWatchdogKeepsAlive(x *lab.X) {
 	// a loaded 2-core machine (at 1.2 s one missed it at load 20 and the
 	// watchdog rightly cancelled the task).
 	const ttl = 3 * time.Second
+	// The watchdog's own Manager records each renewal's database time.
+	renewals := &renewLog{Querier: pool, ttl: ttl}
+	watched := lease.New(renewals)
 
 	l, err := leases.Acquire(ctx, "long-task", "worker-a", ttl)
 	require.NoError(x, err)
-	taskCtx, w, err := leases.Watch(ctx, l, 0)
+	taskCtx, w, err := watched.Watch(ctx, l, 0)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "worker-a", Action: fmt.Sprintf("acquire long-task (TTL %v), start the watchdog (renews every TTL/3)", ttl), Outcome: lab.Accepted, Fence: l.Fence})
-
+	x.Step(lab.Step{Actor: "worker-a", Action: fmt.Sprintf("acquire long-task (TTL %v), start the watchdog (renews every TTL/3)", ttl), Outcome: lab.Accepted, Fence: l.Fence,
+		DBTime: l.ExpiresAt.Add(-ttl)})
 	// The long task: work in small steps until the database clock is a
 	// full TTL past the lease's original expiry.
 	refused := 0
@@ -375,7 +378,29 @@ func runWatchdogKeepsAlive(x *lab.X) {
 	require.ErrorIs(x, context.Cause(taskCtx), context.Canceled, "Stop ends the task's context, without a loss")
 	x.Step(lab.Step{Actor: "worker-a", Action: "task done, two TTLs after it began; stop the watchdog", Outcome: lab.Accepted, Fence: last.Fence,
 		Note: fmt.Sprintf("%d renewals; worker-b refused %d times", w.Renewals(), refused)})
-	require.GreaterOrEqual(x, w.Renewals(), 4, "renewed at TTL/3 over two TTLs")
+	// The period, measured at the lease row: the grant, then each
+	// renewal, by the database's clock. A watchdog renewing at TTL/2
+	// would put the median at 1.5 s, above TTL/2.5; every gap must stay
+	// under the TTL (a longer one would have let the lease lapse).
+	times := append([]time.Time{l.ExpiresAt.Add(-ttl)}, renewals.times()...)
+	// A renewal that committed while Stop was called is recorded here but
+	// not counted by the watchdog (it returns without counting it).
+	require.Contains(x, []int{w.Renewals(), w.Renewals() + 1}, len(times)-1, "every renewal is recorded with its database time")
+	require.GreaterOrEqual(x, w.Renewals(), 4, "renewed over two TTLs")
+	period := gaps(times)
+	mid := median(period)
+	for i, g := range period {
+		require.Less(x, g, ttl, "gap %d between renewals (%v) must stay under the TTL", i+1, g)
+	}
+	require.GreaterOrEqual(x, mid, ttl/4, "the median renewal period (%v) is about TTL/3", mid)
+	require.LessOrEqual(x, mid, ttl*2/5, "the median renewal period (%v) is about TTL/3, well under TTL/2", mid)
+	ms := make([]int64, len(period))
+	for i, g := range period {
+		ms[i] = g.Milliseconds()
+	}
+	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("renewal period by the database clock: median %v (TTL/3 = %v)", mid.Round(time.Millisecond), ttl/3),
+		Outcome: "measured", Note: fmt.Sprintf("gaps (ms): %v", ms), DBTime: times[0], DBEnd: times[len(times)-1]})
+	x.Figure("renewal_period_median_ms", mid.Milliseconds())
 	require.Equal(x, l.Fence, last.Fence, "renewal keeps the fence")
 	require.True(x, last.ExpiresAt.After(l.ExpiresAt.Add(ttl)), "the lease now expires later than the task's original deadline")
 	require.Positive(x, refused)
@@ -396,68 +421,104 @@ func runWatchdogKeepsAlive(x *lab.X) {
 // WatchdogCancelsOnLoss: when the lease is lost — taken by another holder
 // after an expiry, merely expired, or re-taken by its own holder — the
 // next renewal fails and the task's context is cancelled with ErrLost. The
-// lease's TTL is an hour and the watchdog's interval 20 ms, so "promptly"
-// is measured in renewals, not in TTLs.
+// lease's TTL is an hour and the watchdog's interval 100 ms, so "at the
+// next renewal" is measured: from the loss (the database time of the
+// statement that took the lease away) to the cancellation (the database
+// clock read as soon as the task's context is done), at most one interval
+// plus the slack of one round trip on a loaded machine, and no renewal
+// succeeds in between.
+//
+// The naive version is the watchdog that notices the failed renewal and
+// does not cancel the task: the task keeps writing the report (through a
+// resource that trusts the watchdog and checks no fence) after another
+// instance took the lease over and wrote, and LOCK-I2 catches the stale
+// write.
 var WatchdogCancelsOnLoss = lab.Experiment{
 	ID:         "lease/watchdog-cancels-on-loss",
 	Test:       "TestWatchdogCancelsOnLoss",
 	Claim:      "a watched task whose lease is lost (taken over, expired, re-taken) is cancelled with ErrLost at the next renewal",
-	Invariants: []string{"lease"},
+	Invariants: []string{"lease", "report"},
+	Naive:      "a watchdog that notes the failed renewal and does not cancel the task: the task keeps writing the report (without a fence check) after instance-b took the lease over and wrote",
+	Catches:    []string{"LOCK-I2"},
+	Control:    "the same naive watchdog and unfenced writes, and the lease is not lost: instance-b is refused, and instance-a's report lands under its live fence",
 	Run:        runWatchdogCancelsOnLoss,
 }
 
+// cancelSlack is the part of the cancel latency that is not the watchdog's
+// interval: the failing renewal's round trip and the read of the database
+// clock after the cancellation, on a shared machine under load.
+const cancelSlack = 400 * time.Millisecond
+
 func runWatchdogCancelsOnLoss(x *lab.X) {
+	if x.Naive {
+		watchedWriter(x)
+		return
+	}
 	ctx := context.Background()
 	pool := labPool(x, x.Database())
 	leases := lease.New(pool)
-	expire := func(l lease.Lease) {
-		tag, err := pool.Exec(ctx, `UPDATE lease SET expires_at = now() WHERE name = $1 AND fence = $2`, l.Name, l.Fence)
-		require.NoError(x, err)
-		require.EqualValues(x, 1, tag.RowsAffected())
+	const every = 100 * time.Millisecond
+	expire := func(l lease.Lease) time.Time {
+		var at time.Time
+		require.NoError(x, pool.QueryRow(ctx, `UPDATE lease SET expires_at = now() WHERE name = $1 AND fence = $2 RETURNING now()`,
+			l.Name, l.Fence).Scan(&at))
+		return at
 	}
 	cases := []struct {
 		name    string
-		lose    func(l lease.Lease) string
-		holder  string // the lease row's holder afterwards
-		regrant bool   // whether a new grant moved the fence
+		lose    func(l lease.Lease) (string, time.Time) // what happened, and its database time
+		holder  string                                  // the lease row's holder afterwards
+		regrant bool                                    // whether a new grant moved the fence
 	}{
-		{"taken over", func(l lease.Lease) string {
-			expire(l)
+		{"taken over", func(l lease.Lease) (string, time.Time) {
+			at := expire(l)
 			_, err := leases.Acquire(ctx, l.Name, "worker-b", time.Hour)
 			require.NoError(x, err)
-			return "expire (SQL); worker-b acquires"
+			return "expire (SQL); worker-b acquires", at
 		}, "worker-b", true},
-		{"expired", func(l lease.Lease) string {
-			expire(l)
-			return "expire (SQL)"
+		{"expired", func(l lease.Lease) (string, time.Time) {
+			return "expire (SQL)", expire(l)
 		}, "worker-a", false},
-		{"re-taken by its own holder", func(l lease.Lease) string {
-			_, err := leases.Acquire(ctx, l.Name, l.Holder, time.Hour)
+		{"re-taken by its own holder", func(l lease.Lease) (string, time.Time) {
+			l2, err := leases.Acquire(ctx, l.Name, l.Holder, time.Hour)
 			require.NoError(x, err)
-			return "worker-a acquires again (a new grant)"
+			return "worker-a acquires again (a new grant)", l2.ExpiresAt.Add(-time.Hour)
 		}, "worker-a", true},
 	}
+	var worst time.Duration
 	for _, c := range cases {
 		name := "watched:" + c.name
 		l, err := leases.Acquire(ctx, name, "worker-a", time.Hour)
 		require.NoError(x, err)
-		taskCtx, w, err := leases.Watch(ctx, l, 20*time.Millisecond)
+		taskCtx, w, err := leases.Watch(ctx, l, every)
 		require.NoError(x, err)
 		lab.WaitFor(x, 10*time.Second, "the first renewal", func() bool { return w.Renewals() >= 1 })
 		require.NoError(x, taskCtx.Err())
-		x.Step(lab.Step{Actor: "worker-a", Action: "acquire " + name + ", watchdog renewing every 20ms", Outcome: lab.Accepted, Fence: l.Fence})
+		x.Step(lab.Step{Actor: "worker-a", Action: fmt.Sprintf("acquire %s, watchdog renewing every %v", name, every), Outcome: lab.Accepted, Fence: l.Fence})
 
-		how := c.lose(l)
-		x.Step(lab.Step{Actor: "db", Action: c.name + ": " + how})
+		how, lostAt := c.lose(l)
+		before := w.Renewals()
+		x.Step(lab.Step{Actor: "db", Action: c.name + ": " + how, DBTime: lostAt})
 		select {
 		case <-taskCtx.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(lab.DefaultWait):
 			x.Fatalf("the task's context was not cancelled after the lease was lost (%s)", c.name)
 		}
+		cancelledAt := x.DBNow(pool)
 		require.ErrorIs(x, context.Cause(taskCtx), lease.ErrLost)
 		_, err = w.Stop()
 		require.ErrorIs(x, err, lease.ErrLost)
-		x.Step(lab.Step{Actor: "worker-a", Action: "next renewal fails; the task's context is cancelled", Outcome: "cancelled", Fence: l.Fence, Note: context.Cause(taskCtx).Error()})
+		// At the next renewal: at most the one renewal already in flight
+		// when the loss committed succeeded (it ran before the loss), and
+		// the cancellation followed within one interval plus the slack.
+		require.LessOrEqual(x, w.Renewals(), before+1, "%s: a renewal succeeded after the loss", c.name)
+		latency := cancelledAt.Sub(lostAt)
+		require.Positive(x, latency, "%s: cancelled before the loss?", c.name)
+		require.LessOrEqual(x, latency, every+cancelSlack, "%s: cancelled %v after the loss, more than one renewal interval (%v) + %v", c.name, latency, every, cancelSlack)
+		worst = max(worst, latency)
+		x.Step(lab.Step{Actor: "worker-a", Action: "next renewal fails; the task's context is cancelled", Outcome: "cancelled", Fence: l.Fence,
+			Note:   fmt.Sprintf("%v after the loss (bound: interval %v + %v); %s", latency.Round(time.Millisecond), every, cancelSlack, context.Cause(taskCtx)),
+			DBTime: cancelledAt})
 
 		st, err := leases.Get(ctx, name)
 		require.NoError(x, err)
@@ -471,6 +532,7 @@ func runWatchdogCancelsOnLoss(x *lab.X) {
 	}
 	x.Figure("losses", len(cases))
 	x.Figure("cancelled", len(cases))
+	x.Figure("worst_cancel_latency_ms", worst.Milliseconds())
 }
 
 // readReport reads day's report row as an operator would, with SQL: the

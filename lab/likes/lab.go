@@ -8,10 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/like"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -88,13 +91,22 @@ func runRedeliveryCountedOnce(x *lab.X) {
 	_, err = a.Pool.Exec(ctx, `UPDATE outbox_consumer SET position_tx = '0', position_id = 0, lease_until = now() WHERE name = $1`, like.ConsumerName)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "counter", Action: "restart at position 0", Outcome: lab.Lost})
-	again, err := outbox.NewRunner(a.Pool, likes.Counter(), outbox.Options{Owner: "counter-2"})
+	// The redelivery itself is observed: the runner counts each event it
+	// read again and its inbox refused (fencelab_outbox_redelivered_total);
+	// a count of 15 alone would look the same had nothing been re-read.
+	reg := prometheus.NewRegistry()
+	again, err := outbox.NewRunner(a.Pool, likes.Counter(), outbox.Options{Owner: "counter-2", Metrics: reg})
 	require.NoError(x, err)
-	n, err = again.CatchUp(ctx)
+	applied, err := again.CatchUp(ctx)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "counter", Action: fmt.Sprintf("deliver %d events again", n), Outcome: lab.Replayed,
+	refused := outboxlab.Redelivered(x, reg, like.ConsumerName)
+	x.Step(lab.Step{Actor: "counter", Action: fmt.Sprintf("the stream again: %d events refused by the inbox, %d applied", refused, applied), Outcome: lab.Replayed,
 		Note: fmt.Sprintf("count %d: each event's inbox row says it was applied", count())})
+	require.Zero(x, applied, "no redelivered event is applied again")
+	require.Positive(x, refused, "the stream was delivered again")
+	require.Equal(x, n, refused, "the inbox refused every redelivered event, each once")
 	require.EqualValues(x, 15, count(), "a redelivered event changes nothing")
+	x.Figure("redelivered_refused", refused)
 	x.Figure("likes", 20)
 	x.Figure("unlikes", 5)
 	x.Figure("count", count())
@@ -273,18 +285,37 @@ func runLIKE02CounterProcessKilledMidBatch(x *lab.X) {
 	stormDone := make(chan struct{})
 	go func() { defer close(stormDone); s.Run(t, 3, 20) }()
 
-	// 1. Killed at whatever point of the backlog it has reached.
+	ctx := context.Background()
+	// The backlog: every like event committed before the first process
+	// starts.
+	var backlogEnd int64
+	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox_event WHERE topic = $1`, like.Topic).Scan(&backlogEnd))
+	backlog := func() (applied, unapplied int64) {
+		require.NoError(t, l.Pool.QueryRow(ctx, `
+			SELECT count(*) FILTER (WHERE EXISTS (SELECT 1 FROM outbox_inbox i WHERE i.consumer = $1 AND i.event_id = e.id)),
+			       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM outbox_inbox i WHERE i.consumer = $1 AND i.event_id = e.id))
+			  FROM outbox_event e WHERE e.topic = $2 AND e.id <= $3`, like.ConsumerName, like.Topic, backlogEnd).Scan(&applied, &unapplied))
+		return applied, unapplied
+	}
+
+	// 1. Killed mid-backlog: as soon as its first batch has committed.
 	w1 := l.StartWorker(t, "process-A")
-	require.Eventually(t, func() bool { return InboxRows(t, l.Pool) >= 500 }, time.Minute, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return InboxRows(t, l.Pool) > 0 }, time.Minute, 2*time.Millisecond)
 	l.Kill9(t, w1)
 	l.WaitSessionsGone(t)
+	// Mid-backlog is a fact read from the database once the kill has
+	// landed: part of the backlog applied, part of it not.
+	appliedAtKill, leftAtKill := backlog()
+	l.x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("at the kill: %d backlog events applied, %d not yet", appliedAtKill, leftAtKill),
+		Outcome: "mid-backlog", DBTime: x.DBNow(l.Pool)})
+	require.Positive(t, appliedAtKill, "process-A applied part of the backlog")
+	require.Positive(t, leftAtKill, "process-A was killed with backlog events still unapplied (mid-backlog)")
 	ExpireLease(t, l.Pool)
 	afterKill1 := InboxRows(t, l.Pool)
 
 	// 2. Paused inside a batch transaction, then killed.
 	w2 := l.StartWorker(t, "process-B", "--pause-at", like.PointApplied)
 	require.Equal(t, "PAUSED "+like.PointApplied+" "+like.ConsumerName, w2.Expect(t, "PAUSED"))
-	ctx := context.Background()
 	var open int
 	require.NoError(t, l.Pool.QueryRow(ctx, `
 		SELECT count(*) FROM pg_stat_activity
@@ -308,12 +339,16 @@ func runLIKE02CounterProcessKilledMidBatch(x *lab.X) {
 	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT fence FROM outbox_consumer WHERE name = $1`, like.ConsumerName).Scan(&fences))
 	require.Equal(t, int64(3), fences, "three processes held the lease in turn")
 	s.CheckFacts(t, l.Pool)
-	events := EventsOnce(t, l.Pool)
+	events := EventsOnce(t, l.Pool) // every event's inbox row, exactly once
+	appliedAtEnd, leftAtEnd := backlog()
+	require.Zero(t, leftAtEnd, "after the restarts every backlog event is applied")
+	require.Equal(t, appliedAtKill+leftAtKill, appliedAtEnd, "each backlog event applied once")
 	total := l.CheckCounts(t, ids)
 	x.Assert(l.Pool, LabInvariants...)
 	require.Greater(t, bound.Samples.Load(), int64(3))
 	l.Figures(map[string]any{"clicks": s.Clicks.Load(), "events": events, "applied_before_kill_1": afterKill1,
-		"applied_before_kill_2": before.Inbox, "likes_at_end": total, "bound_samples": bound.Samples.Load()})
+		"backlog_unapplied_at_kill_1": leftAtKill,
+		"applied_before_kill_2":       before.Inbox, "likes_at_end": total, "bound_samples": bound.Samples.Load()})
 }
 
 // LIKE-03 (TestLIKE03DatabaseStoppedImmediatelyMidStorm): the app (its pool and its

@@ -113,9 +113,16 @@ var CommitThenDrop = lab.Experiment{
 	Test:       "TestNTF02CommitThenDropFollowsEachChannelsContract",
 	Claim:      "a channel that commits the message and drops the answer is handled by its contract: email resent with its key, sms looked up, push to review — one message each",
 	Invariants: []string{"notify", "claim"},
+	Naive:      "a blind resend after an unknown outcome: the push worker treats a dropped answer as email would, and sends again (no key, no lookup: a second message)",
+	Catches:    []string{"NTF-I4"},
+	Control:    "the same blind-resend push worker, and the channel answers: nothing is unknown, one push",
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})
+		if x.Naive {
+			naiveBlindResend(x, l)
+			return
+		}
 		ctx := context.Background()
 		l.Prefs(t, "user-0042", AllChannels)
 		n := l.Submit(t, LabEvent("user-0042", "order:ord-1002:shipped"))

@@ -2,6 +2,7 @@ package orders
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -32,9 +33,16 @@ var ChargeAnswerLost = lab.Experiment{
 	Test:       "TestORD01ChargeTakenAnswerDroppedStaysPayingReconcileQueryMakesItPaid",
 	Claim:      "the channel takes the charge but its answer is lost: the order stays PAYING with its unit held, and reconciliation's query makes it PAID",
 	Invariants: []string{reserve.Module},
+	Naive:      "a pay handler that takes no answer for a failure: the charge's answer is lost, so it moves the order PAYING → FAILED on that report and returns the unit — while the channel took the money",
+	Catches:    []string{"ORD-O2"},
+	Control:    "the same naive pay handler, the charge's answer not lost: it names the charge, the order waits PAYING and reconciliation's query makes it PAID",
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})
+		if x.Naive {
+			naiveChargeAnswerLost(x, l)
+			return
+		}
 		tok := l.User(t, "user-0042")
 		res := l.Reserve(t, tok, labSKU, "ord01-0042")
 		o := l.Order(t, tok, res.ID)
@@ -279,8 +287,11 @@ var LateSuccessUnitFree = lab.Experiment{
 	},
 }
 
-// ORD-05: forged and replayed callbacks are refused and change nothing
-// (ORD-O5). Before the real success: a body signed with the wrong secret,
+// ORD-05: forged, tampered and stale callbacks are refused and change
+// nothing (ORD-O5); a replay is not refused but answered from the inbox.
+// The claim says only that: a replay of the captured bytes outside the
+// window would need the app's clock moved, so the stale case is shown by
+// the same body re-signed with an old timestamp. Before the real success: a body signed with the wrong secret,
 // no signature, a signed body altered in transit, a callback signed
 // outside the window — each a 401 and not a row written, the order still
 // PAYING. After it: the captured callback replayed as is (within the
@@ -290,7 +301,7 @@ var LateSuccessUnitFree = lab.Experiment{
 var ForgedCallbacks = lab.Experiment{
 	ID:         "orders/forged-callbacks",
 	Test:       "TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing",
-	Claim:      "forged, tampered and replayed callbacks are refused and change nothing",
+	Claim:      "forged, tampered and stale-signed callbacks are refused; a replay inside the signing window is answered as a duplicate, and an event id reused for another body is refused: none changes anything",
 	Invariants: []string{reserve.Module},
 	NoNaive:    "a callback without its signature check would accept anything: the experiment is the refusal itself, not a race",
 	Run: func(x *lab.X) {
@@ -365,44 +376,91 @@ var ForgedCallbacks = lab.Experiment{
 	},
 }
 
-// ORD-O2 and ORD-O4 together: the charge request reaches the channel
-// late, after the pay call has given up waiting (a proxy holds it on the
-// way). Reconciliation finds no charge at all and closes the order,
-// returning its unit — on the channel's authoritative answer, not a
-// guess. Then the charge lands and is paid: money after the order was
-// closed, with the unit still free, retakes it (CLOSED → PAID_LATE →
-// CONFIRMED_LATE).
+// ORD-O2 and ORD-O4 together: the charge requests of two orders reach the
+// channel late, after the pay calls have given up waiting (a proxy holds
+// them on the way). Reconciliation finds no charge at all and closes both
+// orders, returning their units — on the channel's authoritative answer,
+// not a guess. Then the charges land and are paid: money after the order
+// was closed. The first order's unit is still free, so the money retakes
+// it (CLOSED → PAID_LATE → CONFIRMED_LATE); the second's was sold to
+// another buyer meanwhile, so the money is refunded, once (PAID_LATE →
+// REFUNDING → REFUNDED). The channel counts one charge request per order
+// and one refund.
 var LateLandingCharge = lab.Experiment{
 	ID:         "orders/late-landing-charge",
 	Test:       "TestORDLateLandingChargeAfterCloseRetakesTheUnit",
-	Claim:      "a charge that lands after reconciliation closed it retakes the unit (or refunds), never charges twice",
+	Claim:      "a charge that lands after reconciliation closed its order retakes the unit when it is free and is refunded once when it was resold; one charge request per order",
 	Invariants: []string{reserve.Module},
 	Run: func(x *lab.X) {
 		t := x
 		slow := NewSlowCreates(t)
 		l := StartLab(x, lab.Options{Settings: map[string]string{order.EnvCallTimeout: "200ms", order.EnvPayURL: slow.URL()}})
 		slow.To(l.Pay.URL())
-		tok := l.User(t, "user-0042")
+		l.AddSKU(t, "sku-lab-02", 1)
+		tok, tok2, other := l.User(t, "user-0042"), l.User(t, "user-0043"), l.User(t, "user-0044")
 		res := l.Reserve(t, tok, labSKU, "ord-late-0042")
 		o := l.Order(t, tok, res.ID)
+		res2 := l.Reserve(t, tok2, "sku-lab-02", "ord-late-0043")
+		o2 := l.Order(t, tok2, res2.ID)
 
-		r := l.Do(t, PayReq(tok, o.ID))
-		require.Equal(t, http.StatusAccepted, r.Status, "no answer within the timeout: still paying: %s", r.Body)
-		require.Empty(t, l.Pay.EffectsFor(o.PaymentRef), "the charge is still on its way")
-		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes)
-		v := l.View(t, tok, o.ID)
-		require.Equal(t, order.StateClosed, v.State)
-		require.Equal(t, []string{"release"}, Units(v))
-		require.Equal(t, reserve.StateReleased, l.Reservation(t, res.ID).State)
+		for _, p := range []struct {
+			tok string
+			o   order.Order
+		}{{tok, o}, {tok2, o2}} {
+			r := l.Do(t, PayReq(p.tok, p.o.ID))
+			require.Equal(t, http.StatusAccepted, r.Status, "no answer within the timeout: still paying: %s", r.Body)
+			require.Empty(t, l.Pay.EffectsFor(p.o.PaymentRef), "the charge is still on its way")
+			x.Step(lab.Step{Actor: "buyer", Action: fmt.Sprintf("pay order %d", p.o.ID), Outcome: string(order.StatePaying),
+				Note: "the charge request is held on the way; the pay call gave up waiting"})
+		}
+		require.Equal(t, map[string]int{"closed": 2}, l.Reconcile(t).Outcomes)
+		for _, p := range []struct {
+			tok string
+			o   order.Order
+			res int64
+		}{{tok, o, res.ID}, {tok2, o2, res2.ID}} {
+			v := l.View(t, p.tok, p.o.ID)
+			require.Equal(t, order.StateClosed, v.State)
+			require.Equal(t, []string{"release"}, Units(v))
+			require.Equal(t, reserve.StateReleased, l.Reservation(t, p.res).State)
+		}
+		resold := l.Reserve(t, other, "sku-lab-02", "ord-late-0044") // the second order's unit, sold again
 
 		slow.Land(t)
 		l.Settle(t, l.Charge(t, o).ID, fakeprovider.StatusSucceeded)
+		l.Settle(t, l.Charge(t, o2).ID, fakeprovider.StatusSucceeded)
 
-		v = l.View(t, tok, o.ID)
+		v := l.View(t, tok, o.ID)
 		require.Equal(t, order.StateConfirmedLate, v.State)
 		require.Equal(t, []string{"CREATED→PAYING", "PAYING→CLOSED", "CLOSED→PAID_LATE", "PAID_LATE→CONFIRMED_LATE"}, Applied(v))
 		require.Equal(t, []string{"release", "retake"}, Units(v))
 		require.Equal(t, reserve.StateConfirmed, l.Reservation(t, res.ID).State)
+
+		// The refund branch: no unit to retake, the money is owed back.
+		v2 := l.View(t, tok2, o2.ID)
+		require.Equal(t, order.StateRefunding, v2.State, "charged late, the unit resold: the money is owed back")
+		jobs := l.RunRefundJobs(t)
+		require.Len(t, jobs, 1)
+		l.Pay.WaitCallbacks()
+		v2 = l.View(t, tok2, o2.ID)
+		require.Equal(t, order.StateRefunded, v2.State)
+		require.Equal(t, []string{"CREATED→PAYING", "PAYING→CLOSED", "CLOSED→PAID_LATE", "PAID_LATE→REFUNDING", "REFUNDING→REFUNDED"}, Applied(v2))
+		require.Equal(t, []string{"release"}, Units(v2), "no unit was confirmed for the late money")
+		require.Equal(t, order.Price, v2.Charged)
+		require.Equal(t, order.Price, v2.Refunded)
+		require.Equal(t, reserve.StateHeld, l.Reservation(t, resold.ID).State, "the other buyer keeps the unit")
+		require.Equal(t, fakeprovider.StatusRefunded, l.Charge(t, o2).Status)
+
+		// Never charged twice, counted at the channel: one charge request per
+		// order reached it (l.Charge checks one charge in its ledger per
+		// order), and one refund was asked for and made.
+		creates, refundReqs, refunds := l.Pay.Requests(fakeprovider.OpCreate), l.Pay.Requests(fakeprovider.OpRefund), len(l.Pay.Refunds())
+		x.Step(lab.Step{Actor: "channel", Action: "count requests", Note: fmt.Sprintf("%d charge requests for 2 orders, %d refund requests, %d refunds", creates, refundReqs, refunds)})
+		x.Figure("charge_requests", creates)
+		x.Figure("refunds", refunds)
+		require.Equal(t, 2, creates, "one charge request per order")
+		require.Equal(t, 1, refundReqs, "one refund request")
+		require.Equal(t, 1, refunds, "refunded once")
 		l.AssertSettled(t)
 	},
 }

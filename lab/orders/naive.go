@@ -64,7 +64,7 @@ func naiveSuccessDeliveries(x *lab.X, l *Lab) {
 ALTER TABLE flashsale_order_transition DROP CONSTRAINT flashsale_order_transition_refusal;
 ALTER TABLE flashsale_order DISABLE TRIGGER flashsale_order_guard`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "drop the callback inbox key and the applied-move CHECK, disable the order guard trigger: the naive schema"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: the callback inbox key and the applied-move CHECK dropped, the order guard trigger disabled"})
 
 	h := &naiveHandler{x: x, l: l}
 	srv := httptest.NewServer(h)

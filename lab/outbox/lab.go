@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
@@ -88,12 +89,24 @@ func runOutboxRedelivery(x *lab.X) {
 	_, err = pool.Exec(ctx, `UPDATE outbox_consumer SET position_tx = '0', position_id = 0 WHERE name = $1`, outbox.DemoConsumerName)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "admin", Action: "rewind the consumer's position to the start (a restore, a replay)"})
-	again := restartConsumer(x, pool, "consumer-2")
+	// The redelivery itself is observed: the runner counts every event it
+	// read again and its inbox refused (fencelab_outbox_redelivered_total).
+	// "0 applied" alone would look the same had the stream never been
+	// read again.
+	reg := prometheus.NewRegistry()
+	_, err = pool.Exec(ctx, `UPDATE outbox_consumer SET lease_until = now() WHERE name = $1 AND owner IS NOT NULL`, outbox.DemoConsumerName)
+	require.NoError(x, err)
+	again, err := outbox.NewRunner(pool, outbox.DemoConsumer(), outbox.Options{Owner: "consumer-2", Metrics: reg})
+	require.NoError(x, err)
 	n, err = again.CatchUp(ctx)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "consumer-2", Action: fmt.Sprintf("read the same %d events again", events), Outcome: fmt.Sprintf("%d applied", n), Fence: again.Fence(),
-		Note: "the inbox knew every one"})
+	refused := Redelivered(x, reg, outbox.DemoConsumerName)
+	x.Step(lab.Step{Actor: "consumer-2", Action: fmt.Sprintf("read the same %d events again", events), Outcome: fmt.Sprintf("%d applied, %d refused by the inbox", n, refused), Fence: again.Fence(),
+		Note: "fencelab_outbox_redelivered_total"})
 	require.Zero(x, n, "every redelivered event was recognised by the inbox")
+	require.Positive(x, refused, "the stream was read again")
+	require.Equal(x, events, refused, "the inbox refused every redelivered event, each once")
+	x.Figure("redelivered_refused", refused)
 
 	effects, inbox = outboxCounts(x, pool)
 	var distinct int
@@ -194,10 +207,17 @@ var OutboxTwoProcesses = lab.Experiment{
 	Test:       "TestOutboxTwoConsumerProcesses",
 	Claim:      "two consumer processes, the lease holder killed with SIGKILL mid-stream: 10,000 events, each applied once and in order per key",
 	Invariants: []string{"outbox"},
+	Naive:      "two consumer processes (psql) whose position is unfenced and saved after the effects' commit, in a transaction of its own: the first is SIGKILLed between the two commits, and the second applies its 5,000 events again",
+	Catches:    []string{"OUTBOX-I3"},
+	Control:    "the same two naive consumer processes, no kill: the first saves its position, the second applies only the rest",
 	Run:        runOutboxTwoProcesses,
 }
 
 func runOutboxTwoProcesses(x *lab.X) {
+	if x.Naive {
+		naiveTwoProcesses(x)
+		return
+	}
 	ctx := context.Background()
 	db := x.Database()
 	pool, err := pgxpool.New(ctx, db)

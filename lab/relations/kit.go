@@ -126,7 +126,8 @@ func (e *Lab) step(actor string, op rel.Op, other string, r rel.Result) {
 	if r.Changed {
 		out = lab.Accepted
 	}
-	e.x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("%s %s", op, other), Outcome: out, Fence: r.Version, Note: string(r.State)})
+	e.x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("%s %s", op, other), Outcome: out,
+		Note: fmt.Sprintf("%s, version %d", r.State, r.Version)}) // a row version, not a fence: no "(fence n)"
 }
 
 func (e *Lab) Post(t lab.T, author string, v rel.Visibility) rel.Post {

@@ -59,7 +59,7 @@ func runReplayDoesNotResurrect(x *lab.X) {
 		for _, op := range []rel.Op{rel.OpFollow, rel.OpUnfollow} {
 			r, err := svc.Do(ctx, op, "user-a", "user-b")
 			require.NoError(x, err)
-			x.Step(lab.Step{Actor: "user-a", Action: string(op) + " user-b", Outcome: lab.Accepted, Fence: r.Version, Note: "version"})
+			x.Step(lab.Step{Actor: "user-a", Action: string(op) + " user-b", Outcome: lab.Accepted, Note: fmt.Sprintf("version %d", r.Version)})
 		}
 	}
 	v := rel.FollowersView
@@ -96,7 +96,7 @@ func runReplayDoesNotResurrect(x *lab.X) {
 		require.NoError(x, err)
 		on, version := active()
 		x.Step(lab.Step{Actor: "consumer", Action: fmt.Sprintf("replay event %d", i+1), Outcome: map[bool]string{true: "ACTIVE", false: "still ended"}[on],
-			Fence: version, Note: "the view's version"})
+			Note: fmt.Sprintf("the view's version %d", version)})
 		require.False(x, on, "replay step %d resurrected the follow", i+1)
 		if n == 0 {
 			break
@@ -173,7 +173,16 @@ var BlockRevokesOnCommit = lab.Experiment{
 	Claim:      "a block refuses the blocked reader from the moment it commits, while the follower views still say \"follows\", and an approval racing it grants nothing",
 	Overlap:    true,
 	Invariants: []string{"social"},
-	Run:        runREL03BlockRevokesReadsTheMomentItCommits,
+	Naive:      "a read authorised from the lagging view: the feed page asks the followers view, not the truth table, whether the reader follows the author, and the view has not applied the block yet",
+	Catches:    []string{"FEED-I1"},
+	Control:    "the same view-authorised read after the view has applied the block: nothing is served",
+	Run: func(x *lab.X) {
+		if x.Naive {
+			naiveViewRead(x)
+			return
+		}
+		runREL03BlockRevokesReadsTheMomentItCommits(x)
+	},
 }
 
 // ResetOffsetReplay is REL-04: every view's consumer replays from zero
@@ -238,6 +247,9 @@ func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 		t.Fatalf("second follow finished while the first held the pair's lock: %+v", r)
 	default:
 	}
+	// The overlap is observed at the database before the release: the
+	// second follow's lock wait, seen in pg_stat_activity.
+	lab.WaitFor(t, lab.DefaultWait, "the overlap watcher to see the second follow's lock wait", x.Overlapped)
 	gate.Release()
 	r1, r2 := <-first, <-second
 	require.Equal(t, http.StatusOK, r1.Status)
@@ -344,6 +356,24 @@ func runREL03BlockRevokesReadsTheMomentItCommits(x *lab.X) {
 	ctx := context.Background()
 
 	// (1) pending request; the owner's approval races the owner's block.
+	// First forced: the block holds the pair's lock at a pause point while
+	// the approval queues behind it — a lock wait the run observes at the
+	// database (Overlap), so "racing" is a fact of this run, not a hope.
+	e.Users(t, "user-rforced")
+	require.Equal(t, rel.StatePending, e.DoOp(t, rel.OpFollow, "user-rforced", "user-ownerp").State)
+	lockGate := e.Faults.Pause(rel.PointLocked, "user-ownerp>user-rforced")
+	blockedFirst := make(chan OpResponse, 1)
+	go func() { blockedFirst <- e.HTTPOp(t, "user-ownerp", rel.OpBlock, "user-rforced") }()
+	lab.WaitOrTimeout(t, lockGate.Reached(), "the block never took the pair's lock")
+	approvedLate := make(chan OpResponse, 1)
+	go func() { approvedLate <- e.HTTPOp(t, "user-ownerp", rel.OpApprove, "user-rforced") }()
+	lab.WaitForLockWaiters(t, e.Pool, "", 1)
+	lab.WaitFor(t, lab.DefaultWait, "the overlap watcher to see the approval's lock wait", x.Overlapped)
+	x.Step(lab.Step{Actor: "user-ownerp", Action: "approve user-rforced while the block holds the pair's lock", Outcome: "waiting", DBTime: x.DBNow(e.Pool)})
+	lockGate.Release()
+	require.Equal(t, http.StatusOK, lab.WaitOrTimeout(t, blockedFirst, "the block did not finish").Status)
+	require.Equal(t, http.StatusConflict, lab.WaitOrTimeout(t, approvedLate, "the approval did not finish").Status, "the request is no longer pending")
+	x.Step(lab.Step{Actor: "user-ownerp", Action: "approve user-rforced, after the block committed", Outcome: lab.Refused, Note: "not_pending: the block ended the request"})
 	for round := range 20 {
 		requester := fmt.Sprintf("user-r%02d", round)
 		e.Users(t, requester)

@@ -32,8 +32,9 @@ const (
 //
 // The naive version is the book's check-then-insert: read `available`,
 // decide in Go that a unit is left, write `available = read − 1` and insert
-// the reservation. Sixty buyers all read 40 before anyone writes: sixty
-// holds on forty units, and FS-R1 reports the oversold SKU.
+// the reservation. The five hundred buyers of the claim all read 40 before
+// anyone writes: five hundred holds on forty units, and FS-R1 reports the
+// oversold SKU.
 var FiveHundredBuyers = lab.Experiment{
 	ID:         "reservations/five-hundred-buyers",
 	Test:       "TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds",
@@ -329,7 +330,7 @@ func naiveRelease(x *lab.X, a *lab.App) {
 	                           ALTER TABLE flashsale_stock_move DROP CONSTRAINT flashsale_stock_move_once;
 	                           DROP TRIGGER flashsale_reservation_guard ON flashsale_reservation`)
 	require.NoError(x, err)
-	x.Step(lab.Step{Actor: "db", Action: "the naive schema: no CHECK on available, no unique key on the stock log, no transition guard"})
+	x.Step(lab.Step{Actor: "db", Action: "the naive schema: the CHECK on available, the stock log's unique key and the transition guard dropped"})
 	actors := []string{"worker", "admin"}
 	if x.Control {
 		actors = actors[:1] // one run: nothing races it

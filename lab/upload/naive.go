@@ -74,8 +74,10 @@ func naiveTakeover(x *lab.X) {
 	case err == nil:
 		x.Step(lab.Step{Actor: "runner-a", Action: "complete the job", Outcome: lab.Accepted, Fence: a.Fence})
 	case errors.Is(err, claim.ErrStaleFence):
-		x.Step(lab.Step{Actor: "runner-a", Action: "complete the job", Outcome: lab.Refused, Fence: a.Fence,
-			Note: "stale fence — its publish had already committed"})
+		// Two facts about one runner, kept apart: what was refused is the
+		// completion; the publish before it had committed and stays.
+		x.Step(lab.Step{Actor: "runner-a", Action: "complete the job, after its own publish committed", Outcome: lab.Refused, Fence: a.Fence,
+			Note: "stale fence: only the completion is refused — the publish it followed stays, and runner-b's run finds the file published"})
 	default:
 		x.Error("runner-a", "complete the job", err)
 	}
