@@ -154,6 +154,7 @@ type Cluster struct {
 	seq      atomic.Int64
 	tmplOnce sync.Once
 	tmplErr  error
+	strategy string // " STRATEGY FILE_COPY" on PostgreSQL 15+ (see makeTemplate)
 }
 
 // NewCluster provisions the lab's server for prog: givenURL when set, else
@@ -197,7 +198,7 @@ func (c *Cluster) Database(t lab.T) string {
 		t.Fatalf("labenv: template database: %v", c.tmplErr)
 	}
 	name := fmt.Sprintf("fencelab_lab_%d_%d", os.Getpid(), c.seq.Add(1))
-	if err := exec(c.srv, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, c.template)); err != nil {
+	if err := exec(c.srv, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s%s`, name, c.template, c.strategy)); err != nil {
 		t.Fatalf("labenv: create database: %v", err)
 	}
 	t.Cleanup(func() { _ = dropDatabase(c.srv, name) })
@@ -205,6 +206,15 @@ func (c *Cluster) Database(t lab.T) string {
 }
 
 func (c *Cluster) makeTemplate() error {
+	// PostgreSQL 15 copies a template block by block through the WAL by
+	// default; for the lab's small scratch databases, cloned by the dozen
+	// in an exploration (lab explore: one per schedule), copying the files
+	// is faster (measured: about 0.33 s against 0.56 s a clone on a loaded
+	// 2-core machine) and so is dropping them.
+	var version int
+	if err := queryRow(c.srv, `SELECT current_setting('server_version_num')::int`, &version); err == nil && version >= 150000 {
+		c.strategy = " STRATEGY FILE_COPY"
+	}
 	_ = dropDatabase(c.srv, c.template)
 	if err := exec(c.srv, `CREATE DATABASE `+c.template); err != nil {
 		return err
@@ -266,6 +276,17 @@ func exec(s *pgserver.Server, sql string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, sql)
 	return err
+}
+
+func queryRow(s *pgserver.Server, sql string, dest ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL(""))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, sql).Scan(dest...)
 }
 
 func dropDatabase(s *pgserver.Server, name string) error {
