@@ -99,15 +99,15 @@ func classify(err error) outcome {
 	var op *net.OpError
 	switch {
 	case err == nil:
-		return outcome{name: OutcomeSuccess}
+		return outcome{name: outcomeSuccess}
 	case errors.As(err, &se):
-		return outcome{name: OutcomeFailed, permanent: !se.Retryable(), err: err}
+		return outcome{name: outcomeFailed, permanent: !se.Retryable(), err: err}
 	case errors.Is(err, fakeprovider.ErrUnsupported), errors.Is(err, fakeprovider.ErrNotFound):
-		return outcome{name: OutcomeFailed, permanent: true, err: err}
+		return outcome{name: outcomeFailed, permanent: true, err: err}
 	case errors.As(err, &op) && op.Op == "dial":
-		return outcome{name: OutcomeFailed, err: err}
+		return outcome{name: outcomeFailed, err: err}
 	default:
-		return outcome{name: OutcomeUnknown, err: err}
+		return outcome{name: outcomeUnknown, err: err}
 	}
 }
 
@@ -125,7 +125,7 @@ func (s *Service) sendVia(ch Channel) func(context.Context, *claim.Job) error {
 	return func(ctx context.Context, j *claim.Job) error {
 		// NTF-I3: the attempt row exists before the request leaves, under
 		// the token this worker holds (NTF-I2: a lapsed holder stops here).
-		a, err := beginAttempt(ctx, s.pool, *j, OpSend, claim.StateRunning, !ch.Keys)
+		a, err := beginAttempt(ctx, s.pool, *j, opSend, claim.StateRunning, !ch.Keys)
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (s *Service) sendVia(ch Channel) func(context.Context, *claim.Job) error {
 			return s.afterUnknown(ch, j, fmt.Errorf("stopped inside the call: %w", err))
 		}
 		o := classify(callErr)
-		s.m.call(ch.Name, OpSend, o.name)
+		s.m.call(ch.Name, opSend, o.name)
 		// The outcome is written even by a holder that lost its lease
 		// meanwhile: the call happened, and the record must say so.
 		if err := finishAttempt(context.WithoutCancel(ctx), s.pool, a.id, o.name, effect.ID, o.detail()); err != nil {
@@ -158,9 +158,9 @@ func (s *Service) sendVia(ch Channel) func(context.Context, *claim.Job) error {
 			return s.afterUnknown(ch, j, err)
 		}
 		switch o.name {
-		case OutcomeSuccess:
+		case outcomeSuccess:
 			return j.SetResult(Result{EffectID: effect.ID, Attempt: a.no})
-		case OutcomeUnknown:
+		case outcomeUnknown:
 			return s.afterUnknown(ch, j, o.err)
 		}
 		if (o.permanent || j.Attempts >= j.MaxAttempts) && a.maybeSent {
@@ -221,7 +221,7 @@ func (s *Service) lookUpVia(ch Channel) func(context.Context, claim.Job) (claim.
 			if err := finishAttempt(context.WithoutCancel(ctx), s.pool, a.id, o.name, effectID, o.detail()); err != nil {
 				return claim.Resolution{}, err
 			}
-			if o.name == OutcomeSuccess {
+			if o.name == outcomeSuccess {
 				if effectID != "" {
 					return claim.Found(Result{EffectID: effectID, Attempt: a.no, Found: true}), nil
 				}
