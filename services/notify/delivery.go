@@ -99,7 +99,7 @@ func classify(err error) outcome {
 	var op *net.OpError
 	switch {
 	case err == nil:
-		return outcome{name: outcomeSuccess}
+		return outcome{name: OutcomeSuccess}
 	case errors.As(err, &se):
 		return outcome{name: outcomeFailed, permanent: !se.Retryable(), err: err}
 	case errors.Is(err, fakeprovider.ErrUnsupported), errors.Is(err, fakeprovider.ErrNotFound):
@@ -107,7 +107,7 @@ func classify(err error) outcome {
 	case errors.As(err, &op) && op.Op == "dial":
 		return outcome{name: outcomeFailed, err: err}
 	default:
-		return outcome{name: outcomeUnknown, err: err}
+		return outcome{name: OutcomeUnknown, err: err}
 	}
 }
 
@@ -158,9 +158,9 @@ func (s *Service) sendVia(ch Channel) func(context.Context, *claim.Job) error {
 			return s.afterUnknown(ch, j, err)
 		}
 		switch o.name {
-		case outcomeSuccess:
+		case OutcomeSuccess:
 			return j.SetResult(Result{EffectID: effect.ID, Attempt: a.no})
-		case outcomeUnknown:
+		case OutcomeUnknown:
 			return s.afterUnknown(ch, j, o.err)
 		}
 		if (o.permanent || j.Attempts >= j.MaxAttempts) && a.maybeSent {
@@ -221,7 +221,7 @@ func (s *Service) lookUpVia(ch Channel) func(context.Context, claim.Job) (claim.
 			if err := finishAttempt(context.WithoutCancel(ctx), s.pool, a.id, o.name, effectID, o.detail()); err != nil {
 				return claim.Resolution{}, err
 			}
-			if o.name == outcomeSuccess {
+			if o.name == OutcomeSuccess {
 				if effectID != "" {
 					return claim.Found(Result{EffectID: effectID, Attempt: a.no, Found: true}), nil
 				}

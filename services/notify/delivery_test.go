@@ -23,14 +23,14 @@ func TestClassifyTellsNothingHappenedFromMaybe(t *testing.T) {
 		outcome   string
 		permanent bool
 	}{
-		"answered":        {nil, outcomeSuccess, false},
+		"answered":        {nil, OutcomeSuccess, false},
 		"overloaded":      {&fakeprovider.StatusError{Status: 503}, outcomeFailed, false},
 		"rate limited":    {&fakeprovider.StatusError{Status: 429}, outcomeFailed, false},
 		"refused":         {&fakeprovider.StatusError{Status: 422}, outcomeFailed, true},
 		"unsupported":     {fmt.Errorf("%w: no", fakeprovider.ErrUnsupported), outcomeFailed, true},
 		"never left":      {dial, outcomeFailed, false},
-		"no answer":       {fmt.Errorf("%w: EOF", fakeprovider.ErrUnknownOutcome), outcomeUnknown, false},
-		"unreadable body": {errors.New("fakeprovider: decoding POST /v1/effects: unexpected EOF"), outcomeUnknown, false},
+		"no answer":       {fmt.Errorf("%w: EOF", fakeprovider.ErrUnknownOutcome), OutcomeUnknown, false},
+		"unreadable body": {errors.New("fakeprovider: decoding POST /v1/effects: unexpected EOF"), OutcomeUnknown, false},
 	} {
 		o := classify(tc.err)
 		require.Equal(t, tc.outcome, o.name, name)

@@ -108,9 +108,9 @@ const (
 	OpQuery = "query"
 
 	outcomePending = "pending"
-	outcomeSuccess = "success"
+	OutcomeSuccess = "success"
 	outcomeFailed  = "failed"
-	outcomeUnknown = "unknown"
+	OutcomeUnknown = "unknown"
 )
 
 // ResolveRequest is the body of POST /notify/review/{task}/resolve.
