@@ -77,6 +77,8 @@ type X struct {
 	overlap   bool     // Experiment.Overlap: the run must observe one
 	overlaps  []string // the overlaps observed (x.Overlap, the watcher)
 	watchStop func()   // stops the overlap watcher
+
+	sched *scheduler // a scheduled run (lab explore, lab run --schedule); nil otherwise
 }
 
 // Step is one line of the timeline: who did what, when by the database's
