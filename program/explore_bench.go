@@ -25,6 +25,7 @@ func runExploreBench(_ []app.Module, args []string) error {
 	id := fs.String("id", "points/concurrent-debits", "the experiment to explore")
 	naive := fs.Bool("naive", false, "explore its naive version")
 	maxN := fs.Int("max", lab.DefaultMax, "as lab explore --max")
+	parallel := fs.Int("parallel", 2, "schedules run at once (each on its own database)")
 	toy := fs.Int("toy-steps", 0, "instead of --id, two actors of N steps (1..6), each step one statement on the actor's own key: C(2N, N) schedules (4: 70)")
 	url := fs.String("database-url", "", "a PostgreSQL server to make scratch databases on (default: a fresh local cluster)")
 	if err := fs.Parse(args); err != nil {
@@ -52,14 +53,14 @@ func runExploreBench(_ []app.Module, args []string) error {
 	}
 	defer cluster.Close()
 	start := time.Now()
-	ex := lab.ExploreExperiment(ctx, e, cluster, lab.ExploreOptions{Variant: v, Max: *maxN, Seed: 1,
+	ex := lab.ExploreExperiment(ctx, e, cluster, lab.ExploreOptions{Variant: v, Max: *maxN, Seed: 1, Parallel: *parallel,
 		Progress: func(n int, s lab.ScheduleOutcome) {
 			fmt.Printf("  %3d  %-24s %-10s %.2fs\n", n, s.Schedule, s.Outcome, s.Seconds)
 		}})
 	secs := time.Since(start).Seconds()
 	fmt.Println(ex.Summary)
-	fmt.Printf("RESULT explore id=%s variant=%s mode=%s orders=%d schedules=%d breaking=%d seconds=%.1f schedules_per_sec=%.2f\n",
-		e.ID, v, ex.Mode, ex.Orders, ex.Count, ex.Breaking, secs, float64(ex.Count)/secs)
+	fmt.Printf("RESULT explore id=%s variant=%s mode=%s parallel=%d orders=%d schedules=%d breaking=%d seconds=%.1f schedules_per_sec=%.2f\n",
+		e.ID, v, ex.Mode, *parallel, ex.Orders, ex.Count, ex.Breaking, secs, float64(ex.Count)/secs)
 	if ex.Verdict == lab.Broke || ex.Verdict == lab.NotCaught {
 		return fmt.Errorf("bench explore: %s", ex.Summary)
 	}

@@ -20,12 +20,13 @@ func labExplore(args []string) error { return labExploreTo(os.Stdout, args) }
 // labExploreTo is `fencelab lab explore ID [--naive|--control] [--json]
 // [--max N] [--seed S]`: the experiment under every schedule of its actors.
 func labExploreTo(out io.Writer, args []string) error {
-	fs := newFlags("lab explore", "lab explore ID [--naive|--control] [--json] [--max N] [--seed S] [--database-url URL]")
+	fs := newFlags("lab explore", "lab explore ID [--naive|--control] [--json] [--max N] [--seed S] [--parallel N] [--database-url URL]")
 	naive := fs.Bool("naive", false, "explore the naive version: which schedules the invariant catches")
 	control := fs.Bool("control", false, "explore the naive version's serial schedules (each actor runs to its end before the next): all must hold")
 	asJSON := fs.Bool("json", false, "print the exploration as one JSON document")
 	maxN := fs.Int("max", lab.DefaultMax, "run every schedule when there are at most this many orders of the actors' steps; above, sample this many")
 	seed := fs.Int64("seed", 1, "seed of the sampling above --max")
+	parallel := fs.Int("parallel", 2, "schedules run at once in an exhaustive exploration (each on its own database)")
 	url := fs.String("database-url", "", "a PostgreSQL server to make scratch databases on (default: a throwaway local cluster)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "overall time limit")
 	var id string
@@ -60,8 +61,8 @@ func labExploreTo(out io.Writer, args []string) error {
 	case *control && e.Control == "":
 		fmt.Fprintf(os.Stderr, "fencelab lab explore: %s has no control\n", id)
 		return errUsage
-	case *maxN < 1:
-		fmt.Fprint(os.Stderr, "fencelab lab explore: --max must be at least 1\n")
+	case *maxN < 1 || *parallel < 1 || *parallel > 16:
+		fmt.Fprint(os.Stderr, "fencelab lab explore: --max must be at least 1, --parallel 1..16\n")
 		return errUsage
 	}
 	v := lab.Guarded
@@ -83,11 +84,13 @@ func labExploreTo(out io.Writer, args []string) error {
 		return err
 	}
 	defer cluster.Close()
-	o := lab.ExploreOptions{Variant: v, Max: *maxN, Seed: *seed}
+	o := lab.ExploreOptions{Variant: v, Max: *maxN, Seed: *seed, Parallel: *parallel}
 	if !*asJSON {
 		fmt.Fprintf(out, "%s (%s) — %s\n", id, v, e.Explore.Claim)
 		fmt.Fprintf(out, "actors: %s\n\n", actorLine(e.Explore.Actors))
-		o.Progress = func(n int, s lab.ScheduleOutcome) { fmt.Fprintln(out, scheduleRow(n, s)) }
+		o.Progress = func(n int, s lab.ScheduleOutcome) {
+			fmt.Fprintf(os.Stderr, "  … %d: %s %s (%.1fs)\n", n, s.Schedule, s.Outcome, s.Seconds)
+		}
 	}
 	ex := lab.ExploreExperiment(ctx, e, cluster, o)
 	if *asJSON {
@@ -140,6 +143,9 @@ func scheduleRow(n int, s lab.ScheduleOutcome) string {
 }
 
 func printExploration(out io.Writer, ex lab.Exploration) {
+	for i, s := range ex.Schedules {
+		fmt.Fprintln(out, scheduleRow(i+1, s))
+	}
 	mode := ex.Mode
 	switch ex.Mode {
 	case "exhaustive":

@@ -90,7 +90,7 @@ func exploreForDocs(chapters, url string) error {
 			variants = append(variants, lab.Naive)
 		}
 		for _, v := range variants {
-			ex := lab.ExploreExperiment(ctx, e, cluster, lab.ExploreOptions{Variant: v, Seed: 1})
+			ex := lab.ExploreExperiment(ctx, e, cluster, lab.ExploreOptions{Variant: v, Seed: 1, Parallel: 2})
 			fmt.Fprintf(os.Stderr, "%s (%s): %s\n", e.ID, v, ex.Summary)
 			if ex.Verdict == lab.Broke || ex.Verdict == lab.NotCaught {
 				return fmt.Errorf("%s (%s): %s: fix the experiment before recording it", e.ID, v, ex.Summary)

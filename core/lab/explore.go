@@ -55,6 +55,27 @@ type StepSpec struct {
 	Touches []string `json:"touches,omitempty"`
 }
 
+// check refuses a spec the schedule notation cannot spell: actor names
+// are unique words (no comma, no space), and every actor has a step.
+func (e *Explore) check() error {
+	seen := map[string]bool{}
+	for _, a := range e.Actors {
+		switch {
+		case a.Name == "" || strings.ContainsAny(a.Name, ", \t"):
+			return fmt.Errorf("actor name %q: a schedule spells actors as words separated by commas", a.Name)
+		case seen[a.Name]:
+			return fmt.Errorf("two actors are called %q", a.Name)
+		case len(a.Steps) == 0:
+			return fmt.Errorf("actor %s declares no step", a.Name)
+		}
+		seen[a.Name] = true
+	}
+	if len(e.Actors) < 2 {
+		return fmt.Errorf("an interleaving needs two actors at least, %d declared", len(e.Actors))
+	}
+	return nil
+}
+
 // Steps is a list of steps that declare no keys.
 func Steps(labels ...string) []StepSpec {
 	out := make([]StepSpec, len(labels))
@@ -184,6 +205,12 @@ func (x *X) Interleave(body func(a *Actor)) {
 	x.Helper()
 	if x.sched == nil {
 		x.Fatalf("lab: Interleave outside a scheduled run (lab explore, lab run --schedule)")
+	}
+	if x.sched.actors != nil {
+		x.Fatalf("lab: Interleave called twice in one schedule: a schedule is one interleaving of the actors")
+	}
+	if err := x.sched.spec.check(); err != nil {
+		x.Fatalf("lab: %v", err)
 	}
 	x.sched.run(body)
 }

@@ -65,7 +65,8 @@ func TestExploreFindsEverySchedule(t *testing.T) {
 		{Name: "C", Steps: Steps("c1")},
 	}
 	e := toyExplore(actors...)
-	ex := ExploreExperiment(context.Background(), e, toyEnv{t}, ExploreOptions{Variant: Guarded})
+	// Two at a time: the worklist hands each decision's branches out once.
+	ex := ExploreExperiment(context.Background(), e, toyEnv{t}, ExploreOptions{Variant: Guarded, Parallel: 2})
 	if ex.Orders != 30 {
 		t.Fatalf("Orders = %d, want the multinomial 5!/(2!2!1!) = 30", ex.Orders)
 	}
@@ -89,6 +90,9 @@ func TestExploreFindsEverySchedule(t *testing.T) {
 	}
 	if ex.Summary != "30 schedules: guarded holds in 30 of 30" {
 		t.Fatalf("summary %q", ex.Summary)
+	}
+	if ex.Schedules[0].Schedule != "A,A,B,B,C" || ex.Schedules[29].Schedule != "C,B,B,A,A" {
+		t.Fatalf("the table is not sorted by schedule: first %s, last %s", ex.Schedules[0].Schedule, ex.Schedules[29].Schedule)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -29,7 +30,12 @@ type ExploreOptions struct {
 	// Seed seeds the sampling (uniform random walk over the waiting
 	// actors at each decision).
 	Seed int64
-	// Progress, when set, is told each schedule's outcome as it ends.
+	// Parallel runs up to this many schedules at once in an exhaustive
+	// exploration (0 or 1: one at a time). The table is the same: it is
+	// sorted by schedule.
+	Parallel int
+	// Progress, when set, is told each schedule's outcome as it ends
+	// (from one goroutine at a time).
 	Progress func(n int, o ScheduleOutcome)
 }
 
@@ -132,6 +138,8 @@ func ExploreExperiment(ctx context.Context, e Experiment, env Env, o ExploreOpti
 	if o.Max <= 0 {
 		o.Max = DefaultMax
 	}
+	var mu sync.Mutex
+	breaking := map[string]Result{} // the full run of each breaking schedule
 	run := func(pol policy) Result {
 		t0 := time.Now()
 		r := runVariant(ctx, e, env, o.Variant, pol)
@@ -139,13 +147,14 @@ func ExploreExperiment(ctx context.Context, e Experiment, env Env, o ExploreOpti
 			return r // abandoned as equivalent to a schedule explored: not a schedule of the table
 		}
 		so := outcomeOf(r, time.Since(t0))
+		mu.Lock()
+		defer mu.Unlock()
 		ex.Schedules = append(ex.Schedules, so)
 		if o.Progress != nil {
 			o.Progress(len(ex.Schedules), so)
 		}
-		if ex.First == nil && breaks(o.Variant, r) {
-			rc := r
-			ex.First = &rc
+		if breaks(o.Variant, r) {
+			breaking[r.Schedule] = r
 		}
 		return r
 	}
@@ -160,7 +169,16 @@ func ExploreExperiment(ctx context.Context, e Experiment, env Env, o ExploreOpti
 		}
 	case ex.Orders <= o.Max:
 		ex.Mode = "exhaustive"
-		ex.Reduced = exhaustive(ctx, e.Explore, o.Max, run)
+		ex.Reduced = exhaustive(ctx, e.Explore, o.Max, o.Parallel, run)
+		// One order whatever ran first: schedules sorted by their choices,
+		// actors in declaration order.
+		rank := map[string]int{}
+		for i, a := range e.Explore.Actors {
+			rank[a.Name] = i
+		}
+		slices.SortStableFunc(ex.Schedules, func(a, b ScheduleOutcome) int {
+			return slices.CompareFunc(ParseSchedule(a.Schedule), ParseSchedule(b.Schedule), func(x, y string) int { return rank[x] - rank[y] })
+		})
 	default:
 		ex.Mode = "sampled"
 		rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed))
@@ -180,6 +198,9 @@ func ExploreExperiment(ctx context.Context, e Experiment, env Env, o ExploreOpti
 	for _, s := range ex.Schedules {
 		if breaksOutcome(o.Variant, s) {
 			ex.Breaking++
+			if r, ok := breaking[s.Schedule]; ok && ex.First == nil {
+				ex.First = &r
+			}
 		}
 	}
 	judgeExploration(&ex, o.Variant)
@@ -265,9 +286,15 @@ func outcomeOf(r Result, d time.Duration) ScheduleOutcome {
 	return so
 }
 
-// exhaustive runs every schedule the actors allow, depth first, and
-// returns how many branches the partial-order reduction skipped. The
-// reduction keeps, of each class of schedules that differ only in the
+// exhaustive runs every schedule the actors allow and returns how many
+// branches the partial-order reduction skipped. It is a worklist search:
+// each run follows a prefix of choices and then the first waiting actor
+// at every further decision; for each decision it made beyond its
+// prefix, every other actor that was waiting there becomes a new prefix.
+// Each decision point is thus branched once, by the run that reached it
+// first, and parallel workers may take prefixes from the list at once.
+//
+// The reduction keeps, of each class of schedules that differ only in the
 // order of commuting steps, the lexicographically least (actors ordered
 // as declared): releasing actor Q is skipped when some earlier step, of
 // an actor declared after Q, was followed only by steps that commute with
@@ -275,14 +302,7 @@ func outcomeOf(r Result, d time.Duration) ScheduleOutcome {
 // steps commute when they belong to different actors and both declare
 // Touches, none shared. A run whose every waiting actor is skipped is
 // redundant: it is abandoned and not counted.
-func exhaustive(ctx context.Context, spec *Explore, max int, run func(policy) Result) (reduced int) {
-	type node struct {
-		enabled []Option
-		chosen  string
-		tried   map[string]bool
-	}
-	var path []node
-	var prefix []string
+func exhaustive(ctx context.Context, spec *Explore, limit, parallel int, run func(policy) Result) (reduced int) {
 	order := map[string]int{}
 	touches := map[string][][]string{}
 	for i, a := range spec.Actors {
@@ -302,51 +322,75 @@ func exhaustive(ctx context.Context, spec *Explore, max int, run func(policy) Re
 		}
 		return false
 	}
-	runs := 0
-	for ctx.Err() == nil && runs < max {
-		pol := &prefixPolicy{prefix: prefix, prune: prune}
-		r := run(pol)
-		if pol.redundant {
-			reduced++
-		} else {
+	var (
+		mu       sync.Mutex
+		cond     = sync.NewCond(&mu)
+		work     = [][]string{nil}
+		inFlight int
+		runs     int
+		wg       sync.WaitGroup
+	)
+	worker := func() {
+		defer wg.Done()
+		for {
+			mu.Lock()
+			for len(work) == 0 && inFlight > 0 {
+				cond.Wait()
+			}
+			if len(work) == 0 || runs >= limit || ctx.Err() != nil {
+				mu.Unlock()
+				cond.Broadcast()
+				return
+			}
+			prefix := work[len(work)-1] // depth first: the newest prefix
+			work = work[:len(work)-1]
+			inFlight++
 			runs++
-		}
-		path = path[:min(len(prefix), len(path))]
-		for i := len(path); i < len(r.Decisions); i++ {
-			d := r.Decisions[i]
-			path = append(path, node{enabled: d.Enabled, chosen: d.Chosen, tried: map[string]bool{d.Chosen: true}})
-		}
-		next := -1
-		var alt string
-		for i := len(path) - 1; i >= 0 && next < 0; i-- {
-			history := make([]Option, 0, i)
-			for _, n := range path[:i] {
-				history = append(history, *chosenOption(n.enabled, n.chosen))
+			mu.Unlock()
+
+			pol := &prefixPolicy{prefix: prefix, prune: prune}
+			r := run(pol)
+
+			mu.Lock()
+			inFlight--
+			if pol.redundant {
+				runs-- // abandoned: not a schedule
+				reduced++
 			}
-			for _, c := range path[i].enabled {
-				if path[i].tried[c.Actor] {
-					continue
+			history := make([]Option, 0, len(r.Decisions))
+			for i, d := range r.Decisions {
+				if i >= len(prefix) {
+					// Pushed in reverse so the first waiting actor's
+					// branch is taken first.
+					for k := len(d.Enabled) - 1; k >= 0; k-- {
+						c := d.Enabled[k]
+						if c.Actor == d.Chosen {
+							continue
+						}
+						if prune(c, history) {
+							reduced++
+							continue
+						}
+						next := make([]string, 0, i+1)
+						for _, dd := range r.Decisions[:i] {
+							next = append(next, dd.Chosen)
+						}
+						work = append(work, append(next, c.Actor))
+					}
 				}
-				if prune(c, history) {
-					path[i].tried[c.Actor] = true
-					reduced++
-					continue
+				if o := chosenOption(d.Enabled, d.Chosen); o != nil {
+					history = append(history, *o)
 				}
-				next, alt = i, c.Actor
-				break
 			}
-		}
-		if next < 0 {
-			return reduced
-		}
-		path[next].tried[alt] = true
-		path[next].chosen = alt
-		path = path[:next+1]
-		prefix = make([]string, len(path))
-		for i, n := range path {
-			prefix[i] = n.chosen
+			mu.Unlock()
+			cond.Broadcast()
 		}
 	}
+	for range max(parallel, 1) {
+		wg.Add(1)
+		go worker()
+	}
+	wg.Wait()
 	return reduced
 }
 
