@@ -194,8 +194,9 @@ func (ss *steppingStore) Reap() []string {
 		st.mu.Lock()
 		old := st.s != nil && now.Sub(st.last) >= ss.idle
 		st.mu.Unlock()
+		// Holding its step lock through End: no step can begin between
+		// the idle check and the session's end.
 		if old && st.step.TryLock() {
-			st.step.Unlock()
 			idle = append(idle, st)
 		}
 	}
@@ -203,6 +204,7 @@ func (ss *steppingStore) Reap() []string {
 	var ids []string
 	for _, st := range idle {
 		ss.End(st)
+		st.step.Unlock()
 		ids = append(ids, st.ID)
 	}
 	sort.Strings(ids)
