@@ -25,16 +25,17 @@ const (
 )
 
 func runDocs(args []string) error {
-	fs := newFlags("docs", "docs [--check] [--explore] [--dir docs/chapters]")
+	fs := newFlags("docs", "docs [--check] [--explore [--explore-all]] [--dir docs/chapters]")
 	check := fs.Bool("check", false, "report pages whose generated blocks differ from the code, change nothing (exit 1 on drift)")
 	dir := fs.String("dir", filepath.Join("docs", "chapters"), "the chapter pages")
-	explore := fs.Bool("explore", false, "first run every explorable experiment's explorations (minutes) and record them in docs/explored.json: the pages' schedule tables")
+	explore := fs.Bool("explore", false, "first run the explorations of every explorable experiment not recorded for the actors it declares now (minutes), and record them in docs/explored.json: the pages' schedule tables")
+	exploreAll := fs.Bool("explore-all", false, "with --explore: run every exploration again, recorded or not")
 	url := fs.String("database-url", "", "with --explore: a PostgreSQL server to make scratch databases on (default: a throwaway local cluster)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
 	if *explore && !*check {
-		if err := exploreForDocs(*dir, *url); err != nil {
+		if err := exploreForDocs(*dir, *url, *exploreAll); err != nil {
 			return err
 		}
 	}

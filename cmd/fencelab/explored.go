@@ -68,9 +68,14 @@ func (r exploredRecord) current(e lab.Experiment) (exploredExperiment, bool) {
 	return exploredExperiment{}, false
 }
 
-// exploreForDocs runs every explorable experiment's guarded and naive
-// explorations on a throwaway cluster and writes the record.
-func exploreForDocs(chapters, url string) error {
+// exploreForDocs runs the guarded and naive explorations of every
+// explorable experiment without a current record (of all of them when
+// all is set) on a throwaway cluster and writes the record.
+func exploreForDocs(chapters, url string, all bool) error {
+	old, err := readExplored(chapters)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	fmt.Fprintln(os.Stderr, "provisioning a scratch PostgreSQL to explore every explorable experiment …")
@@ -82,6 +87,10 @@ func exploreForDocs(chapters, url string) error {
 	var rec exploredRecord
 	for _, e := range lab.Sorted(labExperiments()) {
 		if e.Explore == nil {
+			continue
+		}
+		if kept, ok := old.current(e); ok && !all {
+			rec.Experiments = append(rec.Experiments, kept)
 			continue
 		}
 		xe := exploredExperiment{ID: e.ID, Actors: actorLine(e.Explore.Actors), Orders: lab.Orders(e.Explore.Actors)}

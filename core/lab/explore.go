@@ -351,7 +351,15 @@ func (s *scheduler) run(body func(a *Actor)) {
 	}
 	defer func() {
 		cancel() // releases every actor still held (their Step returns an error)
-		wg.Wait()
+		stopped := make(chan struct{})
+		go func() { wg.Wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(cleanupGrace):
+			// An actor stuck outside PostgreSQL and deaf to its context:
+			// the schedule is reported, not waited for.
+			x.Errorf("hung: %s did not stop within %v of the schedule's end", s.runningNames(), cleanupGrace)
+		}
 	}()
 	var prev *Option
 	for i := 0; ; i++ {

@@ -252,3 +252,49 @@ func TestASessionStepsActorsByHand(t *testing.T) {
 		t.Fatalf("Next after the end: %v", err)
 	}
 }
+
+// Two actors locking two rows in opposite orders deadlock under A,B,A,B:
+// both are blocked, no actor is waiting, and PostgreSQL's deadlock
+// detection ends one wait with 40P01. The schedule is reported as a
+// deadlock; the run does not hang.
+func TestADeadlockIsAnOutcomeNotAHang(t *testing.T) {
+	t.Parallel()
+	e := Experiment{
+		ID: "toy/deadlock", Claim: "two actors, two rows, opposite orders", Invariants: []string{"toy"},
+		ExpectedErrors: []string{"40P01"},
+		Explore: &Explore{
+			Claim:  "opposite lock orders",
+			Actors: []ActorSpec{{Name: "A", Steps: Steps("lock 1", "lock 2")}, {Name: "B", Steps: Steps("lock 2", "lock 1")}},
+			Run: func(x *X) {
+				var url string
+				toyWrite(x, func(_ context.Context, db *pgxpool.Pool) {
+					sqlExec(x, db, `INSERT INTO lab_toy VALUES (1, 10), (2, 10)`)
+					url = db.Config().ConnString()
+				})
+				x.Interleave(func(a *Actor) {
+					ctx := a.Context()
+					tx, err := a.Pool(url).Begin(ctx)
+					if err != nil {
+						x.Errorf("begin: %v", err)
+						return
+					}
+					defer func() { _ = tx.Rollback(context.Background()) }()
+					for _, s := range Steps(map[string][]string{"A": {"lock 1", "lock 2"}, "B": {"lock 2", "lock 1"}}[a.Name]...) {
+						a.Step(s.Label)
+						if _, err := tx.Exec(ctx, `UPDATE lab_toy SET v = v - 1 WHERE id = $1`, s.Label[len(s.Label)-1:]); err != nil {
+							x.Error(a.Name, s.Label, err)
+							return
+						}
+					}
+					if err := tx.Commit(ctx); err != nil {
+						x.Error(a.Name, "commit", err)
+					}
+				})
+			},
+		},
+	}
+	r := RunSchedule(context.Background(), e, toyEnv{t}, Guarded, []string{"A", "B", "A", "B"})
+	if o := outcomeOf(r, 0); o.Outcome != "deadlock" || len(r.Blocked) != 2 {
+		t.Fatalf("A,B,A,B: outcome %q (verdict %s), blocked %v, failures %v", o.Outcome, r.Verdict, r.Blocked, r.Failures)
+	}
+}

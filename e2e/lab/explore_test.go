@@ -60,7 +60,7 @@ var (
 func exploreNaivePoints(t *testing.T) lab.Exploration {
 	pointsNaiveOnce.Do(func() {
 		pointsNaive = lab.ExploreExperiment(context.Background(), explorable(t, "points/concurrent-debits"),
-			scheduleEnv{t}, lab.ExploreOptions{Variant: lab.Naive})
+			scheduleEnv{t}, lab.ExploreOptions{Variant: lab.Naive, Parallel: 2})
 	})
 	return pointsNaive
 }
@@ -72,7 +72,7 @@ func exploreNaivePoints(t *testing.T) lab.Exploration {
 // serial one is not: the naive code breaks by its interleaving only.
 func TestPointsDebitsUnderEverySchedule(t *testing.T) {
 	e := explorable(t, "points/concurrent-debits")
-	g := lab.ExploreExperiment(context.Background(), e, scheduleEnv{t}, lab.ExploreOptions{Variant: lab.Guarded})
+	g := lab.ExploreExperiment(context.Background(), e, scheduleEnv{t}, lab.ExploreOptions{Variant: lab.Guarded, Parallel: 2})
 	if g.Verdict != lab.Held || g.Exit != 0 || g.Count < 10 || g.Breaking != 0 || g.Mode != "exhaustive" {
 		t.Fatalf("guarded: %s (verdict %s, exit %d, mode %s): %+v", g.Summary, g.Verdict, g.Exit, g.Mode, g.Schedules)
 	}
