@@ -229,3 +229,26 @@ func TestSteppingPagesAnswerLikeTheConsole(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, do("GET", "/a1"+page, nil).Code)
 	require.Equal(t, http.StatusSeeOther, do("POST", "/a3/console/stepping", start).Code)
 }
+
+// Two clicks at once on one session are serialised: each releases its
+// actor in turn (lab.Session.Next is one choice at a time), and the
+// schedule records both, once each.
+func TestSteppingClicksAtOnceAreSerialised(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	ss, _ := toyStore(t, &now)
+	st, err := ss.Open(context.Background(), stepToy, lab.Guarded, "admin-0001")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, actor := range []string{"A", "B"} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, errs[i] = ss.Step(st, actor) }()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	view, _ := st.snapshot()
+	require.ElementsMatch(t, []string{"A", "B"}, view.Schedule)
+	require.Equal(t, 2, st.stepped)
+}
