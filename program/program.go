@@ -85,6 +85,7 @@ func Benches() []app.Bench {
 		uploadbench.Bench,
 		consolebench.Bench,
 		hostilebench.Bench, // every route that takes a body, under worst-case bodies
+		exploreBench,       // lab explore: schedules per second
 	}
 }
 

@@ -25,11 +25,19 @@ const (
 )
 
 func runDocs(args []string) error {
-	fs := newFlags("docs", "docs [--check] [--dir docs/chapters]")
+	fs := newFlags("docs", "docs [--check] [--explore [--explore-all]] [--dir docs/chapters]")
 	check := fs.Bool("check", false, "report pages whose generated blocks differ from the code, change nothing (exit 1 on drift)")
 	dir := fs.String("dir", filepath.Join("docs", "chapters"), "the chapter pages")
+	explore := fs.Bool("explore", false, "first run the explorations of every explorable experiment not recorded for the actors it declares now (minutes), and record them in docs/explored.json: the pages' schedule tables")
+	exploreAll := fs.Bool("explore-all", false, "with --explore: run every exploration again, recorded or not")
+	url := fs.String("database-url", "", "with --explore: a PostgreSQL server to make scratch databases on (default: a throwaway local cluster)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if *explore && !*check {
+		if err := exploreForDocs(*dir, *url, *exploreAll); err != nil {
+			return err
+		}
 	}
 	drift, err := syncChapterPages(*dir, !*check)
 	if err != nil {
@@ -53,6 +61,16 @@ func chapterPage(dir string, c lab.Chapter) string {
 // page that differed (and rewrites them when write is set).
 func syncChapterPages(dir string, write bool) ([]string, error) {
 	var drift []string
+	rec, err := readExplored(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range program.Experiments() {
+		if _, ok := rec.current(e); e.Explore != nil && !ok {
+			drift = append(drift, fmt.Sprintf("%s: %s has no recorded exploration for the actors it declares (run `go run ./cmd/fencelab docs --explore`)",
+				exploredPath(dir), e.ID))
+		}
+	}
 	for _, c := range lab.Chapters {
 		path := chapterPage(dir, c)
 		old, err := os.ReadFile(path)
@@ -66,7 +84,7 @@ func syncChapterPages(dir string, write bool) ([]string, error) {
 		text := string(old)
 		for _, b := range []struct{ begin, end, body string }{
 			{beginInvariants, endInvariants, invariantsBlock(c)},
-			{beginExperiments, endExperiments, experimentsBlock(c)},
+			{beginExperiments, endExperiments, experimentsBlock(c, rec)},
 		} {
 			var ok bool
 			text, ok = replaceBlock(text, b.begin, b.end, b.body)
@@ -131,7 +149,7 @@ func firstModule(c lab.Chapter) string {
 	return c.Slug
 }
 
-func experimentsBlock(c lab.Chapter) string {
+func experimentsBlock(c lab.Chapter, rec exploredRecord) string {
 	var b bytes.Buffer
 	n := 0
 	for _, e := range program.Experiments() {
@@ -149,6 +167,9 @@ func experimentsBlock(c lab.Chapter) string {
 		}
 		if e.Test != "" {
 			fmt.Fprintf(&b, "- as a test: `go test -v -run '^%s$' ./e2e/...`\n", e.Test)
+		}
+		if e.Explore != nil {
+			b.WriteString(schedulesLines(rec, e))
 		}
 		b.WriteString("\n")
 	}

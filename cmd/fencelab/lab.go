@@ -17,8 +17,10 @@ import (
 
 const labUsage = `Usage:
   fencelab lab list [--json]                    chapters, their experiments and invariants
-  fencelab lab run ID [--naive] [--control] [--json]
+  fencelab lab run ID [--naive] [--control] [--json] [--schedule A,B,B,A]
                                                 run one experiment on a scratch database
+  fencelab lab explore ID [--naive|--control] [--json] [--max N] [--seed S]
+                                                run it under every schedule of its actors
 
 An experiment runs on a throwaway PostgreSQL cluster (or, with
 --database-url, on scratch databases it creates and drops on that server):
@@ -32,7 +34,18 @@ crash); it must hold. --naive --control runs both and shows them side by
 side: the naive code alone does not break the invariant, the interleaving
 does.
 
-Exit codes:
+explore runs an experiment that declares actors and steps under every
+schedule: every actor is held at its next step and exactly one is
+released at a time; an actor seen waiting on a PostgreSQL lock is a
+blocked step and the next choice goes to another. A schedule is the
+sequence of choices, "A,B,B,A"; each runs on a fresh database. It prints
+"N schedules: guarded holds in N of N" (or "naive caught in K of N"),
+each schedule's outcome and the first breaking one as a timeline with
+the command that replays it: lab run ID --naive --schedule A,B,B,A.
+Above --max orders it samples --max of them (seeded by --seed).
+
+Exit codes (lab run and lab explore; an exploration holds when every
+schedule held, is caught when at least one schedule was caught):
   0  every invariant held (a guarded run or a control)
   1  an invariant reported rows: a naive run caught as predicted, or a
      broken guarded run or control (the output says which)
@@ -57,6 +70,8 @@ func runLab(args []string) error {
 		return labList(args[1:])
 	case "run":
 		return labRun(args[1:])
+	case "explore":
+		return labExplore(args[1:])
 	}
 	fmt.Fprintf(os.Stderr, "fencelab lab: unknown verb %q\n\n%s", args[0], labUsage)
 	return errUsage
@@ -77,6 +92,7 @@ func labList(args []string) error {
 		Naive      string   `json:"naive,omitempty"`
 		Catches    []string `json:"catches,omitempty"`
 		Control    string   `json:"control,omitempty"`
+		Explorable bool     `json:"explorable,omitempty"` // lab explore runs it under every schedule
 	}
 	type chapterView struct {
 		N           int       `json:"n"`
@@ -89,7 +105,7 @@ func labList(args []string) error {
 		cv := chapterView{N: c.N, Slug: c.Slug, Title: c.Title, Experiments: []expView{}}
 		for _, e := range exps {
 			if strings.HasPrefix(e.ID, c.Slug+"/") {
-				cv.Experiments = append(cv.Experiments, expView{e.ID, e.Test, e.Claim, e.Invariants, e.Naive, e.Catches, e.Control})
+				cv.Experiments = append(cv.Experiments, expView{e.ID, e.Test, e.Claim, e.Invariants, e.Naive, e.Catches, e.Control, e.Explore != nil})
 			}
 		}
 		chapters = append(chapters, cv)
@@ -111,6 +127,9 @@ func labList(args []string) error {
 			if e.Control != "" {
 				fmt.Printf("     %-36s       control: %s\n", "", e.Control)
 			}
+			if e.Explorable {
+				fmt.Printf("     %-36s       every schedule: fencelab lab explore %s\n", "", e.ID)
+			}
 		}
 	}
 	fmt.Println("\nRun one: fencelab lab run ID   (add --naive to watch the invariant catch the naive version,\n" +
@@ -127,6 +146,7 @@ func labRunTo(out io.Writer, args []string) error {
 	asJSON := fs.Bool("json", false, "print the timeline and results as one JSON document")
 	url := fs.String("database-url", "", "a PostgreSQL server to make scratch databases on (default: a throwaway local cluster)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "overall time limit")
+	schedule := fs.String("schedule", "", "run the experiment's actors under this schedule (\"A,B,B,A\", as lab explore prints it)")
 	// Accept flags after the ID too (lab run points/x --naive).
 	var id string
 	rest := args
@@ -154,6 +174,12 @@ func labRunTo(out io.Writer, args []string) error {
 	case *control && e.Control == "":
 		fmt.Fprintf(os.Stderr, "fencelab lab run: %s has no control\n", id)
 		return errUsage
+	case *schedule != "" && e.Explore == nil:
+		fmt.Fprintf(os.Stderr, "fencelab lab run: %s declares no actors to schedule (--schedule)\n", id)
+		return errUsage
+	case *schedule != "" && *naive && *control:
+		fmt.Fprint(os.Stderr, "fencelab lab run: --schedule replays one variant: --naive or --control, not both\n")
+		return errUsage
 	}
 	var variants []lab.Variant
 	switch {
@@ -180,6 +206,10 @@ func labRunTo(out io.Writer, args []string) error {
 	defer cluster.Close()
 	var results []lab.Result
 	for _, v := range variants {
+		if *schedule != "" {
+			results = append(results, lab.RunSchedule(ctx, e, cluster, v, lab.ParseSchedule(*schedule)))
+			continue
+		}
 		results = append(results, lab.RunVariant(ctx, e, cluster, v))
 	}
 	code, message := results[0].Exit, results[0].Message()
@@ -225,6 +255,9 @@ func printResult(out io.Writer, r lab.Result) {
 	title := r.ID
 	if r.Variant != lab.Guarded.String() {
 		title += " (" + r.Variant + ")"
+	}
+	if r.Schedule != "" {
+		title += " under schedule " + r.Schedule
 	}
 	fmt.Fprintf(out, "%s\n  %s\n", title, r.Claim)
 	if r.Naive {

@@ -76,3 +76,25 @@ func TestCatchesAreDataInvariants(t *testing.T) {
 		}
 	}
 }
+
+// lab explore refuses, before any database is made, what it cannot
+// explore: an experiment without actors, both variants at once.
+func TestLabExploreUsage(t *testing.T) {
+	saved := labExperiments
+	labExperiments = func() []lab.Experiment { return []lab.Experiment{uncaught} }
+	t.Cleanup(func() { labExperiments = saved })
+	var out bytes.Buffer
+	for _, args := range [][]string{
+		{uncaught.ID},                         // declares no actors
+		{"lease/no-such-experiment"},          // unknown
+		{uncaught.ID, "--naive", "--control"}, // one variant at a time
+		{},
+	} {
+		if err := labExploreTo(&out, args); !errors.Is(err, errUsage) {
+			t.Errorf("lab explore %v: %v, want usage (exit 2)", args, err)
+		}
+	}
+	if err := labRunTo(&out, []string{uncaught.ID, "--schedule", "A,B"}); !errors.Is(err, errUsage) {
+		t.Errorf("lab run --schedule of an experiment without actors: %v, want usage", err)
+	}
+}

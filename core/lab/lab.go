@@ -97,6 +97,10 @@ type Experiment struct {
 	// Run is the timeline. It fails through x (x.Fatalf, require.*(x, …));
 	// x.Naive and x.Control say which version to run.
 	Run func(x *X)
+	// Explore, when set, declares the experiment's actors and steps and
+	// the body that runs one schedule of them: `fencelab lab explore` runs
+	// it under every schedule (explore.go).
+	Explore *Explore
 }
 
 // Variant is one way to run an experiment.

@@ -42,6 +42,12 @@ type Result struct {
 	// with (Verdict says which).
 	Verdict Verdict `json:"verdict"`
 	Exit    int     `json:"exit"`
+	// Schedule is a scheduled run's sequence of choices ("A,B,B,A"), its
+	// Decisions each choice with the actors waiting and blocked at it, and
+	// Blocked the steps seen waiting on a lock ("B:debit").
+	Schedule  string     `json:"schedule,omitempty"`
+	Decisions []Decision `json:"decisions,omitempty"`
+	Blocked   []string   `json:"blocked,omitempty"`
 }
 
 // Verdict is what a run proved.
@@ -250,9 +256,26 @@ var cleanupGrace = 10 * time.Second
 // RunVariant is Run for any variant. A run still going when ctx ends
 // (the CLI's --timeout) fails with a timeout.
 func RunVariant(ctx context.Context, e Experiment, env Env, v Variant) Result {
+	return runVariant(ctx, e, env, v, nil)
+}
+
+// runVariant is RunVariant, under a scheduler when pol is set: then the
+// experiment's Explore body runs instead of its Run (lab explore, lab run
+// --schedule: both come through here, so a replayed schedule runs exactly
+// as it ran in the exploration).
+func runVariant(ctx context.Context, e Experiment, env Env, v Variant, pol policy) Result {
 	rt := newRunT(ctx, e.ID)
 	x := newX(rt, env, e, v)
 	x.echo = false
+	body := e.Run
+	if pol != nil {
+		x.sched = newScheduler(x, e.Explore, pol)
+		if b, ok := pol.(interface{ bind(*X) }); ok {
+			b.bind(x) // a stepping session reads the run's timeline and invariants
+		}
+		x.overlap = false // a schedule orders the actors; it is judged by its invariants
+		body = e.Explore.Run
+	}
 	res := Result{ID: e.ID, Chapter: chapterOf(e.ID), Claim: e.Claim, Variant: v.String(),
 		Naive: v != Guarded, Control: v == Control}
 	if res.Naive {
@@ -260,6 +283,9 @@ func RunVariant(ctx context.Context, e Experiment, env Env, v Variant) Result {
 	}
 	if res.Control {
 		res.ControlHow = e.Control
+	}
+	if pol != nil {
+		res.Claim = e.Explore.Claim
 	}
 	done := make(chan []InvariantView, 1)
 	go func() {
@@ -276,7 +302,7 @@ func RunVariant(ctx context.Context, e Experiment, env Env, v Variant) Result {
 		case v == Control && e.Control == "":
 			rt.Fatalf("%s has no control", e.ID)
 		}
-		e.Run(x)
+		body(x)
 		x.endOverlap(e)
 		if !rt.Failed() {
 			views = x.check(e)
@@ -297,6 +323,13 @@ func RunVariant(ctx context.Context, e Experiment, env Env, v Variant) Result {
 	res.Timeline = x.Steps()
 	res.Figure = x.figure
 	res.Failures, res.Log = rt.result()
+	if x.sched != nil {
+		x.sched.mu.Lock()
+		res.Decisions = append([]Decision(nil), x.sched.decisions...)
+		res.Blocked = append([]string(nil), x.sched.blockedAt...)
+		x.sched.mu.Unlock()
+		res.Schedule = strings.Join(x.sched.schedule(), ",")
+	}
 	judge(&res, e)
 	return res
 }

@@ -80,6 +80,8 @@ type X struct {
 	actorApps []string     // application_names whose sessions act for actors (ActorSessions)
 	watchStop func()       // stops the overlap watcher
 	samples   atomic.Int64 // pg_stat_activity samples the watcher has judged
+
+	sched *scheduler // a scheduled run (lab explore, lab run --schedule); nil otherwise
 }
 
 // Step is one line of the timeline: who did what, when by the database's

@@ -167,6 +167,7 @@ var IdemConcurrentSameKey = lab.Experiment{
 	Catches:    []string{"IDEM-I1"},
 	Control:    "the same check-then-insert by one client: nothing interleaves, one record, one debit",
 	Run:        runIdemConcurrentSameKey,
+	Explore:    sameKeyExplore,
 }
 
 func runIdemConcurrentSameKey(x *lab.X) {

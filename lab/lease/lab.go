@@ -46,6 +46,7 @@ var PausedHolder = lab.Experiment{
 	Catches:    []string{"LOCK-I2"},
 	Control:    "the same unfenced resource without the pause: A writes while its lease is live, then B finds the report written",
 	Run:        runPausedHolder,
+	Explore:    pausedHolderExplore,
 }
 
 func runPausedHolder(x *lab.X) {

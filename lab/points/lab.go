@@ -45,6 +45,7 @@ var ConcurrentDebits = lab.Experiment{
 	Catches:    []string{"PTS-I1"},
 	Control:    "the same read-check-subtract by one client: nothing interleaves, the balance ends at 970",
 	Run:        runConcurrentDebits,
+	Explore:    concurrentDebitsExplore,
 }
 
 func runConcurrentDebits(x *lab.X) {

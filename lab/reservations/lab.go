@@ -45,6 +45,7 @@ var FiveHundredBuyers = lab.Experiment{
 	Catches:    []string{"FS-R1"},
 	Control:    "the same check-then-insert by one buyer: nothing interleaves, one hold, available 39",
 	Run:        runFiveHundredBuyers,
+	Explore:    lastUnitExplore,
 }
 
 func runFiveHundredBuyers(x *lab.X) {

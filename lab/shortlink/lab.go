@@ -37,6 +37,7 @@ var HundredCreatorsOneAlias = lab.Experiment{
 	Naive:      "check-then-insert: look the alias up, and when it is free write it (last writer wins)",
 	Catches:    []string{"SL-I1"},
 	Control:    "the same check-then-insert by one creator: nothing interleaves, the alias is its",
+	Explore:    aliasRaceExplore,
 	Run: func(x *lab.X) {
 		t := x
 		a := StartLab(x, LabOptions{})
