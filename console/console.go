@@ -79,6 +79,7 @@ type Console struct {
 	checks   *checker
 	sessions *sessionStore
 	runs     *Runner
+	stepping *steppingStore // "Step it by hand": in memory, see stepping.go
 	samples  *sampler
 	gauges   gaugeCache
 	// reconcileAfter is the orders' reconciliation delay: an order in
@@ -144,6 +145,7 @@ func New(d app.Deps, o Options) (*Console, error) {
 		samples:        newSampler(o.Samples),
 		reconcileAfter: ocfg.ReconcileAfter,
 	}
+	c.stepping = newSteppingStore(runnerStepper(o.Runner))
 	return c, nil
 }
 
@@ -158,7 +160,9 @@ func (c *Console) Runtime() app.Runtime {
 		})}}
 	if c.runs != nil {
 		r.Tasks = append(r.Tasks, app.Task{Name: "console-lab", Run: func(ctx context.Context) error {
-			<-ctx.Done()
+			// Idle stepping sessions end here; every session ends before
+			// the scratch cluster they live on is removed.
+			_ = c.stepping.run(ctx)
 			c.runs.Close()
 			return nil
 		}})

@@ -29,6 +29,11 @@ func (c *Console) routes(e *echo.Echo) {
 
 	// The lab: runs start a whole deployable on a scratch database.
 	e.POST("/console/experiments/run", c.startRun, in, admin, csrf)
+	// Stepping sessions: one schedule chosen by hand, step by step.
+	e.POST("/console/stepping", c.startStepping, in, admin, csrf)
+	e.GET("/console/stepping/:id", c.steppingPage, in, admin)
+	e.POST("/console/stepping/:id/step", c.stepStepping, in, admin, csrf)
+	e.POST("/console/stepping/:id/end", c.endStepping, in, admin, csrf)
 
 	// Operator pages.
 	e.GET("/console/queue", c.queue, in, admin)
@@ -42,7 +47,8 @@ func (c *Console) routes(e *echo.Echo) {
 }
 
 // AdminPages are the console's admin-only GET pages (tests walk them).
-var AdminPages = []string{"/console/queue", "/console/jobs/1", "/console/inbox", "/console/outbox", "/console/admission"}
+var AdminPages = []string{"/console/queue", "/console/jobs/1", "/console/inbox", "/console/outbox", "/console/admission", "/console/stepping/1"}
 
 // AdminActions are the console's admin-only POST actions.
-var AdminActions = []string{"/console/experiments/run", "/console/inbox/jobs/1", "/console/inbox/notify/1", "/console/inbox/orders/reconcile"}
+var AdminActions = []string{"/console/experiments/run", "/console/inbox/jobs/1", "/console/inbox/notify/1", "/console/inbox/orders/reconcile",
+	"/console/stepping", "/console/stepping/1/step", "/console/stepping/1/end"}

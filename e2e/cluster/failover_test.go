@@ -9,7 +9,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
-
 )
 
 // Each experiment owns its cluster on its own ports (19200, 19300, 19400 +

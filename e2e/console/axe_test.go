@@ -140,7 +140,14 @@ func TestConsolePagesPassAxe(t *testing.T) {
 	}
 
 	b.waitFor(`document.querySelector("#run-state") && document.querySelector("#run-state").dataset.state === "done"`, 4*time.Minute)
-	admPages := []string{"/", "/console/chapters/points", "/console/chapters/failover", "/console/chapters/foundation", runPage,
+	// A stepping session, started once the run is done (not beside it on
+	// two cores), stepped until B is blocked on A's lock: the page with
+	// waiting, blocked and finished-step markup all on it.
+	stepPage := b.startStepping("guarded")
+	for i, actor := range []string{"A", "A", "B", "B"} {
+		b.stepActor(actor, strings.Join([]string{"A", "A", "B", "B"}[:i+1], ","))
+	}
+	admPages := []string{"/", "/console/chapters/points", "/console/chapters/failover", "/console/chapters/foundation", runPage, stepPage,
 		"/console/queue", fmt.Sprintf("/console/jobs/%d", started.JobID), "/console/inbox", "/console/outbox", "/console/admission"}
 	for _, p := range admPages {
 		check("admin", p)

@@ -19,9 +19,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelab/fencelab/console"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/e2e/e2etest"
-	"github.com/fencelab/fencelab/console"
 )
 
 const admin, user = "admin-0001", "user-0042"

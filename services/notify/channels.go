@@ -54,14 +54,14 @@ func (c Channel) Capabilities() fakeprovider.Capabilities {
 func (c Channel) Kind() string { return "notify." + c.Name }
 
 // Sender is what a channel is called through: *fakeprovider.Client.
-type Sender interface {
+type sender interface {
 	Create(ctx context.Context, r fakeprovider.CreateRequest) (fakeprovider.Effect, error)
 	Find(ctx context.Context, l fakeprovider.Lookup) ([]fakeprovider.Effect, error)
 }
 
 // newSender returns the channel's client: the configured provider, or an
 // in-process loopback one started on first use.
-func newSender(c Channel, baseURL string, cfg Config, log *slog.Logger) Sender {
+func newSender(c Channel, baseURL string, cfg Config, log *slog.Logger) sender {
 	if baseURL != "" {
 		return fakeprovider.NewClient(baseURL, cfg.CallTimeout)
 	}

@@ -22,7 +22,7 @@ const (
 	// an unknown outcome.
 	EnvCallTimeout = "FENCELAB_NOTIFY_CALL_TIMEOUT"
 	// EnvMaxAttempts is the claim budget of a delivery task.
-	EnvMaxAttempts = "FENCELAB_NOTIFY_MAX_ATTEMPTS"
+	envMaxAttempts = "FENCELAB_NOTIFY_MAX_ATTEMPTS"
 	// EnvBackoffBase is the first retry's delay (doubling, equal jitter,
 	// capped at claim.BackoffMax).
 	EnvBackoffBase = "FENCELAB_NOTIFY_BACKOFF_BASE"
@@ -60,7 +60,7 @@ func LoadConfig(c app.Config) (Config, error) {
 		cfg.URLs[ch] = u
 	}
 	r.Duration(EnvCallTimeout, &cfg.CallTimeout, 10*time.Millisecond, 5*time.Minute)
-	r.Int(EnvMaxAttempts, &cfg.MaxAttempts, 1, 100)
+	r.Int(envMaxAttempts, &cfg.MaxAttempts, 1, 100)
 	r.Duration(EnvBackoffBase, &cfg.BackoffBase, time.Millisecond, time.Hour)
 	r.Duration(EnvRetention, &cfg.Retention, time.Minute, 10*365*24*time.Hour)
 	return cfg, r.Err()

@@ -101,11 +101,11 @@ func classify(err error) outcome {
 	case err == nil:
 		return outcome{name: OutcomeSuccess}
 	case errors.As(err, &se):
-		return outcome{name: OutcomeFailed, permanent: !se.Retryable(), err: err}
+		return outcome{name: outcomeFailed, permanent: !se.Retryable(), err: err}
 	case errors.Is(err, fakeprovider.ErrUnsupported), errors.Is(err, fakeprovider.ErrNotFound):
-		return outcome{name: OutcomeFailed, permanent: true, err: err}
+		return outcome{name: outcomeFailed, permanent: true, err: err}
 	case errors.As(err, &op) && op.Op == "dial":
-		return outcome{name: OutcomeFailed, err: err}
+		return outcome{name: outcomeFailed, err: err}
 	default:
 		return outcome{name: OutcomeUnknown, err: err}
 	}
@@ -125,7 +125,7 @@ func (s *Service) sendVia(ch Channel) func(context.Context, *claim.Job) error {
 	return func(ctx context.Context, j *claim.Job) error {
 		// NTF-I3: the attempt row exists before the request leaves, under
 		// the token this worker holds (NTF-I2: a lapsed holder stops here).
-		a, err := beginAttempt(ctx, s.pool, *j, OpSend, claim.StateRunning, !ch.Keys)
+		a, err := beginAttempt(ctx, s.pool, *j, opSend, claim.StateRunning, !ch.Keys)
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (s *Service) sendVia(ch Channel) func(context.Context, *claim.Job) error {
 			return s.afterUnknown(ch, j, fmt.Errorf("stopped inside the call: %w", err))
 		}
 		o := classify(callErr)
-		s.m.call(ch.Name, OpSend, o.name)
+		s.m.call(ch.Name, opSend, o.name)
 		// The outcome is written even by a holder that lost its lease
 		// meanwhile: the call happened, and the record must say so.
 		if err := finishAttempt(context.WithoutCancel(ctx), s.pool, a.id, o.name, effect.ID, o.detail()); err != nil {

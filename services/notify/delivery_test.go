@@ -24,11 +24,11 @@ func TestClassifyTellsNothingHappenedFromMaybe(t *testing.T) {
 		permanent bool
 	}{
 		"answered":        {nil, OutcomeSuccess, false},
-		"overloaded":      {&fakeprovider.StatusError{Status: 503}, OutcomeFailed, false},
-		"rate limited":    {&fakeprovider.StatusError{Status: 429}, OutcomeFailed, false},
-		"refused":         {&fakeprovider.StatusError{Status: 422}, OutcomeFailed, true},
-		"unsupported":     {fmt.Errorf("%w: no", fakeprovider.ErrUnsupported), OutcomeFailed, true},
-		"never left":      {dial, OutcomeFailed, false},
+		"overloaded":      {&fakeprovider.StatusError{Status: 503}, outcomeFailed, false},
+		"rate limited":    {&fakeprovider.StatusError{Status: 429}, outcomeFailed, false},
+		"refused":         {&fakeprovider.StatusError{Status: 422}, outcomeFailed, true},
+		"unsupported":     {fmt.Errorf("%w: no", fakeprovider.ErrUnsupported), outcomeFailed, true},
+		"never left":      {dial, outcomeFailed, false},
 		"no answer":       {fmt.Errorf("%w: EOF", fakeprovider.ErrUnknownOutcome), OutcomeUnknown, false},
 		"unreadable body": {errors.New("fakeprovider: decoding POST /v1/effects: unexpected EOF"), OutcomeUnknown, false},
 	} {

@@ -87,13 +87,13 @@ func (h *handlers) getPreferences(c echo.Context) error {
 
 // Review queue paging.
 const (
-	DefaultReviewLimit = 50
-	MaxReviewLimit     = 500
+	defaultReviewLimit = 50
+	maxReviewLimit     = 500
 )
 
 // reviewQueue answers GET /notify/review?after=&limit=.
 func (h *handlers) reviewQueue(c echo.Context) error {
-	after, limit := int64(0), DefaultReviewLimit
+	after, limit := int64(0), defaultReviewLimit
 	if v := c.QueryParam("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
@@ -103,8 +103,8 @@ func (h *handlers) reviewQueue(c echo.Context) error {
 	}
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxReviewLimit {
-			return httpx.BadRequest("invalid_limit", "limit must be 1..%d", MaxReviewLimit).With("field", "limit")
+		if err != nil || n < 1 || n > maxReviewLimit {
+			return httpx.BadRequest("invalid_limit", "limit must be 1..%d", maxReviewLimit).With("field", "limit")
 		}
 		limit = n
 	}
@@ -143,11 +143,11 @@ func (h *handlers) resolve(c echo.Context) error {
 
 // loopbackFault arms a fault in an in-process fake channel (admin, dev).
 func (h *handlers) loopbackFault(c echo.Context) error {
-	var req LoopbackFaultRequest
+	var req loopbackFaultRequest
 	if err := httpx.Bind(c, &req); err != nil {
 		return err
 	}
-	armed, err := h.svc.InjectLoopbackFault(c.Param("channel"), req)
+	armed, err := h.svc.injectLoopbackFault(c.Param("channel"), req)
 	if err != nil {
 		return err
 	}

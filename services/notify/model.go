@@ -62,7 +62,7 @@ type Task struct {
 // Task states: the claim job's state, named for a delivery.
 const (
 	TaskQueued      = "queued"       // ready: waiting for its due time and a worker
-	TaskSending     = "sending"      // running: a worker holds the token
+	taskSending     = "sending"      // running: a worker holds the token
 	TaskUnknown     = "unknown"      // the last call got no answer; the resolver will look
 	TaskDelivered   = "delivered"    // succeeded
 	TaskFailed      = "failed"       // the channel refused, or the attempts ran out, with nothing sent
@@ -72,7 +72,7 @@ const (
 
 var taskStates = map[claim.State]string{
 	claim.StateReady:       TaskQueued,
-	claim.StateRunning:     TaskSending,
+	claim.StateRunning:     taskSending,
 	claim.StateUnknown:     TaskUnknown,
 	claim.StateSucceeded:   TaskDelivered,
 	claim.StateFailed:      TaskFailed,
@@ -81,7 +81,7 @@ var taskStates = map[claim.State]string{
 }
 
 // TaskState names a job state for a delivery task.
-func TaskState(s claim.State) string {
+func taskState(s claim.State) string {
 	if n, ok := taskStates[s]; ok {
 		return n
 	}
@@ -104,12 +104,12 @@ type Attempt struct {
 
 // Attempt operations and outcomes.
 const (
-	OpSend  = "send"
+	opSend  = "send"
 	OpQuery = "query"
 
-	OutcomePending = "pending"
+	outcomePending = "pending"
 	OutcomeSuccess = "success"
-	OutcomeFailed  = "failed"
+	outcomeFailed  = "failed"
 	OutcomeUnknown = "unknown"
 )
 
@@ -142,7 +142,7 @@ type Decision struct {
 }
 
 // ReviewItem is one task waiting for a person in GET /notify/review.
-type ReviewItem struct {
+type reviewItem struct {
 	Task         Task      `json:"task"`
 	UserID       string    `json:"user_id"`
 	EventKey     string    `json:"event_key"`
@@ -151,7 +151,7 @@ type ReviewItem struct {
 
 // ReviewPage is the body of GET /notify/review.
 type ReviewPage struct {
-	Items []ReviewItem `json:"items"`
+	Items []reviewItem `json:"items"`
 	// Next is the cursor for the following page (?after=…), empty at the end.
 	Next string `json:"next,omitempty"`
 }

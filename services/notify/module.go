@@ -52,7 +52,7 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	senders := make(map[string]Sender, len(Channels))
+	senders := make(map[string]sender, len(Channels))
 	for _, ch := range Channels {
 		senders[ch.Name] = newSender(ch, cfg.URLs[ch.Name], cfg, log)
 	}

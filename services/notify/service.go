@@ -30,20 +30,20 @@ type Service struct {
 	log     *slog.Logger
 	faults  *faults.Set
 	cfg     Config
-	senders map[string]Sender
+	senders map[string]sender
 	m       *metrics
 }
 
 // Limits on what intake accepts.
 const (
 	MaxDataBytes = 16 << 10
-	MaxReason    = 1000
+	maxReason    = 1000
 )
 
 // Templates is every template a notification may name: the messages the
 // channels know how to write. An event naming any other is refused at
 // intake (422 unknown_template).
-var Templates = []string{"order_shipped"}
+var templates = []string{"order_shipped"}
 
 var (
 	eventKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$`)
@@ -74,8 +74,8 @@ func validateEvent(req EventRequest) (json.RawMessage, error) {
 	// Checked after the shape of every field: a well-formed name that no
 	// template carries would otherwise be accepted (201) and fail only at
 	// delivery, once per channel, where nobody who sent it reads the error.
-	if !slices.Contains(Templates, req.Template) {
-		return nil, httpx.Invalid("unknown_template", "template %q is not one of %s", req.Template, strings.Join(Templates, ", ")).With("field", "template")
+	if !slices.Contains(templates, req.Template) {
+		return nil, httpx.Invalid("unknown_template", "template %q is not one of %s", req.Template, strings.Join(templates, ", ")).With("field", "template")
 	}
 	return data, nil
 }
@@ -148,7 +148,7 @@ func (s *Service) Notification(ctx context.Context, id int64, p httpx.Principal)
 	case p.Role == httpx.RoleService && p.Subject == n.SubmittedBy:
 	case p.Role == httpx.RoleUser && p.Subject == n.UserID:
 	default:
-		return Notification{}, fmt.Errorf("%w: notification %d", ErrNotYours, id)
+		return Notification{}, fmt.Errorf("%w: notification %d", errNotYours, id)
 	}
 	if n.Tasks == nil {
 		n.Tasks = []Task{}
@@ -184,7 +184,7 @@ func validatePreferences(req PreferencesRequest) (names []string, enabled []bool
 // worker claims it (NTF-I5).
 func (s *Service) PutPreferences(ctx context.Context, userID string, req PreferencesRequest, p httpx.Principal) (Preferences, error) {
 	if !p.CanActFor(userID) {
-		return Preferences{}, fmt.Errorf("%w: preferences of %s", ErrNotYours, userID)
+		return Preferences{}, fmt.Errorf("%w: preferences of %s", errNotYours, userID)
 	}
 	if !httpx.ValidSubject(userID) {
 		return Preferences{}, httpx.Invalid("invalid_user_id", "user id must be 1-128 characters of [A-Za-z0-9._:@-]").With("field", "id")
@@ -199,7 +199,7 @@ func (s *Service) PutPreferences(ctx context.Context, userID string, req Prefere
 // Preferences returns a user's channel set to the user, an admin or a service.
 func (s *Service) Preferences(ctx context.Context, userID string, p httpx.Principal) (Preferences, error) {
 	if !p.Privileged() && p.Subject != userID {
-		return Preferences{}, fmt.Errorf("%w: preferences of %s", ErrNotYours, userID)
+		return Preferences{}, fmt.Errorf("%w: preferences of %s", errNotYours, userID)
 	}
 	return getPreferences(ctx, s.pool, userID)
 }
@@ -221,7 +221,7 @@ func (s *Service) ReviewQueue(ctx context.Context, after int64, limit int) (Revi
 		page.Next = fmt.Sprint(page.Items[limit-1].Task.ID)
 	}
 	if page.Items == nil {
-		page.Items = []ReviewItem{}
+		page.Items = []reviewItem{}
 	}
 	return page, nil
 }
@@ -231,8 +231,8 @@ func validateResolve(req ResolveRequest) (claim.Decision, error) {
 	if !ok {
 		return "", httpx.Invalid("invalid_action", "action must be delivered, resend or give_up").With("field", "action")
 	}
-	if n := len([]rune(req.Reason)); n < 1 || n > MaxReason || len(bytes.TrimSpace([]byte(req.Reason))) == 0 {
-		return "", httpx.Invalid("invalid_reason", "reason is required: 1-%d characters saying why", MaxReason).With("field", "reason")
+	if n := len([]rune(req.Reason)); n < 1 || n > maxReason || len(bytes.TrimSpace([]byte(req.Reason))) == 0 {
+		return "", httpx.Invalid("invalid_reason", "reason is required: 1-%d characters saying why", maxReason).With("field", "reason")
 	}
 	return d, nil
 }
@@ -263,20 +263,20 @@ func (s *Service) Resolve(ctx context.Context, tx pgx.Tx, taskID int64, req Reso
 	if dec.DecidedAt, err = insertDecision(ctx, tx, taskID, dec); err != nil {
 		return Task{}, err
 	}
-	t.State, t.Fence, t.Claims, t.LastError = TaskState(j.State), j.Fence, j.Attempts, j.LastError
+	t.State, t.Fence, t.Claims, t.LastError = taskState(j.State), j.Fence, j.Attempts, j.LastError
 	t.Decisions = append(t.Decisions, dec)
 	return t, nil
 }
 
 // DemoUsers are the preferences `fencelab dev` seeds.
-var DemoUsers = map[string]map[string]bool{
+var demoUsers = map[string]map[string]bool{
 	"user-0042": {ChannelEmail: true, ChannelSMS: true, ChannelPush: true},
 	"user-0043": {ChannelEmail: true, ChannelSMS: false, ChannelPush: true},
 	"user-0044": {ChannelEmail: false, ChannelSMS: true, ChannelPush: false},
 }
 
 func (s *Service) seed(ctx context.Context) error {
-	for user, chans := range DemoUsers {
+	for user, chans := range demoUsers {
 		var names []string
 		var on []bool
 		for _, ch := range Channels {
@@ -299,7 +299,7 @@ func truncate(s string, n int) string {
 // LoopbackFaultRequest makes the in-process fake channel misbehave for the
 // next Times calls, so that a reader can watch a contract at work in dev
 // (POST /notify/admin/loopback/{channel}/faults).
-type LoopbackFaultRequest struct {
+type loopbackFaultRequest struct {
 	// DropResponse: the message goes out, the answer never comes back (an
 	// unknown outcome: push lands in review, sms is looked up, email resent).
 	DropResponse bool `json:"drop_response"`
@@ -311,7 +311,7 @@ type LoopbackFaultRequest struct {
 
 // InjectLoopbackFault arms a fault in the channel's in-process fake
 // provider. A channel configured with a real URL refuses (409).
-func (s *Service) InjectLoopbackFault(channel string, req LoopbackFaultRequest) (LoopbackFaultRequest, error) {
+func (s *Service) injectLoopbackFault(channel string, req loopbackFaultRequest) (loopbackFaultRequest, error) {
 	if _, ok := channelByName(channel); !ok {
 		return req, httpx.NotFound("unknown_channel", "no channel %q (email, sms, push)", truncate(channel, 40))
 	}

@@ -274,7 +274,7 @@ func scanTask(row pgx.Row, extra ...any) (Task, error) {
 	dst := append([]any{&t.ID, &t.NotificationID, &t.Channel, &t.DeliveryKey, &t.JobID,
 		&state, &t.Fence, &t.Claims, &t.LastError}, extra...)
 	err := row.Scan(dst...)
-	t.State = TaskState(claim.State(state))
+	t.State = taskState(claim.State(state))
 	return t, err
 }
 
@@ -283,7 +283,7 @@ func userChannels(ctx context.Context, db pg.Querier, userID string) (map[string
 	var names []string
 	err := db.QueryRow(ctx, sqlUserChannels, userID).Scan(&names)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownUser, userID)
+		return nil, fmt.Errorf("%w: %s", errUnknownUser, userID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("notify: read channels of %s: %w", userID, pg.MapError(err))
@@ -333,7 +333,7 @@ func insertTasks(ctx context.Context, tx pgx.Tx, notificationID int64, channels 
 func loadNotification(ctx context.Context, db pg.Querier, id int64) (Notification, error) {
 	n, err := scanNotification(db.QueryRow(ctx, sqlNotification, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Notification{}, fmt.Errorf("%w: %d", ErrNotificationNotFound, id)
+		return Notification{}, fmt.Errorf("%w: %d", errNotificationNotFound, id)
 	}
 	if err != nil {
 		return Notification{}, fmt.Errorf("notify: read notification %d: %w", id, pg.MapError(err))
@@ -391,7 +391,7 @@ func loadNotification(ctx context.Context, db pg.Querier, id int64) (Notificatio
 func loadTask(ctx context.Context, db pg.Querier, id int64) (Task, error) {
 	t, err := scanTask(db.QueryRow(ctx, sqlTask, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Task{}, fmt.Errorf("%w: %d", ErrTaskNotFound, id)
+		return Task{}, fmt.Errorf("%w: %d", errTaskNotFound, id)
 	}
 	if err != nil {
 		return Task{}, fmt.Errorf("notify: read task %d: %w", id, pg.MapError(err))
@@ -465,13 +465,13 @@ func finishAttempt(ctx context.Context, db pg.Querier, id int64, outcome, effect
 	return nil
 }
 
-func reviewQueue(ctx context.Context, db pg.Querier, after int64, limit int, kinds []string) ([]ReviewItem, error) {
+func reviewQueue(ctx context.Context, db pg.Querier, after int64, limit int, kinds []string) ([]reviewItem, error) {
 	rows, err := db.Query(ctx, sqlReviewQueue, after, limit, kinds)
 	if err != nil {
 		return nil, fmt.Errorf("notify: read review queue: %w", pg.MapError(err))
 	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReviewItem, error) {
-		var it ReviewItem
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reviewItem, error) {
+		var it reviewItem
 		var err error
 		it.Task, err = scanTask(r, &it.UserID, &it.EventKey, &it.WaitingSince)
 		return it, err
@@ -528,7 +528,7 @@ func getPreferences(ctx context.Context, db pg.Querier, userID string) (Preferen
 		return Preferences{}, fmt.Errorf("notify: read preferences of %s: %w", userID, pg.MapError(err))
 	}
 	if len(p.Channels) == 0 {
-		return Preferences{}, fmt.Errorf("%w: %s", ErrUnknownUser, userID)
+		return Preferences{}, fmt.Errorf("%w: %s", errUnknownUser, userID)
 	}
 	return p, nil
 }

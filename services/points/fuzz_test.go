@@ -15,7 +15,7 @@ func FuzzDecodeCursor(f *testing.F) {
 		n, err := decodeCursor(s)
 		switch {
 		case err != nil:
-			if !errors.Is(err, ErrInvalidCursor) {
+			if !errors.Is(err, errInvalidCursor) {
 				t.Fatalf("decodeCursor(%q): %v", s, err)
 			}
 		case s != "" && (n < 1 || encodeCursor(n) != s):

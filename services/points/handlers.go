@@ -38,7 +38,7 @@ func (h *handlers) account(c echo.Context) error {
 }
 
 func (h *handlers) entries(c echo.Context) error {
-	limit := DefaultPageSize
+	limit := defaultPageSize
 	if s := c.QueryParam("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -76,7 +76,7 @@ func (h *handlers) post(c echo.Context, fn postFunc) error {
 		return err
 	}
 	id := c.Param("id")
-	if err := ValidatePosting(id, req); err != nil {
+	if err := validatePosting(id, req); err != nil {
 		return err
 	}
 	actor, key := httpx.PrincipalOf(c).Subject, idem.KeyOf(c)

@@ -8,7 +8,7 @@ import (
 
 // Account kinds.
 const (
-	KindUser   = "user"
+	kindUser   = "user"
 	KindSystem = "system"
 )
 
@@ -19,29 +19,29 @@ const (
 	IssuanceAccount   = "sys:issuance"
 	RedemptionAccount = "sys:redemption"
 	// SystemOwner owns the system accounts; no user token acts for it.
-	SystemOwner = "fencelab"
+	systemOwner = "fencelab"
 )
 
 // Ledger transaction kinds.
 const (
-	TxnDebit = "debit"
-	TxnGrant = "grant"
+	txnDebit = "debit"
+	txnGrant = "grant"
 )
 
 // Outbox topics: one event per ledger transaction, in its transaction,
 // keyed by the user account.
 const (
-	TopicDebited = "points.debited"
-	TopicGranted = "points.granted"
+	topicDebited = "points.debited"
+	topicGranted = "points.granted"
 )
 
 // Bounds on what a request may ask for.
 const (
-	MinAmount       = 1
+	minAmount       = 1
 	MaxAmount       = 1_000_000
 	MaxReasonLen    = 200 // bytes
-	DefaultPageSize = 50
-	MaxPageSize     = 200
+	defaultPageSize = 50
+	maxPageSize     = 200
 )
 
 // Account is an account as its owner (or an admin) sees it. A system
@@ -79,19 +79,19 @@ type Txn struct {
 	Reason    string    `json:"reason"`
 	Balance   int64     `json:"balance"`
 	Version   int64     `json:"version"`
-	Entries   []Entry   `json:"entries"`
+	Entries   []entry   `json:"entries"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
 // Entry is one signed leg of a transaction.
-type Entry struct {
+type entry struct {
 	AccountID string `json:"account_id"`
 	Amount    int64  `json:"amount"`
 }
 
 // HistoryEntry is one line of an account's history: its entry in one
 // transaction, newest first.
-type HistoryEntry struct {
+type historyEntry struct {
 	TxnID     int64     `json:"txn_id"`
 	Kind      string    `json:"kind"`
 	Amount    int64     `json:"amount"`
@@ -102,7 +102,7 @@ type HistoryEntry struct {
 // EntryPage is one page of history. NextCursor is empty on the last page.
 type EntryPage struct {
 	AccountID  string         `json:"account_id"`
-	Entries    []HistoryEntry `json:"entries"`
+	Entries    []historyEntry `json:"entries"`
 	NextCursor string         `json:"next_cursor,omitempty"`
 }
 
@@ -151,7 +151,7 @@ func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' ||
 // MinAmount..MaxAmount; a reason is 1..MaxReasonLen bytes of printable
 // UTF-8.
 func (r PostingRequest) validate() error {
-	if r.Amount < MinAmount || r.Amount > MaxAmount {
+	if r.Amount < minAmount || r.Amount > MaxAmount {
 		return errAmount(r.Amount)
 	}
 	if r.Reason == "" || len(r.Reason) > MaxReasonLen || !utf8.ValidString(r.Reason) {

@@ -20,25 +20,25 @@ func TestCursorRoundTripsAndRefusesForgeries(t *testing.T) {
 	require.Equal(t, int64(1<<63-1), first, "no cursor: from the newest")
 	for _, c := range []string{"x", "djE6", "djE6MA", "djE6LTU", "MTIz", "djI6MTIz", "djE6MTIzIA", "djE6MTIz==", strings.Repeat("A", 65)} {
 		_, err := decodeCursor(c)
-		require.ErrorIs(t, err, ErrInvalidCursor, c)
+		require.ErrorIs(t, err, errInvalidCursor, c)
 	}
 }
 
 func TestPostingBounds(t *testing.T) {
 	ok := PostingRequest{Amount: 30, Reason: "prize-17"}
-	require.NoError(t, ValidatePosting("acct-0042", ok))
-	require.NoError(t, ValidatePosting("acct-0042", PostingRequest{Amount: MaxAmount, Reason: strings.Repeat("é", MaxReasonLen/2)}))
+	require.NoError(t, validatePosting("acct-0042", ok))
+	require.NoError(t, validatePosting("acct-0042", PostingRequest{Amount: MaxAmount, Reason: strings.Repeat("é", MaxReasonLen/2)}))
 	for _, amount := range []int64{0, -1, MaxAmount + 1, -1 << 63} {
-		require.ErrorIs(t, ValidatePosting("acct-0042", PostingRequest{Amount: amount, Reason: "x"}), ErrInvalidAmount, amount)
+		require.ErrorIs(t, validatePosting("acct-0042", PostingRequest{Amount: amount, Reason: "x"}), errInvalidAmount, amount)
 	}
 	for _, reason := range []string{"", strings.Repeat("r", MaxReasonLen+1), "a\tb", "a\x00", "\xff"} {
-		require.ErrorIs(t, ValidatePosting("acct-0042", PostingRequest{Amount: 1, Reason: reason}), ErrInvalidReason, reason)
+		require.ErrorIs(t, validatePosting("acct-0042", PostingRequest{Amount: 1, Reason: reason}), errInvalidReason, reason)
 	}
 	for _, id := range []string{"", "-a", ".a", "a b", "a/b", "sys:other", "sys:", strings.Repeat("a", 65), "ä"} {
-		require.ErrorIs(t, ValidatePosting(id, ok), ErrInvalidAccountID, id)
+		require.ErrorIs(t, validatePosting(id, ok), errInvalidAccountID, id)
 	}
 	for _, id := range []string{"a", "acct-0042", "A.b_c-9", IssuanceAccount, RedemptionAccount, strings.Repeat("a", 64)} {
-		require.NoError(t, ValidatePosting(id, ok), id)
+		require.NoError(t, validatePosting(id, ok), id)
 	}
 }
 

@@ -41,7 +41,7 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 // ValidatePosting checks a debit's or grant's account id and body before
 // anything is recorded, so a client can fix a refused body and reuse its
 // idempotency key.
-func ValidatePosting(accountID string, req PostingRequest) error {
+func validatePosting(accountID string, req PostingRequest) error {
 	if !validAccountID(accountID) {
 		return errAccountID(accountID)
 	}
@@ -62,7 +62,7 @@ func (s *Service) Debit(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 // debit is Debit that also returns the transaction's JSON, encoded once
 // for both the outbox event and the response.
 func (s *Service) debit(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, []byte, error) {
-	if err := ValidatePosting(id, req); err != nil {
+	if err := validatePosting(id, req); err != nil {
 		return Txn{}, nil, err
 	}
 	p := posting{account: id, client: actor, key: key, reason: req.Reason, system: RedemptionAccount,
@@ -74,7 +74,7 @@ func (s *Service) debit(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 	if !ok {
 		return Txn{}, nil, refusedDebit(ctx, tx, id, actor, req.Amount)
 	}
-	return s.posted(ctx, tx, t, TxnDebit, TopicDebited, p, Entry{id, -req.Amount}, Entry{RedemptionAccount, req.Amount})
+	return s.posted(ctx, tx, t, txnDebit, topicDebited, p, entry{id, -req.Amount}, entry{RedemptionAccount, req.Amount})
 }
 
 // Grant moves req.Amount points from sys:issuance to user account id and
@@ -87,7 +87,7 @@ func (s *Service) Grant(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 
 // grant is Grant that also returns the transaction's JSON (see debit).
 func (s *Service) grant(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, []byte, error) {
-	if err := ValidatePosting(id, req); err != nil {
+	if err := validatePosting(id, req); err != nil {
 		return Txn{}, nil, err
 	}
 	p := posting{account: id, client: actor, key: key, reason: req.Reason, system: IssuanceAccount,
@@ -101,9 +101,9 @@ func (s *Service) grant(ctx context.Context, tx pgx.Tx, actor, key, id string, r
 		if err != nil {
 			return Txn{}, nil, err
 		}
-		return Txn{}, nil, fmt.Errorf("%w: %s is a %s account", ErrNotUserAccount, id, kind)
+		return Txn{}, nil, fmt.Errorf("%w: %s is a %s account", errNotUserAccount, id, kind)
 	}
-	return s.posted(ctx, tx, t, TxnGrant, TopicGranted, p, Entry{IssuanceAccount, -req.Amount}, Entry{id, req.Amount})
+	return s.posted(ctx, tx, t, txnGrant, topicGranted, p, entry{IssuanceAccount, -req.Amount}, entry{id, req.Amount})
 }
 
 // shard picks the system-account shard this transaction adds to. Random:
@@ -117,7 +117,7 @@ func (s *Service) shard() int { return rand.IntN(s.shards) }
 // travel with the transaction's COMMIT when tx pipelines (core/idem's
 // effect transactions): the event still commits with the ledger rows or
 // not at all.
-func (s *Service) posted(ctx context.Context, tx pgx.Tx, t Txn, kind, topic string, p posting, entries ...Entry) (Txn, []byte, error) {
+func (s *Service) posted(ctx context.Context, tx pgx.Tx, t Txn, kind, topic string, p posting, entries ...entry) (Txn, []byte, error) {
 	t.Kind, t.AccountID, t.Amount, t.Reason, t.Entries = kind, p.account, p.amount, p.reason, entries
 	body, err := json.Marshal(t)
 	if err != nil {
@@ -138,21 +138,21 @@ func refusedDebit(ctx context.Context, q pg.Querier, id, actor string, amount in
 	case err != nil:
 		return err
 	case owner != actor:
-		return fmt.Errorf("%w: %s", ErrNotOwner, id)
-	case kind != KindUser:
-		return fmt.Errorf("%w: %s is a %s account", ErrNotUserAccount, id, kind)
+		return fmt.Errorf("%w: %s", errNotOwner, id)
+	case kind != kindUser:
+		return fmt.Errorf("%w: %s is a %s account", errNotUserAccount, id, kind)
 	}
-	return fmt.Errorf("%w: %s holds %d points, the debit needs %d", ErrInsufficientBalance, id, balance, amount)
+	return fmt.Errorf("%w: %s holds %d points, the debit needs %d", errInsufficientBalance, id, balance, amount)
 }
 
 // CreateAccount creates a user account owned by req.Owner with balance 0,
 // under req.ID or a generated id.
 func (s *Service) CreateAccount(ctx context.Context, q pg.Querier, req CreateAccountRequest) (Account, error) {
 	if !httpx.ValidSubject(req.Owner) {
-		return Account{}, fmt.Errorf("%w: owner must be a user id such as user-0042", ErrInvalidOwner)
+		return Account{}, fmt.Errorf("%w: owner must be a user id such as user-0042", errInvalidOwner)
 	}
 	if httpx.Reserved(req.Owner) {
-		return Account{}, fmt.Errorf("%w: %q is reserved for the system accounts", ErrInvalidOwner, req.Owner)
+		return Account{}, fmt.Errorf("%w: %q is reserved for the system accounts", errInvalidOwner, req.Owner)
 	}
 	id := req.ID
 	if id == "" {
@@ -166,7 +166,7 @@ func (s *Service) CreateAccount(ctx context.Context, q pg.Querier, req CreateAcc
 	case err != nil:
 		return Account{}, err
 	case !created:
-		return Account{}, fmt.Errorf("%w: %s", ErrAccountExists, id)
+		return Account{}, fmt.Errorf("%w: %s", errAccountExists, id)
 	}
 	return a, nil
 }
@@ -181,7 +181,7 @@ func (s *Service) Account(ctx context.Context, p httpx.Principal, id string) (Ac
 		return Account{}, err
 	}
 	if !p.CanActFor(a.Owner) {
-		return Account{}, fmt.Errorf("%w: %s", ErrNotOwner, id)
+		return Account{}, fmt.Errorf("%w: %s", errNotOwner, id)
 	}
 	return a, nil
 }
@@ -189,8 +189,8 @@ func (s *Service) Account(ctx context.Context, p httpx.Principal, id string) (Ac
 // Entries returns one page of account id's history, newest first. cursor
 // is the previous page's NextCursor ("" for the first page).
 func (s *Service) Entries(ctx context.Context, p httpx.Principal, id, cursor string, limit int) (EntryPage, error) {
-	if limit < 1 || limit > MaxPageSize {
-		return EntryPage{}, fmt.Errorf("%w: limit must be in 1..%d", ErrInvalidLimit, MaxPageSize)
+	if limit < 1 || limit > maxPageSize {
+		return EntryPage{}, fmt.Errorf("%w: limit must be in 1..%d", errInvalidLimit, maxPageSize)
 	}
 	before, err := decodeCursor(cursor)
 	if err != nil {
@@ -223,7 +223,7 @@ func decodeCursor(c string) (int64, error) {
 	if c == "" {
 		return 1<<63 - 1, nil
 	}
-	bad := fmt.Errorf("%w: pass next_cursor from the previous page as it is", ErrInvalidCursor)
+	bad := fmt.Errorf("%w: pass next_cursor from the previous page as it is", errInvalidCursor)
 	if len(c) > 64 {
 		return 0, bad
 	}
@@ -316,7 +316,7 @@ func (s *Service) seed(ctx context.Context) error {
 			_, err := s.Grant(ctx, tx, SeedClient, "welcome-"+a.id, a.id, PostingRequest{Amount: a.grant, Reason: "welcome"})
 			return err
 		})
-		if err != nil && !errors.Is(err, ErrDuplicateTxn) {
+		if err != nil && !errors.Is(err, errDuplicateTxn) {
 			return err
 		}
 	}

@@ -210,7 +210,7 @@ func post(ctx context.Context, tx pgx.Tx, stmt pg.Named, p posting) (t Txn, ok b
 	case errors.Is(err, pg.ErrNotFound):
 		return Txn{}, false, nil
 	case pg.Constraint(err) == "points_ledger_txn_client_key":
-		return Txn{}, false, fmt.Errorf("%w: key %q", ErrDuplicateTxn, p.key)
+		return Txn{}, false, fmt.Errorf("%w: key %q", errDuplicateTxn, p.key)
 	case err != nil:
 		return Txn{}, false, fmt.Errorf("points: post %s: %w", p.account, err)
 	}
@@ -221,7 +221,7 @@ func post(ctx context.Context, tx pgx.Tx, stmt pg.Named, p posting) (t Txn, ok b
 func postingTarget(ctx context.Context, db pg.Querier, id string) (kind, owner string, balance int64, err error) {
 	err = pg.MapError(db.QueryRow(ctx, sqlPostingTarget, id).Scan(&kind, &owner, &balance))
 	if errors.Is(err, pg.ErrNotFound) {
-		return "", "", 0, fmt.Errorf("%w: %s", ErrAccountNotFound, id)
+		return "", "", 0, fmt.Errorf("%w: %s", errAccountNotFound, id)
 	}
 	return kind, owner, balance, err
 }
@@ -238,7 +238,7 @@ func createAccount(ctx context.Context, db pg.Querier, id, owner string) (a Acco
 func getAccount(ctx context.Context, db pg.Querier, id string) (Account, error) {
 	a, err := scanAccount(db.QueryRow(ctx, sqlGetAccount, id))
 	if errors.Is(err, pg.ErrNotFound) {
-		return Account{}, fmt.Errorf("%w: %s", ErrAccountNotFound, id)
+		return Account{}, fmt.Errorf("%w: %s", errAccountNotFound, id)
 	}
 	return a, err
 }
@@ -250,13 +250,13 @@ func scanAccount(row pgx.Row) (Account, error) {
 }
 
 // listEntries reads up to limit history lines of id older than txn before.
-func listEntries(ctx context.Context, db pg.Querier, id string, before int64, limit int) ([]HistoryEntry, error) {
+func listEntries(ctx context.Context, db pg.Querier, id string, before int64, limit int) ([]historyEntry, error) {
 	rows, err := db.Query(ctx, sqlEntries, id, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("points: entries of %s: %w", id, pg.MapError(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (HistoryEntry, error) {
-		var h HistoryEntry
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (historyEntry, error) {
+		var h historyEntry
 		err := r.Scan(&h.TxnID, &h.Kind, &h.Amount, &h.Reason, &h.CreatedAt)
 		return h, err
 	})

@@ -36,9 +36,9 @@ type Config struct {
 
 // Defaults for Config.
 const (
-	DefaultTTL      = 30 * time.Second
-	DefaultInterval = time.Minute
-	MinInterval     = 10 * time.Millisecond
+	defaultTTL      = 30 * time.Second
+	defaultInterval = time.Minute
+	minInterval     = 10 * time.Millisecond
 
 	DefaultRetention = 400 * 24 * time.Hour
 	// MinRetention keeps the purge far from any lease still in play: a
@@ -46,8 +46,8 @@ const (
 	// renewal, and its fence restarts at 1 once the day is purged, so the
 	// retention is also how long a paused holder can stay paused and still
 	// be refused (sqlPurge).
-	MinRetention = 7 * 24 * time.Hour
-	MaxRetention = 10 * 365 * 24 * time.Hour
+	minRetention = 7 * 24 * time.Hour
+	maxRetention = 10 * 365 * 24 * time.Hour
 )
 
 // EnvRetention is Config.Retention's setting.
@@ -56,12 +56,12 @@ const EnvRetention = "FENCELAB_REPORT_RETENTION"
 // LoadConfig reads the job's configuration through ac.Lookup: per-app
 // settings in tests, the environment in `serve` and `worker`.
 func LoadConfig(ac app.Config) (Config, error) {
-	c := Config{Holder: defaultHolder(), TTL: DefaultTTL, Interval: DefaultInterval, Retention: DefaultRetention}
+	c := Config{Holder: defaultHolder(), TTL: defaultTTL, Interval: defaultInterval, Retention: DefaultRetention}
 	r := app.NewSettingsReader(ac, "report")
 	r.String("FENCELAB_REPORT_HOLDER", &c.Holder, nil)
 	r.Duration("FENCELAB_REPORT_TTL", &c.TTL, time.Millisecond, 24*time.Hour)
-	r.Duration("FENCELAB_REPORT_INTERVAL", &c.Interval, MinInterval, 24*time.Hour)
-	r.Duration(EnvRetention, &c.Retention, MinRetention, MaxRetention)
+	r.Duration("FENCELAB_REPORT_INTERVAL", &c.Interval, minInterval, 24*time.Hour)
+	r.Duration(EnvRetention, &c.Retention, minRetention, maxRetention)
 	var date string
 	r.String("FENCELAB_REPORT_DATE", &date, nil)
 	if err := r.Err(); err != nil {

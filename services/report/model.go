@@ -43,11 +43,11 @@ func ParseDate(s string) (time.Time, error) {
 
 // LeaseName is the lease that gives one instance the right to produce the
 // report for day.
-func LeaseName(day time.Time) string { return LeasePrefix + day.Format(DateLayout) }
+func LeaseName(day time.Time) string { return leasePrefix + day.Format(DateLayout) }
 
 // LeasePrefix starts the name of every report lease (report.purge takes
 // only these).
-const LeasePrefix = "report:"
+const leasePrefix = "report:"
 
 // Resource is the fence-guarded resource a day's report is written to.
 func Resource(day time.Time) string { return "report_output:" + day.Format(DateLayout) }

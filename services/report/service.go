@@ -48,10 +48,10 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 		cfg.Holder = defaultHolder()
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
+		cfg.TTL = defaultTTL
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = defaultInterval
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -59,11 +59,11 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.TTL < lease.MinTTL || cfg.TTL > lease.MaxTTL {
 		return nil, fmt.Errorf("report: ttl must be between %s and %s, got %s", lease.MinTTL, lease.MaxTTL, cfg.TTL)
 	}
-	if cfg.Interval < MinInterval || cfg.Interval > 24*time.Hour {
-		return nil, fmt.Errorf("report: interval must be between %s and 24h, got %s", MinInterval, cfg.Interval)
+	if cfg.Interval < minInterval || cfg.Interval > 24*time.Hour {
+		return nil, fmt.Errorf("report: interval must be between %s and 24h, got %s", minInterval, cfg.Interval)
 	}
-	if cfg.Retention < MinRetention || cfg.Retention > MaxRetention {
-		return nil, fmt.Errorf("report: retention must be between %s and %s, got %s", MinRetention, MaxRetention, cfg.Retention)
+	if cfg.Retention < minRetention || cfg.Retention > maxRetention {
+		return nil, fmt.Errorf("report: retention must be between %s and %s, got %s", minRetention, maxRetention, cfg.Retention)
 	}
 	if err := lease.CheckName("report holder", cfg.Holder); err != nil {
 		return nil, fmt.Errorf("report: %w", err)

@@ -94,13 +94,13 @@ func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (Purg
 	for {
 		var b Purged
 		err := pg.InTx(ctx, db, func(tx pgx.Tx) error {
-			names, grants, err := lease.PurgeTx(ctx, tx, LeasePrefix, retention, PurgeBatch)
+			names, grants, err := lease.PurgeTx(ctx, tx, leasePrefix, retention, PurgeBatch)
 			if err != nil {
 				return err
 			}
 			days := make([]time.Time, 0, len(names))
 			for _, n := range names {
-				if d, err := ParseDate(strings.TrimPrefix(n, LeasePrefix)); err == nil {
+				if d, err := ParseDate(strings.TrimPrefix(n, leasePrefix)); err == nil {
 					days = append(days, d)
 				}
 			}
@@ -124,7 +124,7 @@ func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (Purg
 // its days' rows, a handful per day.
 func GrowthProbes(retention time.Duration) []pg.Probe {
 	return []pg.Probe{
-		lease.PurgeProbe("report.purge batch (leases, grants, guards)", LeasePrefix, retention, PurgeBatch),
+		lease.PurgeProbe("report.purge batch (leases, grants, guards)", leasePrefix, retention, PurgeBatch),
 	}
 }
 

@@ -76,7 +76,7 @@ func (c *ttlCache[V]) Get(key string, now time.Time) (V, bool) {
 
 // Generation is read by a loader before its database read and handed to
 // Put.
-func (c *ttlCache[V]) Generation(key string) uint64 {
+func (c *ttlCache[V]) generation(key string) uint64 {
 	s := c.shard(key)
 	s.mu.RLock()
 	defer s.mu.RUnlock()

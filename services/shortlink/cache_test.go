@@ -18,7 +18,7 @@ func TestCacheNeverHoldsMoreThanItsSize(t *testing.T) {
 		now := time.Now()
 		for i := range 10 * size {
 			k := fmt.Sprint(i)
-			c.Put(k, i, now, c.Generation(k))
+			c.Put(k, i, now, c.generation(k))
 		}
 		require.LessOrEqual(t, c.Len(), size, "size %d", size)
 		require.Greater(t, c.Len(), 0)
@@ -30,7 +30,7 @@ func TestCacheAgeCountsFromWhenTheReadBegan(t *testing.T) {
 	const ttl = time.Second
 	c := newTTLCache[string](10, ttl)
 	began := time.Now()
-	c.Put("k", "v", began, c.Generation("k"))
+	c.Put("k", "v", began, c.generation("k"))
 	_, ok := c.Get("k", began.Add(ttl-time.Nanosecond))
 	require.True(t, ok, "younger than the TTL")
 	_, ok = c.Get("k", began.Add(ttl))
@@ -41,8 +41,8 @@ func TestCacheKeepsTheYoungerOfTwoReads(t *testing.T) {
 	t.Parallel()
 	c := newTTLCache[string](10, time.Hour)
 	now := time.Now()
-	c.Put("k", "new", now, c.Generation("k"))
-	c.Put("k", "old", now.Add(-time.Second), c.Generation("k")) // a slow read finishing late
+	c.Put("k", "new", now, c.generation("k"))
+	c.Put("k", "old", now.Add(-time.Second), c.generation("k")) // a slow read finishing late
 	v, ok := c.Get("k", now)
 	require.True(t, ok)
 	require.Equal(t, "new", v)
@@ -51,19 +51,19 @@ func TestCacheKeepsTheYoungerOfTwoReads(t *testing.T) {
 func TestCacheRefusesAReadThatStartedBeforeAnInvalidation(t *testing.T) {
 	t.Parallel()
 	c := newTTLCache[string](10, time.Hour)
-	gen := c.Generation("k") // a loader starts reading
+	gen := c.generation("k") // a loader starts reading
 	c.Invalidate("k")        // a revocation arrives meanwhile
 	c.Put("k", "stale", time.Now(), gen)
 	_, ok := c.Get("k", time.Now())
 	require.False(t, ok)
 
-	gen = c.Generation("k")
+	gen = c.generation("k")
 	c.Purge()
 	c.Put("k", "stale", time.Now(), gen)
 	_, ok = c.Get("k", time.Now())
 	require.False(t, ok)
 
-	c.Put("k", "fresh", time.Now(), c.Generation("k"))
+	c.Put("k", "fresh", time.Now(), c.generation("k"))
 	v, ok := c.Get("k", time.Now())
 	require.True(t, ok)
 	require.Equal(t, "fresh", v)
@@ -73,8 +73,8 @@ func TestEvictionPrefersExpiredEntries(t *testing.T) {
 	t.Parallel()
 	c := newTTLCache[int](1, time.Minute) // one shard of one entry
 	now := time.Now()
-	c.Put("old", 1, now.Add(-time.Hour), c.Generation("old"))
-	c.Put("new", 2, now, c.Generation("new"))
+	c.Put("old", 1, now.Add(-time.Hour), c.generation("old"))
+	c.Put("new", 2, now, c.generation("new"))
 	_, ok := c.Get("new", now)
 	require.True(t, ok)
 	require.Equal(t, 1, c.Len())

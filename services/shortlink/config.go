@@ -71,18 +71,18 @@ type Config struct {
 // Setting names, as environment variables.
 const (
 	EnvCacheTTL       = "FENCELAB_SHORTLINK_CACHE_TTL"
-	EnvCacheSize      = "FENCELAB_SHORTLINK_CACHE_SIZE"
+	envCacheSize      = "FENCELAB_SHORTLINK_CACHE_SIZE"
 	EnvLookupTimeout  = "FENCELAB_SHORTLINK_LOOKUP_TIMEOUT"
 	EnvListen         = "FENCELAB_SHORTLINK_LISTEN"
 	EnvClickQueue     = "FENCELAB_SHORTLINK_CLICK_QUEUE"
 	EnvClickBatch     = "FENCELAB_SHORTLINK_CLICK_BATCH"
 	EnvClickInterval  = "FENCELAB_SHORTLINK_CLICK_INTERVAL"
 	EnvStatsURL       = "FENCELAB_SHORTLINK_STATS_DATABASE_URL"
-	EnvStatsMaxConns  = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
+	envStatsMaxConns  = "FENCELAB_SHORTLINK_STATS_MAX_CONNS"
 	EnvStatsTimeout   = "FENCELAB_SHORTLINK_STATS_TIMEOUT"
 	EnvStatsAttempts  = "FENCELAB_SHORTLINK_STATS_ATTEMPTS"
 	EnvBaseURL        = "FENCELAB_SHORTLINK_BASE_URL"
-	EnvClickRetention = "FENCELAB_SHORTLINK_CLICK_RETENTION"
+	envClickRetention = "FENCELAB_SHORTLINK_CLICK_RETENTION"
 	EnvAllowPrivate   = "FENCELAB_SHORTLINK_ALLOW_PRIVATE_TARGETS"
 )
 
@@ -109,7 +109,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 	c.StatsURL = ac.DatabaseURL
 	r := app.NewSettingsReader(ac, "shortlink")
 	r.Duration(EnvCacheTTL, &c.CacheTTL, time.Millisecond, time.Hour)
-	r.Int(EnvCacheSize, &c.CacheSize, 1, 100_000_000)
+	r.Int(envCacheSize, &c.CacheSize, 1, 100_000_000)
 	r.Duration(EnvLookupTimeout, &c.LookupTimeout, time.Millisecond, time.Minute)
 	r.Bool(EnvListen, &c.Listen)
 	r.Int(EnvClickQueue, &c.ClickQueue, 1, 10_000_000)
@@ -118,7 +118,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 	if v, ok := ac.Lookup(EnvStatsURL); ok {
 		c.StatsURL = v
 	}
-	r.Int(EnvStatsMaxConns, &c.StatsMaxConns, 1, 100)
+	r.Int(envStatsMaxConns, &c.StatsMaxConns, 1, 100)
 	r.Duration(EnvStatsTimeout, &c.StatsTimeout, time.Millisecond, time.Minute)
 	r.Int(EnvStatsAttempts, &c.StatsAttempts, 1, 100)
 	c.BaseURL = defaultBaseURL(ac.Addr)
@@ -131,7 +131,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 		return nil
 	})
 	c.BaseURL = strings.TrimSuffix(c.BaseURL, "/")
-	r.Duration(EnvClickRetention, &c.ClickRetention, time.Hour, 10*366*24*time.Hour)
+	r.Duration(envClickRetention, &c.ClickRetention, time.Hour, 10*366*24*time.Hour)
 	r.Bool(EnvAllowPrivate, &c.AllowPrivateTargets)
 	if r.Err() != nil {
 		return Config{}, r.Err()

@@ -16,7 +16,7 @@ type handlers struct{ svc *Service }
 func (h *handlers) redirect(c echo.Context) error {
 	visit := h.svc.Visit
 	if c.Request().Method == http.MethodHead {
-		visit = h.svc.Peek
+		visit = h.svc.peek
 	}
 	target, err := visit(c.Request().Context(), c.Param("code"))
 	if err != nil {

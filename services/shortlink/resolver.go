@@ -69,7 +69,7 @@ func (r *resolver) resolve(ctx context.Context, code string, now time.Time) (rou
 	// from the first caller's context (its client may leave) and bounded
 	// by the lookup timeout instead.
 	v, err, _ := r.flights.Do(code, func() (any, error) {
-		genKnown, genUnknown := r.known.Generation(code), r.unknown.Generation(code)
+		genKnown, genUnknown := r.known.generation(code), r.unknown.generation(code)
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 		defer cancel()
@@ -88,11 +88,11 @@ func (r *resolver) resolve(ctx context.Context, code string, now time.Time) (rou
 		// Timed out or unreachable: a 503 the client may retry. The cause
 		// is logged, not sent.
 		r.log.Warn("shortlink: lookup failed", "code", code, "err", err)
-		return route{}, false, ErrLookupUnavailable
+		return route{}, false, errLookupUnavailable
 	}
 	res := v.(lookupResult)
 	if time.Since(res.began) >= r.ttl {
-		return route{}, false, ErrLookupUnavailable // too old to serve (SL-I2)
+		return route{}, false, errLookupUnavailable // too old to serve (SL-I2)
 	}
 	return res.route, res.found, nil
 }

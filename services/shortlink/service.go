@@ -64,11 +64,11 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		u, _ := url.Parse(req.Target) // ValidateTarget parsed it
 		if why := privateTarget(u.Hostname()); why != "" {
 			return Link{}, fmt.Errorf("%w: %s is %s (the service accepts such targets only with %s=true)",
-				ErrPrivateTarget, u.Hostname(), why, EnvAllowPrivate)
+				errPrivateTarget, u.Hostname(), why, EnvAllowPrivate)
 		}
 	}
 	now := s.now()
-	if err := ValidateExpiry(req.ExpiresAt, now); err != nil {
+	if err := validateExpiry(req.ExpiresAt, now); err != nil {
 		return Link{}, err
 	}
 	if req.Alias != "" {
@@ -76,7 +76,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 			return Link{}, err
 		}
 		if w := s.routeWords.Load(); w != nil && (*w)[strings.ToLower(req.Alias)] {
-			return Link{}, fmt.Errorf("%w: %q is the start of the service's own paths", ErrReservedAlias, req.Alias)
+			return Link{}, fmt.Errorf("%w: %q is the start of the service's own paths", errReservedAlias, req.Alias)
 		}
 		// Aliases are case-insensitive: stored in lower case, so "CH9"
 		// and "ch9" are one alias (the second is 409 alias_taken).
@@ -86,7 +86,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		case err != nil:
 			return Link{}, err
 		case !created:
-			return Link{}, fmt.Errorf("%w: %q", ErrAliasTaken, req.Alias) // SL-I1: never overwritten
+			return Link{}, fmt.Errorf("%w: %q", errAliasTaken, req.Alias) // SL-I1: never overwritten
 		}
 		return s.created(l, now), nil
 	}
@@ -100,7 +100,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		}
 		// A random code collided with an existing one: draw another.
 	}
-	return Link{}, ErrCodeExhausted
+	return Link{}, errCodeExhausted
 }
 
 // created finishes a creation: this replica may hold "unknown" for the
@@ -146,7 +146,7 @@ func (s *Service) Get(ctx context.Context, actor httpx.Principal, code string) (
 		return Link{}, notFound(err)
 	}
 	if !actor.CanActFor(l.Owner) {
-		return Link{}, ErrNotOwner
+		return Link{}, errNotOwner
 	}
 	l.State = l.stateAt(s.now())
 	return l, nil
@@ -162,7 +162,7 @@ func (s *Service) Stats(ctx context.Context, actor httpx.Principal, code string)
 	defer cancel()
 	st, err := readStats(ctx, s.db, code)
 	if err != nil && ctx.Err() != nil {
-		return Stats{}, ErrStatsUnavailable
+		return Stats{}, errStatsUnavailable
 	}
 	return st, err
 }
@@ -178,7 +178,7 @@ func (s *Service) Visit(ctx context.Context, code string) (string, error) {
 
 // Peek is Visit without the click: HEAD /s/{code} (link checkers,
 // previews) answers the same status and Location and counts nothing.
-func (s *Service) Peek(ctx context.Context, code string) (string, error) {
+func (s *Service) peek(ctx context.Context, code string) (string, error) {
 	return s.visit(ctx, code, false)
 }
 
@@ -205,9 +205,9 @@ func (s *Service) visit(ctx context.Context, code string, click bool) (string, e
 	case !found:
 		return "", ErrNotFound
 	case rt.revoked:
-		return "", ErrRevoked
+		return "", errRevoked
 	case !rt.expiresAt.IsZero() && !now.Before(rt.expiresAt):
-		return "", ErrExpired
+		return "", errExpired
 	}
 	if click {
 		s.clicks.Record(code, now)

@@ -54,7 +54,7 @@ func TestRandomCodeCollisionDrawsAnotherCode(t *testing.T) {
 
 	s.newCode = func() string { return "Coll1de8" }
 	_, err = s.Create(ctx, "user-0002", CreateRequest{Target: "https://third.example.test/"})
-	require.ErrorIs(t, err, ErrCodeExhausted)
+	require.ErrorIs(t, err, errCodeExhausted)
 
 	first, err := getLink(ctx, s.db, "Coll1de8")
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func TestCachedLinkStopsAtItsExpiry(t *testing.T) {
 	require.NoError(t, err)
 	s.now = func() time.Time { return expires }
 	_, err = s.Visit(ctx, "brief")
-	require.ErrorIs(t, err, ErrExpired)
+	require.ErrorIs(t, err, errExpired)
 	require.Equal(t, hits+2, value(t, s.m.hit), "both answers came from the cache")
 	invariants.Assert(t, s.db, "shortlink")
 }
@@ -89,7 +89,7 @@ func TestCachedLinkStopsAtItsExpiry(t *testing.T) {
 func TestConfigRefusesMalformedSettings(t *testing.T) {
 	t.Parallel()
 	for key, v := range map[string]string{
-		EnvCacheTTL: "soon", EnvCacheSize: "0", EnvClickQueue: "-1", EnvListen: "maybe",
+		EnvCacheTTL: "soon", envCacheSize: "0", EnvClickQueue: "-1", EnvListen: "maybe",
 		EnvStatsTimeout: "0s", EnvStatsURL: "postgres://%zz",
 	} {
 		_, err := LoadConfig(app.Config{DatabaseURL: "postgres://localhost/x", Settings: map[string]string{key: v}})

@@ -177,7 +177,7 @@ func createLink(ctx context.Context, db pg.Querier, code, target, owner string, 
 	case pg.Constraint(err) == "shortlink_links_expiry_after_creation":
 		// The service checked the expiry against its own clock; the
 		// database's clock is ahead of it.
-		return Link{}, false, fmt.Errorf("%w: expires_at is not after the creation time", ErrInvalidExpiry)
+		return Link{}, false, fmt.Errorf("%w: expires_at is not after the creation time", errInvalidExpiry)
 	}
 	return l, err == nil, err
 }

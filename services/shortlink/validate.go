@@ -18,13 +18,13 @@ const MaxTargetLen = 2048
 // (62^8 ≈ 2·10^14 codes, so a collision is rare and retried); aliases use
 // the wider charset [A-Za-z0-9_-].
 const (
-	MinCodeLen    = 3
-	MaxCodeLen    = 64
+	minCodeLen    = 3
+	maxCodeLen    = 64
 	RandomCodeLen = 8
 )
 
 // MaxExpiry is how far in the future an expiry may be set.
-const MaxExpiry = 10 * 365 * 24 * time.Hour
+const maxExpiry = 10 * 365 * 24 * time.Hour
 
 // reserved are the aliases refused because they read as parts of the
 // service although no route answers under them (yet): words of any web
@@ -51,33 +51,33 @@ var reserved = func() map[string]bool {
 // "https://bank.example.test@evil.example.test/" is a phishing shape.
 func ValidateTarget(raw string) error {
 	if raw == "" {
-		return fmt.Errorf("%w: target is required", ErrInvalidTarget)
+		return fmt.Errorf("%w: target is required", errInvalidTarget)
 	}
 	if len(raw) > MaxTargetLen {
-		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidTarget, MaxTargetLen)
+		return fmt.Errorf("%w: longer than %d bytes", errInvalidTarget, MaxTargetLen)
 	}
 	for i := 0; i < len(raw); i++ {
 		if !uriChar(raw[i]) {
-			return fmt.Errorf("%w: byte %d (0x%02x) is not allowed in a URL; percent-encode it", ErrInvalidTarget, i, raw[i])
+			return fmt.Errorf("%w: byte %d (0x%02x) is not allowed in a URL; percent-encode it", errInvalidTarget, i, raw[i])
 		}
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%w: not a URL", ErrInvalidTarget)
+		return fmt.Errorf("%w: not a URL", errInvalidTarget)
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https": // Parse lowercases the scheme
-		return fmt.Errorf("%w: scheme must be http or https", ErrInvalidTarget)
+		return fmt.Errorf("%w: scheme must be http or https", errInvalidTarget)
 	case u.Opaque != "" || !strings.HasPrefix(raw[len(u.Scheme)+1:], "//"):
-		return fmt.Errorf("%w: must be absolute, like https://host/path", ErrInvalidTarget)
+		return fmt.Errorf("%w: must be absolute, like https://host/path", errInvalidTarget)
 	case u.User != nil:
-		return fmt.Errorf("%w: user information (user:password@) is not allowed", ErrInvalidTarget)
+		return fmt.Errorf("%w: user information (user:password@) is not allowed", errInvalidTarget)
 	case u.Hostname() == "":
-		return fmt.Errorf("%w: host is required", ErrInvalidTarget)
+		return fmt.Errorf("%w: host is required", errInvalidTarget)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("%w: port must be 1..65535", ErrInvalidTarget)
+			return fmt.Errorf("%w: port must be 1..65535", errInvalidTarget)
 		}
 	}
 	return nil
@@ -98,10 +98,10 @@ func uriChar(b byte) bool {
 // segments, which only the process knows.
 func ValidateAlias(alias string) error {
 	if !validCode(alias) {
-		return fmt.Errorf("%w: want %d to %d characters of A-Z a-z 0-9 _ -", ErrInvalidAlias, MinCodeLen, MaxCodeLen)
+		return fmt.Errorf("%w: want %d to %d characters of A-Z a-z 0-9 _ -", errInvalidAlias, minCodeLen, maxCodeLen)
 	}
 	if reserved[strings.ToLower(alias)] {
-		return fmt.Errorf("%w: %q is a reserved word", ErrReservedAlias, alias)
+		return fmt.Errorf("%w: %q is a reserved word", errReservedAlias, alias)
 	}
 	return nil
 }
@@ -111,7 +111,7 @@ func ValidateAlias(alias string) error {
 // neither a lookup nor a cache slot. Hand-written: it runs on every
 // redirect.
 func validCode(s string) bool {
-	if len(s) < MinCodeLen || len(s) > MaxCodeLen {
+	if len(s) < minCodeLen || len(s) > maxCodeLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -125,14 +125,14 @@ func validCode(s string) bool {
 
 // ValidateExpiry accepts nil (never) or a time after now and at most
 // MaxExpiry ahead.
-func ValidateExpiry(at *time.Time, now time.Time) error {
+func validateExpiry(at *time.Time, now time.Time) error {
 	switch {
 	case at == nil:
 		return nil
 	case !at.After(now):
-		return fmt.Errorf("%w: expires_at must be in the future", ErrInvalidExpiry)
-	case at.Sub(now) > MaxExpiry:
-		return fmt.Errorf("%w: expires_at is more than %d days ahead", ErrInvalidExpiry, int(MaxExpiry.Hours()/24))
+		return fmt.Errorf("%w: expires_at must be in the future", errInvalidExpiry)
+	case at.Sub(now) > maxExpiry:
+		return fmt.Errorf("%w: expires_at is more than %d days ahead", errInvalidExpiry, int(maxExpiry.Hours()/24))
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ import (
 // LocalStore is the implementation: a directory on one host (or a shared
 // file system with working byte-range locks). An object-store backend would
 // map partial files to multipart uploads and Promote to their completion.
-type BlobStore interface {
+type blobStore interface {
 	// Location names the store for `fencelab check` (an absolute directory).
 	Location() string
 	// Bind ties the store to one database (its store id): the first call
@@ -35,7 +35,7 @@ type BlobStore interface {
 
 	// OpenPartial opens a session's partial file; when it does not exist
 	// it is created empty if create is set, else the error is fs.ErrNotExist.
-	OpenPartial(ctx context.Context, session string, create bool) (Partial, error)
+	OpenPartial(ctx context.Context, session string, create bool) (partial, error)
 	// RemovePartial deletes a session's partial file; a missing one is fine.
 	RemovePartial(ctx context.Context, session string) error
 	// Partials calls fn for every partial file present.
@@ -48,23 +48,23 @@ type BlobStore interface {
 	// OpenBlob opens a blob for reading; ErrBlobMissing if it does not exist.
 	OpenBlob(ctx context.Context, sha256 string) (Blob, error)
 	// StatBlob describes a blob; ErrBlobMissing if it does not exist.
-	StatBlob(ctx context.Context, sha256 string) (BlobInfo, error)
+	StatBlob(ctx context.Context, sha256 string) (blobInfo, error)
 	// RemoveBlob unlinks a blob durably (the directory is fsynced); a
 	// missing blob is fine.
 	RemoveBlob(ctx context.Context, sha256 string) error
 	// Blobs calls fn for every blob file present.
-	Blobs(ctx context.Context, fn func(BlobInfo) error) error
+	Blobs(ctx context.Context, fn func(blobInfo) error) error
 
 	// BlobsAfter and PartialsAfter are GC's bounded scan (gcscan.go): up
 	// to limit files whose names sort after after, in name order.
-	BlobsAfter(ctx context.Context, after string, limit int) ([]BlobInfo, error)
+	BlobsAfter(ctx context.Context, after string, limit int) ([]blobInfo, error)
 	PartialsAfter(ctx context.Context, after string, limit int) ([]string, error)
 }
 
 // Partial is one session's partial file. Chunk writers lock their chunk's
 // byte range, so two writers of one chunk (a retransmit racing the
 // original) never interleave their bytes.
-type Partial interface {
+type partial interface {
 	io.ReaderAt
 	io.WriterAt
 	// LockRange takes an exclusive lock on [off, off+n) against every other
@@ -92,7 +92,7 @@ type Blob interface {
 }
 
 // BlobInfo describes a blob file.
-type BlobInfo struct {
+type blobInfo struct {
 	SHA256  string
 	Size    int64
 	ModTime time.Time
@@ -100,11 +100,11 @@ type BlobInfo struct {
 
 var (
 	// ErrBlobMissing: no file for that blob.
-	ErrBlobMissing = errors.New("upload: blob file missing")
+	errBlobMissing = errors.New("upload: blob file missing")
 	// ErrRangeBusy: another writer holds the byte range.
-	ErrRangeBusy = errors.New("upload: byte range locked by another writer")
+	errRangeBusy = errors.New("upload: byte range locked by another writer")
 	// ErrStoreBound: the store belongs to another database.
-	ErrStoreBound = errors.New("upload: blob store is bound to another database")
+	errStoreBound = errors.New("upload: blob store is bound to another database")
 )
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -121,7 +121,7 @@ type LocalStore struct {
 	partDir  string
 }
 
-var _ BlobStore = (*LocalStore)(nil)
+var _ blobStore = (*LocalStore)(nil)
 
 // NewLocalStore opens (creating if needed) a store rooted at dir.
 func NewLocalStore(dir string) (*LocalStore, error) {
@@ -150,7 +150,7 @@ func (s *LocalStore) Bind(_ context.Context, id string) error {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		if got := string(bytes.TrimSpace(b)); got != id {
-			return fmt.Errorf("%w: %s holds store %s, this database is store %s", ErrStoreBound, s.root, got, id)
+			return fmt.Errorf("%w: %s holds store %s, this database is store %s", errStoreBound, s.root, got, id)
 		}
 		return nil
 	}
@@ -204,7 +204,7 @@ func checkSession(session string) error {
 	return nil
 }
 
-func (s *LocalStore) OpenPartial(_ context.Context, session string, create bool) (Partial, error) {
+func (s *LocalStore) OpenPartial(_ context.Context, session string, create bool) (partial, error) {
 	if err := checkSession(session); err != nil {
 		return nil, err
 	}
@@ -268,7 +268,7 @@ func (s *LocalStore) OpenBlob(_ context.Context, sha256 string) (Blob, error) {
 	}
 	f, err := os.Open(s.BlobPath(sha256))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", ErrBlobMissing, sha256)
+		return nil, fmt.Errorf("%w: %s", errBlobMissing, sha256)
 	}
 	if err != nil {
 		return nil, err
@@ -281,18 +281,18 @@ func (s *LocalStore) OpenBlob(_ context.Context, sha256 string) (Blob, error) {
 	return localBlob{File: f, size: st.Size(), mod: st.ModTime()}, nil
 }
 
-func (s *LocalStore) StatBlob(_ context.Context, sha256 string) (BlobInfo, error) {
+func (s *LocalStore) StatBlob(_ context.Context, sha256 string) (blobInfo, error) {
 	if err := checkHex(sha256); err != nil {
-		return BlobInfo{}, err
+		return blobInfo{}, err
 	}
 	st, err := os.Stat(s.BlobPath(sha256))
 	if errors.Is(err, fs.ErrNotExist) {
-		return BlobInfo{}, fmt.Errorf("%w: %s", ErrBlobMissing, sha256)
+		return blobInfo{}, fmt.Errorf("%w: %s", errBlobMissing, sha256)
 	}
 	if err != nil {
-		return BlobInfo{}, err
+		return blobInfo{}, err
 	}
-	return BlobInfo{SHA256: sha256, Size: st.Size(), ModTime: st.ModTime()}, nil
+	return blobInfo{SHA256: sha256, Size: st.Size(), ModTime: st.ModTime()}, nil
 }
 
 func (s *LocalStore) RemoveBlob(_ context.Context, sha256 string) error {
@@ -305,9 +305,9 @@ func (s *LocalStore) RemoveBlob(_ context.Context, sha256 string) error {
 	return syncDir(s.blobsDir)
 }
 
-func (s *LocalStore) Blobs(ctx context.Context, fn func(BlobInfo) error) error {
+func (s *LocalStore) Blobs(ctx context.Context, fn func(blobInfo) error) error {
 	return eachEntry(ctx, s.blobsDir, func(name string, info fs.FileInfo) error {
-		return fn(BlobInfo{SHA256: name, Size: info.Size(), ModTime: info.ModTime()})
+		return fn(blobInfo{SHA256: name, Size: info.Size(), ModTime: info.ModTime()})
 	})
 }
 

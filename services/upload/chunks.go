@@ -27,32 +27,32 @@ import (
 const PointChunkRecorded = "upload.chunk_recorded"
 
 // Checksum is a chunk's SHA-256 as the client sent it (nil: none sent).
-type Checksum []byte
+type checksum []byte
 
 // PutChunk stores chunk n of a session from body. The first request to
 // store a chunk writes it in place under its range lock and records it;
 // a retransmit of a stored chunk is compared with the stored bytes: equal
 // is success (Stored false), different is ErrChunkConflict. length is the
 // request's Content-Length (-1: unknown).
-func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n int, body io.Reader, length int64, sum Checksum) (ChunkResult, error) {
+func (s *Service) PutChunk(ctx context.Context, p httpx.Principal, id string, n int, body io.Reader, length int64, sum checksum) (chunkResult, error) {
 	sess, err := s.session(ctx, p, id)
 	if err != nil {
-		return ChunkResult{}, err
+		return chunkResult{}, err
 	}
 	if sess.State != SessionOpen {
-		return ChunkResult{}, notOpen(sess)
+		return chunkResult{}, notOpen(sess)
 	}
 	if n < 0 || n >= sess.ChunkCount {
-		return ChunkResult{}, fmt.Errorf("%w: chunk %d of a %d-chunk session (indexes start at 0)", ErrChunkOutOfRange, n, sess.ChunkCount)
+		return chunkResult{}, fmt.Errorf("%w: chunk %d of a %d-chunk session (indexes start at 0)", errChunkOutOfRange, n, sess.ChunkCount)
 	}
 	off, size := sess.chunkRange(n)
 	if length > size {
-		return ChunkResult{}, fmt.Errorf("%w: chunk %d holds %d bytes, the body has %d", ErrChunkTooLarge, n, size, length)
+		return chunkResult{}, fmt.Errorf("%w: chunk %d holds %d bytes, the body has %d", errChunkTooLarge, n, size, length)
 	}
 	if length >= 0 && length < size {
-		return ChunkResult{}, fmt.Errorf("%w: chunk %d holds %d bytes, the body has %d", ErrChunkSize, n, size, length)
+		return chunkResult{}, fmt.Errorf("%w: chunk %d holds %d bytes, the body has %d", errChunkSize, n, size, length)
 	}
-	res := ChunkResult{Session: id, N: n, Size: size}
+	res := chunkResult{Session: id, N: n, Size: size}
 	stored, err := chunkStored(ctx, s.db, id, n)
 	if err != nil {
 		return res, err
@@ -91,7 +91,7 @@ var errBody = errors.New("upload: chunk body incomplete")
 // (io.MultiWriter over one pooled buffer), and that hash is returned for
 // advanceHash to take over: the chunk is never read back for the
 // whole-file digest.
-func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) (*streamedChunk, error) {
+func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum checksum) (*streamedChunk, error) {
 	part, err := s.store.OpenPartial(ctx, sess.ID, true)
 	if err != nil {
 		return nil, err
@@ -100,8 +100,8 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 	// One writer per chunk: a retransmit racing the original (or a corrupt
 	// one racing a good one) must not interleave bytes in the same range.
 	unlock, err := part.LockRange(off, size)
-	if errors.Is(err, ErrRangeBusy) {
-		return nil, fmt.Errorf("%w (chunk %d)", ErrChunkInProgress, n)
+	if errors.Is(err, errRangeBusy) {
+		return nil, fmt.Errorf("%w (chunk %d)", errChunkInProgress, n)
 	}
 	if err != nil {
 		return nil, err
@@ -142,7 +142,7 @@ func (s *Service) writeChunk(ctx context.Context, sess Session, n int, off, size
 	if sum != nil {
 		got := check.Sum(nil)
 		if !bytes.Equal(got, sum) {
-			return nil, fmt.Errorf("%w: chunk %d hashes to %x, the header says %x", ErrChunkChecksum, n, got, []byte(sum))
+			return nil, fmt.Errorf("%w: chunk %d hashes to %x, the header says %x", errChunkChecksum, n, got, []byte(sum))
 		}
 		x := hex.EncodeToString(got)
 		shaHex = &x
@@ -176,7 +176,7 @@ func copyExactly(w io.Writer, r io.Reader, size int64, buf []byte) error {
 			left -= int64(m)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: %d of %d bytes received", ErrChunkSize, size-left, size)
+			return fmt.Errorf("%w: %d of %d bytes received", errChunkSize, size-left, size)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: %v", errBody, err)
@@ -189,7 +189,7 @@ func expectEOF(r io.Reader, size int64) error {
 	var one [1]byte
 	m, err := io.ReadFull(r, one[:])
 	if m > 0 {
-		return fmt.Errorf("%w: more than %d bytes", ErrChunkTooLarge, size)
+		return fmt.Errorf("%w: more than %d bytes", errChunkTooLarge, size)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %v", errBody, err)
@@ -199,7 +199,7 @@ func expectEOF(r io.Reader, size int64) error {
 
 // compareChunk answers a retransmit of a stored chunk by comparing the
 // body with the stored bytes; it never writes.
-func (s *Service) compareChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum Checksum) error {
+func (s *Service) compareChunk(ctx context.Context, sess Session, n int, off, size int64, body io.Reader, sum checksum) error {
 	part, err := s.store.OpenPartial(ctx, sess.ID, false)
 	if err != nil {
 		return s.partialTrouble(ctx, sess.ID, err)
@@ -215,7 +215,7 @@ func (s *Service) compareChunk(ctx context.Context, sess Session, n int, off, si
 		want := min(int64(len(got)), size-pos)
 		m, err := io.ReadFull(body, got[:want])
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: chunk %d: %d of %d bytes received", ErrChunkSize, n, pos+int64(m), size)
+			return fmt.Errorf("%w: chunk %d: %d of %d bytes received", errChunkSize, n, pos+int64(m), size)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: %v", errBody, err)
@@ -233,10 +233,10 @@ func (s *Service) compareChunk(ctx context.Context, sess Session, n int, off, si
 		return fmt.Errorf("chunk %d: %w", n, err)
 	}
 	if sum != nil && !bytes.Equal(h.Sum(nil), sum) {
-		return fmt.Errorf("%w: chunk %d", ErrChunkChecksum, n)
+		return fmt.Errorf("%w: chunk %d", errChunkChecksum, n)
 	}
 	if !same {
-		return fmt.Errorf("%w: chunk %d", ErrChunkConflict, n)
+		return fmt.Errorf("%w: chunk %d", errChunkConflict, n)
 	}
 	return nil
 }

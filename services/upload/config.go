@@ -49,9 +49,9 @@ const (
 	EnvMaxChunkSize     = "FENCELAB_UPLOAD_MAX_CHUNK_SIZE"
 	EnvMaxChunks        = "FENCELAB_UPLOAD_MAX_CHUNKS"
 	EnvGrace            = "FENCELAB_UPLOAD_GRACE"
-	EnvGCInterval       = "FENCELAB_UPLOAD_GC_INTERVAL"
-	EnvSessionRetention = "FENCELAB_UPLOAD_SESSION_RETENTION"
-	EnvChunkTimeout     = "FENCELAB_UPLOAD_CHUNK_TIMEOUT"
+	envGCInterval       = "FENCELAB_UPLOAD_GC_INTERVAL"
+	envSessionRetention = "FENCELAB_UPLOAD_SESSION_RETENTION"
+	envChunkTimeout     = "FENCELAB_UPLOAD_CHUNK_TIMEOUT"
 	EnvGCScan           = "FENCELAB_UPLOAD_GC_SCAN"
 )
 
@@ -65,7 +65,7 @@ func DefaultConfig() Config {
 		GCInterval:       10 * time.Minute,
 		SessionRetention: 7 * 24 * time.Hour,
 		ChunkTimeout:     5 * time.Minute,
-		GCScan:           DefaultGCScan,
+		GCScan:           defaultGCScan,
 	}
 }
 
@@ -90,9 +90,9 @@ func LoadConfig(ac app.Config) (Config, error) {
 	size(EnvMaxChunkSize, &c.MaxChunkSize, 1<<30)
 	r.Int(EnvMaxChunks, &c.MaxChunks, 1, 1_000_000)
 	r.Duration(EnvGrace, &c.Grace, time.Second, 365*24*time.Hour)
-	r.Duration(EnvGCInterval, &c.GCInterval, time.Second, 24*time.Hour)
-	r.Duration(EnvSessionRetention, &c.SessionRetention, time.Minute, 10*366*24*time.Hour)
-	r.Duration(EnvChunkTimeout, &c.ChunkTimeout, time.Second, 24*time.Hour)
+	r.Duration(envGCInterval, &c.GCInterval, time.Second, 24*time.Hour)
+	r.Duration(envSessionRetention, &c.SessionRetention, time.Minute, 10*366*24*time.Hour)
+	r.Duration(envChunkTimeout, &c.ChunkTimeout, time.Second, 24*time.Hour)
 	r.Int(EnvGCScan, &c.GCScan, 1, 10_000_000)
 	if err := r.Err(); err != nil {
 		return Config{}, err

@@ -141,7 +141,7 @@ func (s *Service) sweepBlobs(ctx context.Context, r *GCReport) error {
 		return err
 	}
 	names := make([]string, len(listed))
-	var old []BlobInfo
+	var old []blobInfo
 	for i, b := range listed {
 		names[i] = b.SHA256
 		// Young files are left alone: a completion announces its row
@@ -153,7 +153,7 @@ func (s *Service) sweepBlobs(ctx context.Context, r *GCReport) error {
 	}
 	for batch := range slices.Chunk(old, gcBatch) {
 		shas := make([]string, len(batch))
-		infos := make(map[string]BlobInfo, len(batch))
+		infos := make(map[string]blobInfo, len(batch))
 		for i, b := range batch {
 			shas[i], infos[b.SHA256] = b.SHA256, b
 		}

@@ -25,16 +25,16 @@ import (
 // removed only when its session is not open.
 
 // DefaultGCScan is Config.GCScan's default.
-const DefaultGCScan = 10_000
+const defaultGCScan = 10_000
 
 // BlobsAfter describes up to limit blob files whose names sort after
 // after, in name order.
-func (s *LocalStore) BlobsAfter(ctx context.Context, after string, limit int) ([]BlobInfo, error) {
+func (s *LocalStore) BlobsAfter(ctx context.Context, after string, limit int) ([]blobInfo, error) {
 	names, err := namesAfter(ctx, s.blobsDir, after, limit)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]BlobInfo, 0, len(names))
+	out := make([]blobInfo, 0, len(names))
 	for _, n := range names {
 		info, err := os.Lstat(filepath.Join(s.blobsDir, n))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -44,7 +44,7 @@ func (s *LocalStore) BlobsAfter(ctx context.Context, after string, limit int) ([
 			return nil, err
 		}
 		if info.Mode().IsRegular() {
-			out = append(out, BlobInfo{SHA256: n, Size: info.Size(), ModTime: info.ModTime()})
+			out = append(out, blobInfo{SHA256: n, Size: info.Size(), ModTime: info.ModTime()})
 		}
 	}
 	return out, nil
@@ -137,7 +137,7 @@ func (s *Service) scanWindow(ctx context.Context, which string) (after string, s
 // gcScan is Config.GCScan, or its default for a Config built by hand.
 func (s *Service) gcScan() int {
 	if s.cfg.GCScan < 1 {
-		return DefaultGCScan
+		return defaultGCScan
 	}
 	return s.cfg.GCScan
 }

@@ -63,7 +63,7 @@ func (h *handlers) putChunk(c echo.Context) error {
 	}
 	req := c.Request()
 	res, err := h.svc.PutChunk(req.Context(), httpx.PrincipalOf(c), c.Param("id"), n, req.Body, req.ContentLength, sum)
-	if errors.Is(err, ErrChunkInProgress) {
+	if errors.Is(err, errChunkInProgress) {
 		p := *httpx.ProblemOf(c, err)
 		p.RetryAfter = 1
 		return &p
@@ -81,12 +81,12 @@ func (h *handlers) putChunk(c echo.Context) error {
 // checksumOf reads the chunk's optional SHA-256 from Content-Digest
 // (RFC 9530: sha-256=:<base64>:) or Content-SHA256 (hex). Other digest
 // algorithms are ignored; two headers that disagree are an error.
-func checksumOf(hd http.Header) (Checksum, error) {
-	var sum Checksum
+func checksumOf(hd http.Header) (checksum, error) {
+	var sum checksum
 	if v := hd.Get("Content-SHA256"); v != "" {
 		b, err := hex.DecodeString(strings.TrimSpace(v))
 		if err != nil || len(b) != 32 {
-			return nil, fmt.Errorf("%w: Content-SHA256 must be 64 hex digits", ErrChecksumHeader)
+			return nil, fmt.Errorf("%w: Content-SHA256 must be 64 hex digits", errChecksumHeader)
 		}
 		sum = b
 	}
@@ -98,14 +98,14 @@ func checksumOf(hd http.Header) (Checksum, error) {
 			}
 			val = strings.TrimSpace(val)
 			if len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
-				return nil, fmt.Errorf("%w: Content-Digest sha-256 must be :<base64>:", ErrChecksumHeader)
+				return nil, fmt.Errorf("%w: Content-Digest sha-256 must be :<base64>:", errChecksumHeader)
 			}
 			b, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
 			if err != nil || len(b) != 32 {
-				return nil, fmt.Errorf("%w: Content-Digest sha-256 must hold 32 bytes in base64", ErrChecksumHeader)
+				return nil, fmt.Errorf("%w: Content-Digest sha-256 must hold 32 bytes in base64", errChecksumHeader)
 			}
 			if sum != nil && string(sum) != string(b) {
-				return nil, fmt.Errorf("%w: Content-Digest and Content-SHA256 disagree", ErrChecksumHeader)
+				return nil, fmt.Errorf("%w: Content-Digest and Content-SHA256 disagree", errChecksumHeader)
 			}
 			sum = b
 		}
@@ -115,7 +115,7 @@ func checksumOf(hd http.Header) (Checksum, error) {
 
 func (h *handlers) complete(c echo.Context) error {
 	sess, err := h.svc.Complete(c.Request().Context(), httpx.PrincipalOf(c), c.Param("id"))
-	var missing *MissingChunksError
+	var missing *missingChunksError
 	if errors.As(err, &missing) {
 		return httpx.ProblemOf(c, err).With("missing_chunks", missing.Missing).With("missing_count", missing.Total)
 	}

@@ -99,7 +99,7 @@ func (s *Service) advanceHash(ctx context.Context, sess Session, head *streamedC
 // what was hashed never changes. UP-F5 rests on this: the row lock makes
 // advances of one session's hash one after the other, and an advance only
 // ever extends the prefix the saved state covers.
-func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part Partial, try bool, head *streamedChunk) (hash.Hash, int, error) {
+func (s *Service) foldChunks(ctx context.Context, tx pgx.Tx, sess Session, part partial, try bool, head *streamedChunk) (hash.Hash, int, error) {
 	hashed, state, ok, err := lockHash(ctx, tx, sess.ID, try)
 	if err != nil || !ok {
 		return nil, 0, err

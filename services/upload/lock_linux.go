@@ -20,7 +20,7 @@ func lockRange(f *os.File, off, n int64) (func(), error) {
 	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: off, Len: max(n, 1)}
 	if err := fcntlLock(f, &lk); err != nil {
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
-			return nil, ErrRangeBusy
+			return nil, errRangeBusy
 		}
 		return nil, &os.PathError{Op: "lock", Path: f.Name(), Err: err}
 	}

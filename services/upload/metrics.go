@@ -56,9 +56,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) chunk(stored bool, err error) {
 	outcome := "duplicate"
 	switch {
-	case errors.Is(err, ErrChunkConflict):
+	case errors.Is(err, errChunkConflict):
 		outcome = "conflict"
-	case errors.Is(err, ErrChunkInProgress):
+	case errors.Is(err, errChunkInProgress):
 		outcome = "in_progress"
 	case err != nil:
 		outcome = "rejected"

@@ -11,7 +11,7 @@ type SessionState string
 const (
 	SessionOpen      SessionState = "open"      // accepting chunks
 	SessionCompleted SessionState = "completed" // bytes verified and stored as a blob; waiting for commit
-	SessionCommitted SessionState = "committed" // a file_object references the blob (terminal)
+	sessionCommitted SessionState = "committed" // a file_object references the blob (terminal)
 	SessionFailed    SessionState = "failed"    // the bytes did not match the declaration (terminal)
 	SessionAborted   SessionState = "aborted"   // the owner gave up (terminal)
 	SessionExpired   SessionState = "expired"   // idle past the grace period; GC ended it (terminal)
@@ -63,7 +63,7 @@ type Session struct {
 }
 
 // MaxListedMissing bounds the missing chunk indexes a response lists.
-const MaxListedMissing = 1000
+const maxListedMissing = 1000
 
 // chunkRange is the byte range of chunk n in the file.
 func (s *Session) chunkRange(n int) (off, size int64) {
@@ -72,7 +72,7 @@ func (s *Session) chunkRange(n int) (off, size int64) {
 }
 
 // ChunkResult answers a chunk PUT.
-type ChunkResult struct {
+type chunkResult struct {
 	Session string `json:"session_id"`
 	N       int    `json:"n"`
 	Size    int64  `json:"size"`

@@ -41,14 +41,14 @@ func build(d app.Deps) (app.Runtime, error) {
 			// A file records the run that published it (UP-F3): the job
 			// lives as long as the file (docs/DATA.md).
 			{Name: KindProcess, Handle: svc.process, KeepFinished: true},
-			{Name: KindGC, Every: cfg.GCInterval, Handle: svc.runGC},
+			{Name: kindGC, Every: cfg.GCInterval, Handle: svc.runGC},
 		},
 	}, nil
 }
 
 // NewService builds the service from the shared dependencies, its
 // settings (LoadConfig) and the blob store it publishes to.
-func NewService(d app.Deps, cfg Config, store BlobStore) (*Service, error) {
+func NewService(d app.Deps, cfg Config, store blobStore) (*Service, error) {
 	s := &Service{db: d.Pool, jobs: d.Jobs, store: store, cfg: cfg, faults: d.Faults, log: d.Logger().With("module", "upload"),
 		m: newMetrics(d.Registerer())}
 	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }

@@ -31,7 +31,7 @@ func (s *Service) process(ctx context.Context, j *claim.Job) error {
 		return claim.Permanent(fmt.Errorf("upload: process job %d: bad payload %s", j.ID, j.Payload))
 	}
 	f, err := getFile(ctx, s.db, p.FileID)
-	if errors.Is(err, ErrFileNotFound) {
+	if errors.Is(err, errFileNotFound) {
 		return claim.Permanent(err)
 	}
 	if err != nil {
@@ -47,7 +47,7 @@ func (s *Service) process(ctx context.Context, j *claim.Job) error {
 	}
 	err = pg.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		if _, err := publish(ctx, tx, f.ID, sum, j.Fence, j.Owner); errors.Is(err, pg.ErrNotFound) {
-			return fmt.Errorf("%w: file %s", ErrAlreadyPublished, f.ID)
+			return fmt.Errorf("%w: file %s", errAlreadyPublished, f.ID)
 		} else if err != nil {
 			return err
 		}

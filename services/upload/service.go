@@ -50,14 +50,14 @@ import (
 // Job kinds.
 const (
 	KindProcess = "upload.process" // one per committed file: sniff, summarise, publish
-	KindGC      = "upload.gc"      // periodic: reclaim orphans and abandoned sessions
+	kindGC      = "upload.gc"      // periodic: reclaim orphans and abandoned sessions
 )
 
 // Service holds the rules of the module.
 type Service struct {
 	db     *pgxpool.Pool
 	jobs   *claim.Client
-	store  BlobStore
+	store  blobStore
 	cfg    Config
 	faults *faults.Set
 	log    *slog.Logger
@@ -82,7 +82,7 @@ func (s *Service) session(ctx context.Context, p httpx.Principal, id string) (Se
 		return Session{}, err
 	}
 	if !p.CanActFor(sess.Owner) {
-		return Session{}, ErrNotOwner
+		return Session{}, errNotOwner
 	}
 	s.decorate(&sess)
 	return sess, nil
@@ -100,11 +100,11 @@ func (s *Service) decorate(sess *Session) {
 func notOpen(sess Session) error {
 	switch sess.State {
 	case SessionAborted, SessionExpired:
-		return fmt.Errorf("%w: session %s is %s", ErrSessionGone, sess.ID, sess.State)
+		return fmt.Errorf("%w: session %s is %s", errSessionGone, sess.ID, sess.State)
 	case SessionFailed:
-		return fmt.Errorf("%w: session %s failed: %s", ErrSessionNotOpen, sess.ID, sess.Failure)
+		return fmt.Errorf("%w: session %s failed: %s", errSessionNotOpen, sess.ID, sess.Failure)
 	}
-	return fmt.Errorf("%w: session %s is %s", ErrSessionNotOpen, sess.ID, sess.State)
+	return fmt.Errorf("%w: session %s is %s", errSessionNotOpen, sess.ID, sess.State)
 }
 
 // CreateSession opens a session for owner after validating the declaration
@@ -112,25 +112,25 @@ func notOpen(sess Session) error {
 func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSessionRequest) (Session, error) {
 	sha := strings.ToLower(req.SHA256)
 	if checkHex(sha) != nil {
-		return Session{}, fmt.Errorf("%w: sha256 must be 64 hex digits", ErrInvalidDeclaration)
+		return Session{}, fmt.Errorf("%w: sha256 must be 64 hex digits", errInvalidDeclaration)
 	}
 	switch {
 	case req.TotalSize < 0:
-		return Session{}, fmt.Errorf("%w: total_size must not be negative", ErrInvalidDeclaration)
+		return Session{}, fmt.Errorf("%w: total_size must not be negative", errInvalidDeclaration)
 	case req.TotalSize > s.cfg.MaxFileSize:
 		return Session{}, fmt.Errorf("%w: %d bytes declared, at most %d (%s) accepted",
-			ErrFileTooLarge, req.TotalSize, s.cfg.MaxFileSize, FormatSize(s.cfg.MaxFileSize))
+			errFileTooLarge, req.TotalSize, s.cfg.MaxFileSize, FormatSize(s.cfg.MaxFileSize))
 	case req.ChunkCount < 1:
-		return Session{}, fmt.Errorf("%w: chunk_count must be at least 1", ErrInvalidDeclaration)
+		return Session{}, fmt.Errorf("%w: chunk_count must be at least 1", errInvalidDeclaration)
 	case req.ChunkCount > s.cfg.MaxChunks:
-		return Session{}, fmt.Errorf("%w: %d chunks declared, at most %d accepted", ErrTooManyChunks, req.ChunkCount, s.cfg.MaxChunks)
+		return Session{}, fmt.Errorf("%w: %d chunks declared, at most %d accepted", errTooManyChunks, req.ChunkCount, s.cfg.MaxChunks)
 	case req.ChunkSize < 0:
-		return Session{}, fmt.Errorf("%w: chunk_size must not be negative", ErrInvalidDeclaration)
+		return Session{}, fmt.Errorf("%w: chunk_size must not be negative", errInvalidDeclaration)
 	}
 	chunkSize := req.ChunkSize
 	if req.TotalSize == 0 {
 		if req.ChunkCount != 1 || chunkSize != 0 {
-			return Session{}, fmt.Errorf("%w: an empty file is one empty chunk (chunk_count 1, no chunk_size)", ErrInvalidDeclaration)
+			return Session{}, fmt.Errorf("%w: an empty file is one empty chunk (chunk_count 1, no chunk_size)", errInvalidDeclaration)
 		}
 	} else {
 		if chunkSize == 0 {
@@ -138,11 +138,11 @@ func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSes
 		}
 		if chunkSize > s.cfg.MaxChunkSize {
 			return Session{}, fmt.Errorf("%w: chunks of %d bytes, at most %d (%s) accepted",
-				ErrChunkSizeTooLarge, chunkSize, s.cfg.MaxChunkSize, FormatSize(s.cfg.MaxChunkSize))
+				errChunkSizeTooLarge, chunkSize, s.cfg.MaxChunkSize, FormatSize(s.cfg.MaxChunkSize))
 		}
 		if want := ceilDiv(req.TotalSize, chunkSize); want != int64(req.ChunkCount) {
 			return Session{}, fmt.Errorf("%w: %d bytes in chunks of %d make %d chunks, not %d",
-				ErrInvalidDeclaration, req.TotalSize, chunkSize, want, req.ChunkCount)
+				errInvalidDeclaration, req.TotalSize, chunkSize, want, req.ChunkCount)
 		}
 	}
 	empty, err := marshalHash(sha256.New())
@@ -165,7 +165,7 @@ func (s *Service) Session(ctx context.Context, p httpx.Principal, id string) (Se
 	if err != nil || sess.State != SessionOpen || sess.Received == sess.ChunkCount {
 		return sess, err
 	}
-	sess.Missing, err = missingChunks(ctx, s.db, id, sess.ChunkCount, MaxListedMissing)
+	sess.Missing, err = missingChunks(ctx, s.db, id, sess.ChunkCount, maxListedMissing)
 	return sess, err
 }
 
@@ -180,18 +180,18 @@ func (s *Service) Complete(ctx context.Context, p httpx.Principal, id string) (S
 		return Session{}, err
 	}
 	switch sess.State {
-	case SessionCompleted, SessionCommitted:
+	case SessionCompleted, sessionCommitted:
 		return sess, nil
 	case SessionOpen:
 	default:
 		return sess, notOpen(sess)
 	}
 	if sess.Received < sess.ChunkCount {
-		missing, err := missingChunks(ctx, s.db, id, sess.ChunkCount, MaxListedMissing)
+		missing, err := missingChunks(ctx, s.db, id, sess.ChunkCount, maxListedMissing)
 		if err != nil {
 			return sess, err
 		}
-		return sess, &MissingChunksError{Count: sess.ChunkCount, Missing: missing, Total: sess.ChunkCount - sess.Received}
+		return sess, &missingChunksError{Count: sess.ChunkCount, Missing: missing, Total: sess.ChunkCount - sess.Received}
 	}
 	if err := s.recordStore(ctx); err != nil {
 		return sess, err
@@ -207,9 +207,9 @@ func (s *Service) Complete(ctx context.Context, p httpx.Principal, id string) (S
 	}
 	switch {
 	case size != sess.TotalSize:
-		return sess, s.failSession(ctx, sess, fmt.Errorf("%w: %d bytes stored, %d declared", ErrSizeMismatch, size, sess.TotalSize))
+		return sess, s.failSession(ctx, sess, fmt.Errorf("%w: %d bytes stored, %d declared", errSizeMismatch, size, sess.TotalSize))
 	case sha != sess.SHA256:
-		return sess, s.failSession(ctx, sess, fmt.Errorf("%w: the bytes hash to %s, %s was declared", ErrSHA256Mismatch, sha, sess.SHA256))
+		return sess, s.failSession(ctx, sess, fmt.Errorf("%w: the bytes hash to %s, %s was declared", errSHA256Mismatch, sha, sess.SHA256))
 	}
 	// UP-F2: the row exists before the file does, so GC never takes these
 	// bytes for stray ones, and its touched_at starts their grace period.
@@ -242,7 +242,7 @@ func (s *Service) completeFromBlob(ctx context.Context, sess Session) (Session, 
 		if cur, gerr := getSession(ctx, s.db, sess.ID); gerr == nil && cur.State != SessionOpen {
 			return s.completedOr(cur)
 		}
-		return sess, s.failSession(ctx, sess, fmt.Errorf("%w: the partial file of session %s is gone", ErrSessionGone, sess.ID))
+		return sess, s.failSession(ctx, sess, fmt.Errorf("%w: the partial file of session %s is gone", errSessionGone, sess.ID))
 	}
 	return s.markCompleted(ctx, sess)
 }
@@ -268,7 +268,7 @@ func (s *Service) markCompleted(ctx context.Context, sess Session) (Session, err
 
 func (s *Service) completedOr(cur Session) (Session, error) {
 	s.decorate(&cur)
-	if cur.State == SessionCompleted || cur.State == SessionCommitted {
+	if cur.State == SessionCompleted || cur.State == sessionCommitted {
 		return cur, nil
 	}
 	return cur, notOpen(cur)
@@ -367,10 +367,10 @@ func (s *Service) Commit(ctx context.Context, p httpx.Principal, id string, req 
 		return File{}, false, err
 	}
 	switch sess.State {
-	case SessionCommitted:
+	case sessionCommitted:
 		return s.committedFile(ctx, sess, name, meta)
 	case SessionOpen:
-		return File{}, false, fmt.Errorf("%w: complete session %s first", ErrNotCompleted, id)
+		return File{}, false, fmt.Errorf("%w: complete session %s first", errNotCompleted, id)
 	case SessionCompleted:
 	default:
 		return File{}, false, notOpen(sess)
@@ -380,7 +380,7 @@ func (s *Service) Commit(ctx context.Context, p httpx.Principal, id string, req 
 	err = pg.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		// UP-F2: the blob row first (commit and GC lock it in that order).
 		if _, err := referenceBlob(ctx, tx, f.SHA256); errors.Is(err, pg.ErrNotFound) {
-			return fmt.Errorf("%w: blob %s", ErrUploadExpired, f.SHA256)
+			return fmt.Errorf("%w: blob %s", errUploadExpired, f.SHA256)
 		} else if err != nil {
 			return err
 		}
@@ -388,7 +388,7 @@ func (s *Service) Commit(ctx context.Context, p httpx.Principal, id string, req 
 		// marked 'deleting', under the row's lock, which this transaction
 		// holds until it commits with refs raised.
 		if _, err := s.store.StatBlob(ctx, f.SHA256); err != nil {
-			return fmt.Errorf("%w: %v", ErrUploadExpired, err)
+			return fmt.Errorf("%w: %v", errUploadExpired, err)
 		}
 		if ok, err := markCommitted(ctx, tx, id, f.ID); err != nil || !ok {
 			if err == nil {
@@ -414,7 +414,7 @@ func (s *Service) Commit(ctx context.Context, p httpx.Principal, id string, req 
 		if gerr != nil {
 			return File{}, false, gerr
 		}
-		if cur.State == SessionCommitted {
+		if cur.State == sessionCommitted {
 			return s.committedFile(ctx, cur, name, meta)
 		}
 		return File{}, false, notOpen(cur)
@@ -434,7 +434,7 @@ func (s *Service) committedFile(ctx context.Context, sess Session, name string, 
 		return File{}, false, err
 	}
 	if f.Name != name || !jsonEqual(f.Metadata, meta) {
-		return File{}, false, fmt.Errorf("%w: session %s is file %s (%q)", ErrAlreadyCommitted, sess.ID, f.ID, f.Name)
+		return File{}, false, fmt.Errorf("%w: session %s is file %s (%q)", errAlreadyCommitted, sess.ID, f.ID, f.Name)
 	}
 	return f, false, nil
 }
@@ -445,30 +445,30 @@ func jsonEqual(a, b json.RawMessage) bool {
 }
 
 // MaxMetadataBytes bounds a file's owner metadata.
-const MaxMetadataBytes = 16 << 10
+const maxMetadataBytes = 16 << 10
 
 func validCommit(req CommitRequest) (string, json.RawMessage, error) {
 	name := req.Name
 	switch {
 	case name == "" || len(name) > 255:
-		return "", nil, fmt.Errorf("%w: name must be 1..255 bytes", ErrInvalidName)
+		return "", nil, fmt.Errorf("%w: name must be 1..255 bytes", errInvalidName)
 	case !utf8.ValidString(name):
-		return "", nil, fmt.Errorf("%w: name must be UTF-8", ErrInvalidName)
+		return "", nil, fmt.Errorf("%w: name must be UTF-8", errInvalidName)
 	case strings.ContainsFunc(name, unsafeNameRune):
-		return "", nil, fmt.Errorf("%w: name must not contain control, format (bidi) characters or path separators", ErrInvalidName)
+		return "", nil, fmt.Errorf("%w: name must not contain control, format (bidi) characters or path separators", errInvalidName)
 	case strings.Trim(name, ". ") == "":
-		return "", nil, fmt.Errorf("%w: name must not be only dots or spaces", ErrInvalidName)
+		return "", nil, fmt.Errorf("%w: name must not be only dots or spaces", errInvalidName)
 	}
 	meta := bytes.TrimSpace(req.Metadata)
 	if len(meta) == 0 || string(meta) == "null" {
 		meta = []byte("{}")
 	}
-	if len(meta) > MaxMetadataBytes {
-		return "", nil, fmt.Errorf("%w: metadata exceeds %d bytes", ErrInvalidMetadata, MaxMetadataBytes)
+	if len(meta) > maxMetadataBytes {
+		return "", nil, fmt.Errorf("%w: metadata exceeds %d bytes", errInvalidMetadata, maxMetadataBytes)
 	}
 	var obj map[string]any
 	if meta[0] != '{' || json.Unmarshal(meta, &obj) != nil {
-		return "", nil, fmt.Errorf("%w: metadata must be a JSON object", ErrInvalidMetadata)
+		return "", nil, fmt.Errorf("%w: metadata must be a JSON object", errInvalidMetadata)
 	}
 	return name, json.RawMessage(meta), nil
 }
@@ -483,7 +483,7 @@ func (s *Service) File(ctx context.Context, p httpx.Principal, id string) (File,
 		return File{}, err
 	}
 	if !p.CanActFor(f.Owner) {
-		return File{}, ErrNotOwner
+		return File{}, errNotOwner
 	}
 	return f, nil
 }
@@ -497,7 +497,7 @@ func (s *Service) Open(ctx context.Context, p httpx.Principal, id string) (File,
 		return File{}, nil, err
 	}
 	if f.State != FilePublished {
-		return f, nil, fmt.Errorf("%w: file %s is %s", ErrNotReady, id, f.State)
+		return f, nil, fmt.Errorf("%w: file %s is %s", errNotReady, id, f.State)
 	}
 	b, err := s.store.OpenBlob(ctx, f.SHA256)
 	if err != nil {

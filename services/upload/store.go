@@ -277,7 +277,7 @@ func storedFrom(ctx context.Context, db pg.Querier, id string, n int) ([]int, er
 func getSession(ctx context.Context, db pg.Querier, id string) (Session, error) {
 	s, err := scanSession(db.QueryRow(ctx, sqlGetSession, id))
 	if errors.Is(err, pg.ErrNotFound) {
-		return Session{}, ErrSessionNotFound
+		return Session{}, errSessionNotFound
 	}
 	return s, err
 }
@@ -375,7 +375,7 @@ func insertFile(ctx context.Context, db pg.Querier, f File) (File, error) {
 func getFile(ctx context.Context, db pg.Querier, id string) (File, error) {
 	f, err := scanFile(db.QueryRow(ctx, sqlGetFile, id))
 	if errors.Is(err, pg.ErrNotFound) {
-		return File{}, ErrFileNotFound
+		return File{}, errFileNotFound
 	}
 	return f, err
 }
@@ -448,7 +448,7 @@ func unknownBlobs(ctx context.Context, db pg.Querier, shas []string) ([]string, 
 	return collectStrings(ctx, db, sqlUnknownBlobs, shas)
 }
 
-func tombstone(ctx context.Context, db pg.Querier, info BlobInfo) (bool, error) {
+func tombstone(ctx context.Context, db pg.Querier, info blobInfo) (bool, error) {
 	tag, err := db.Exec(ctx, sqlTombstone, info.SHA256, info.Size, info.ModTime)
 	return tag.RowsAffected() == 1, pg.MapError(err)
 }

@@ -44,7 +44,7 @@ func TestLoadConfigRefusesBadSettings(t *testing.T) {
 	require.Equal(t, ac.DataDir+"/upload", c.Dir)
 	for k, v := range map[string]string{
 		EnvMaxFileSize: "0", EnvMaxChunkSize: "2GiB", EnvMaxChunks: "0", EnvGrace: "soon",
-		EnvGCInterval: "10ms", EnvChunkTimeout: "-1s",
+		envGCInterval: "10ms", envChunkTimeout: "-1s",
 	} {
 		ac.Settings = map[string]string{k: v}
 		_, err := LoadConfig(ac)
@@ -74,7 +74,7 @@ func TestPartialRangeLocksExcludeOtherOpeners(t *testing.T) {
 	unlockA, err := a.LockRange(0, 10)
 	require.NoError(t, err)
 	_, err = b.LockRange(5, 10)
-	require.ErrorIs(t, err, ErrRangeBusy)
+	require.ErrorIs(t, err, errRangeBusy)
 	unlockB, err := b.LockRange(10, 10)
 	require.NoError(t, err, "an adjacent range is free")
 	unlockB()
@@ -122,7 +122,7 @@ func TestPromoteMovesTheWholeFileToItsAddress(t *testing.T) {
 	require.NoError(t, st.RemoveBlob(ctx, hexSum))
 	require.NoError(t, st.RemoveBlob(ctx, hexSum), "removing a missing blob is fine")
 	_, err = st.OpenBlob(ctx, hexSum)
-	require.ErrorIs(t, err, ErrBlobMissing)
+	require.ErrorIs(t, err, errBlobMissing)
 	require.Error(t, st.Promote(ctx, "../etc", hexSum), "names are checked")
 	require.Error(t, st.RemoveBlob(ctx, "../../x"))
 }
@@ -138,7 +138,7 @@ func TestStoreBindsToOneDatabase(t *testing.T) {
 	require.NoError(t, st.Bind(ctx, first), "binding again to the same database")
 	again, err := NewLocalStore(dir)
 	require.NoError(t, err)
-	require.ErrorIs(t, again.Bind(ctx, second), ErrStoreBound)
+	require.ErrorIs(t, again.Bind(ctx, second), errStoreBound)
 }
 
 func TestChecksumHeaders(t *testing.T) {
@@ -165,7 +165,7 @@ func TestChecksumHeaders(t *testing.T) {
 		{"Content-Digest": {"sha-256=:" + b64 + ":"}, "Content-Sha256": {hex.EncodeToString(other[:])}},
 	} {
 		_, err := checksumOf(h)
-		require.True(t, errors.Is(err, ErrChecksumHeader), "%v: %v", h, err)
+		require.True(t, errors.Is(err, errChecksumHeader), "%v: %v", h, err)
 	}
 }
 
@@ -175,7 +175,7 @@ func TestFileNamesRefuseBidiControlAndDotOnly(t *testing.T) {
 	for _, bad := range []string{"invoice\u202egpj.exe", "a\u2066b", "zero\u200bwidth", "bom\ufeff", "line\u2028sep",
 		"c1\u0085", "tab\tname", "..", ".", "...", " . ", "a/b", `a\b`} {
 		_, _, err := validCommit(CommitRequest{Name: bad})
-		require.ErrorIs(t, err, ErrInvalidName, "%q", bad)
+		require.ErrorIs(t, err, errInvalidName, "%q", bad)
 	}
 	for _, good := range []string{"photo.bin", "..hidden", "résumé 2026.pdf", "日本語.txt", "a.b.c"} {
 		_, _, err := validCommit(CommitRequest{Name: good})

@@ -10,7 +10,7 @@ import (
 )
 
 // FailoverInvariants are chapter 14's invariants.
-var FailoverInvariants = []invariant.Invariant{
+var failoverInvariants = []invariant.Invariant{
 	{
 		ID: "FO-I1", Module: "workflow", Chapter: "failover",
 		Statement: "every write the client was told committed is on the promoted standby (a receipt without its row is an acknowledged write the failover lost)",

@@ -26,7 +26,7 @@ func Module() app.Module {
 		Name: "workflow", Chapter: "failover",
 		// The claim chapter's experiments run this module's kind (their
 		// IDs place them in chapter 2).
-		Invariants: FailoverInvariants, // FO-I1: what lab/failover's timeline must keep
+		Invariants: failoverInvariants, // FO-I1: what lab/failover's timeline must keep
 		Build:      build,
 	}
 }

@@ -24,8 +24,8 @@ const MaxCallbackBytes = 64 << 10
 const (
 	CallbackSucceeded = "effect.succeeded"
 	CallbackFailed    = "effect.failed"
-	CallbackClosed    = "effect.closed"
-	CallbackRefunded  = "effect.refunded"
+	callbackClosed    = "effect.closed"
+	callbackRefunded  = "effect.refunded"
 )
 
 // Callback handles one delivery from the channel: header is its
@@ -56,10 +56,10 @@ func (s *Service) Callback(ctx context.Context, header string, body []byte) (Cal
 	if err := fakeprovider.Verify(s.cfg.CallbackSecret, header, body, verifiedAt, s.cfg.CallbackWindow); err != nil {
 		if errors.Is(err, fakeprovider.ErrStaleSignature) {
 			s.m.callbacks.WithLabelValues("stale").Inc()
-			return CallbackAnswer{}, ErrCallbackStale
+			return CallbackAnswer{}, errCallbackStale
 		}
 		s.m.callbacks.WithLabelValues("forged").Inc()
-		return CallbackAnswer{}, ErrCallbackSignature
+		return CallbackAnswer{}, errCallbackSignature
 	}
 	cb, err := parseCallback(body)
 	if err != nil {
@@ -76,9 +76,9 @@ func (s *Service) Callback(ctx context.Context, header string, body []byte) (Cal
 		return s.redelivery(ctx, prior, sig.bodySHA256, cb.ID)
 	}
 
-	ev := PaymentEvent{Source: SourceCallback, ProviderEventID: cb.ID, Type: cb.Type, EffectID: cb.Effect.ID,
+	ev := paymentEvent{Source: SourceCallback, ProviderEventID: cb.ID, Type: cb.Type, EffectID: cb.Effect.ID,
 		Status: cb.Effect.Status, Amount: &cb.Effect.Amount, Refunded: &cb.Effect.Refunded}
-	var confirmation *PaymentEvent
+	var confirmation *paymentEvent
 	if !ev.charged() && ev.Status != PayPending {
 		q := s.ask(ctx, cb.Effect.Reference, cb.Effect.Key)
 		confirmation = &q
@@ -89,13 +89,13 @@ func (s *Service) Callback(ctx context.Context, header string, body []byte) (Cal
 	err = pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		o, err := lockOrderByRef(ctx, tx, cb.Effect.Reference)
 		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("%w: reference %q", ErrCallbackOrder, cb.Effect.Reference)
+			return fmt.Errorf("%w: reference %q", errCallbackOrder, cb.Effect.Reference)
 		}
 		if err != nil {
 			return err
 		}
 		if cb.Effect.Key != o.ChargeKey() || cb.Effect.Amount != o.Amount || (o.EffectID != "" && cb.Effect.ID != o.EffectID) {
-			return fmt.Errorf("%w: order %d", ErrPaymentMismatch, o.ID)
+			return fmt.Errorf("%w: order %d", errPaymentMismatch, o.ID)
 		}
 		id, inserted, err := insertEvent(ctx, tx, o.ID, ev, sig)
 		if err != nil {
@@ -128,9 +128,9 @@ func (s *Service) Callback(ctx context.Context, header string, body []byte) (Cal
 		return s.redelivery(ctx, *duplicateOf, sig.bodySHA256, cb.ID)
 	}
 	switch {
-	case errors.Is(err, ErrCallbackOrder):
+	case errors.Is(err, errCallbackOrder):
 		s.m.callbacks.WithLabelValues("unknown_order").Inc()
-	case errors.Is(err, ErrPaymentMismatch):
+	case errors.Is(err, errPaymentMismatch):
 		s.m.callbacks.WithLabelValues("mismatch").Inc()
 	case err == nil:
 		s.m.callbacks.WithLabelValues("applied").Inc()
@@ -144,7 +144,7 @@ func (s *Service) Callback(ctx context.Context, header string, body []byte) (Cal
 func (s *Service) redelivery(ctx context.Context, prior inboxEntry, sum []byte, eventID string) (CallbackAnswer, error) {
 	if !bytes.Equal(prior.bodySHA256, sum) {
 		s.m.callbacks.WithLabelValues("conflict").Inc()
-		return CallbackAnswer{}, fmt.Errorf("%w: %s", ErrCallbackConflict, eventID)
+		return CallbackAnswer{}, fmt.Errorf("%w: %s", errCallbackConflict, eventID)
 	}
 	var state State
 	err := pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -165,16 +165,16 @@ func (s *Service) redelivery(ctx context.Context, prior inboxEntry, sum []byte, 
 // ask is the channel's authoritative answer about an order's charge, by
 // its merchant reference, as a payment event to record: the charge's
 // status, none (the channel has no such charge), or unknown (no answer).
-func (s *Service) ask(ctx context.Context, ref, chargeKey string) PaymentEvent {
+func (s *Service) ask(ctx context.Context, ref, chargeKey string) paymentEvent {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CallTimeout)
 	effects, err := s.channel.Find(callCtx, fakeprovider.Lookup{Reference: ref})
 	cancel()
-	ev := PaymentEvent{Source: SourceQuery}
+	ev := paymentEvent{Source: sourceQuery}
 	switch e, found := pickCharge(effects, chargeKey); {
 	case err != nil:
 		ev.Status, ev.Detail = PayUnknown, err.Error()
 	case !found:
-		ev.Status = PayNone
+		ev.Status = payNone
 	default:
 		ev.Status, ev.EffectID, ev.Amount, ev.Refunded = e.Status, e.ID, &e.Amount, &e.Refunded
 	}
@@ -205,22 +205,22 @@ func parseCallback(body []byte) (fakeprovider.Callback, error) {
 		if errors.As(err, &p) {
 			detail = p.Detail
 		}
-		return cb, fmt.Errorf("%w: %s", ErrCallbackMalformed, detail)
+		return cb, fmt.Errorf("%w: %s", errCallbackMalformed, detail)
 	}
 	switch {
 	case cb.ID == "" || len(cb.ID) > 255:
-		return cb, fmt.Errorf("%w: id must be 1-255 bytes", ErrCallbackMalformed)
-	case cb.Type != CallbackSucceeded && cb.Type != CallbackFailed && cb.Type != CallbackClosed && cb.Type != CallbackRefunded:
-		return cb, fmt.Errorf("%w: unknown type %q", ErrCallbackMalformed, cb.Type)
+		return cb, fmt.Errorf("%w: id must be 1-255 bytes", errCallbackMalformed)
+	case cb.Type != CallbackSucceeded && cb.Type != CallbackFailed && cb.Type != callbackClosed && cb.Type != callbackRefunded:
+		return cb, fmt.Errorf("%w: unknown type %q", errCallbackMalformed, cb.Type)
 	case cb.Effect.ID == "" || len(cb.Effect.ID) > 255 || cb.Effect.Reference == "" || len(cb.Effect.Reference) > 255:
-		return cb, fmt.Errorf("%w: effect id and reference are required", ErrCallbackMalformed)
+		return cb, fmt.Errorf("%w: effect id and reference are required", errCallbackMalformed)
 	case cb.Effect.Amount < 0 || cb.Effect.Refunded < 0:
-		return cb, fmt.Errorf("%w: negative amount", ErrCallbackMalformed)
+		return cb, fmt.Errorf("%w: negative amount", errCallbackMalformed)
 	}
 	switch cb.Effect.Status {
-	case PayPending, PaySucceeded, PayFailed, PayClosed, PayRefunded:
+	case PayPending, PaySucceeded, payFailed, payClosed, payRefunded:
 	default:
-		return cb, fmt.Errorf("%w: unknown effect status %q", ErrCallbackMalformed, cb.Effect.Status)
+		return cb, fmt.Errorf("%w: unknown effect status %q", errCallbackMalformed, cb.Effect.Status)
 	}
 	return cb, nil
 }

@@ -28,7 +28,7 @@ type Channel interface {
 // LoopbackCapabilities is the payment channel `fencelab dev` runs in
 // process: keys, query, close, refund, asynchronous settlement announced
 // by signed callbacks.
-func LoopbackCapabilities(cfg Config) fakeprovider.Capabilities {
+func loopbackCapabilities(cfg Config) fakeprovider.Capabilities {
 	return fakeprovider.Capabilities{
 		Name: "pay", IdempotencyKeys: true, Query: true, Close: true, Refund: true,
 		Async: true, SettleAfter: cfg.SettleAfter,
@@ -67,7 +67,7 @@ var errForeignReference = errors.New("flashsale: this process's loopback payment
 
 func (l *loopback) client() (*fakeprovider.Client, error) {
 	l.once.Do(func() {
-		srv, err := fakeprovider.Start(LoopbackCapabilities(l.cfg))
+		srv, err := fakeprovider.Start(loopbackCapabilities(l.cfg))
 		if err != nil {
 			l.err = fmt.Errorf("flashsale: start the loopback payment channel: %w", err)
 			return
@@ -126,9 +126,9 @@ func chargeStatus(err error) string {
 	case err == nil:
 		return "" // the effect's own status
 	case errors.As(err, &se) && se.Status != http.StatusTooManyRequests && se.Status < 500:
-		return PayRejected
+		return payRejected
 	case errors.As(err, &se), errors.Is(err, fakeprovider.ErrUnsupported), notSent(err):
-		return PayUnavailable
+		return payUnavailable
 	}
 	return PayUnknown
 }

@@ -48,18 +48,18 @@ type Config struct {
 const (
 	EnvPayURL         = "FENCELAB_FLASHSALE_PAY_URL"
 	EnvCallbackSecret = "FENCELAB_FLASHSALE_PAY_CALLBACK_SECRET"
-	EnvCallbackURL    = "FENCELAB_FLASHSALE_PAY_CALLBACK_URL"
-	EnvSettleAfter    = "FENCELAB_FLASHSALE_PAY_SETTLE_AFTER"
+	envCallbackURL    = "FENCELAB_FLASHSALE_PAY_CALLBACK_URL"
+	envSettleAfter    = "FENCELAB_FLASHSALE_PAY_SETTLE_AFTER"
 	EnvCallTimeout    = "FENCELAB_FLASHSALE_PAY_TIMEOUT"
-	EnvCallbackWindow = "FENCELAB_FLASHSALE_CALLBACK_WINDOW"
-	EnvReconcileEvery = "FENCELAB_FLASHSALE_RECONCILE_EVERY"
+	envCallbackWindow = "FENCELAB_FLASHSALE_CALLBACK_WINDOW"
+	envReconcileEvery = "FENCELAB_FLASHSALE_RECONCILE_EVERY"
 	EnvReconcileAfter = "FENCELAB_FLASHSALE_RECONCILE_AFTER"
-	EnvReconcileBatch = "FENCELAB_FLASHSALE_RECONCILE_BATCH"
-	EnvRefundAttempts = "FENCELAB_FLASHSALE_REFUND_ATTEMPTS"
+	envReconcileBatch = "FENCELAB_FLASHSALE_RECONCILE_BATCH"
+	envRefundAttempts = "FENCELAB_FLASHSALE_REFUND_ATTEMPTS"
 )
 
 // MinCallbackSecret is the shortest accepted callback secret (bytes).
-const MinCallbackSecret = 16
+const minCallbackSecret = 16
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -81,19 +81,19 @@ func LoadConfig(ac app.Config) (Config, error) {
 	var secret string
 	r.String(EnvPayURL, &c.PayURL, checkURL)
 	r.String(EnvCallbackSecret, &secret, func(s string) error {
-		if len(s) < MinCallbackSecret {
-			return fmt.Errorf("at least %d bytes", MinCallbackSecret)
+		if len(s) < minCallbackSecret {
+			return fmt.Errorf("at least %d bytes", minCallbackSecret)
 		}
 		return nil
 	})
-	r.String(EnvCallbackURL, &c.CallbackURL, checkURL)
-	r.Duration(EnvSettleAfter, &c.SettleAfter, 0, time.Hour)
+	r.String(envCallbackURL, &c.CallbackURL, checkURL)
+	r.Duration(envSettleAfter, &c.SettleAfter, 0, time.Hour)
 	r.Duration(EnvCallTimeout, &c.CallTimeout, 10*time.Millisecond, 5*time.Minute)
-	r.Duration(EnvCallbackWindow, &c.CallbackWindow, time.Second, 24*time.Hour)
-	r.Duration(EnvReconcileEvery, &c.ReconcileEvery, time.Second, 24*time.Hour)
+	r.Duration(envCallbackWindow, &c.CallbackWindow, time.Second, 24*time.Hour)
+	r.Duration(envReconcileEvery, &c.ReconcileEvery, time.Second, 24*time.Hour)
 	r.Duration(EnvReconcileAfter, &c.ReconcileAfter, 0, 24*time.Hour)
-	r.Int(EnvReconcileBatch, &c.ReconcileBatch, 1, 10_000)
-	r.Int(EnvRefundAttempts, &c.RefundAttempts, 1, 1000)
+	r.Int(envReconcileBatch, &c.ReconcileBatch, 1, 10_000)
+	r.Int(envRefundAttempts, &c.RefundAttempts, 1, 1000)
 	if r.Err() != nil {
 		return Config{}, r.Err()
 	}

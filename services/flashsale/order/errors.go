@@ -11,43 +11,43 @@ var (
 	// ErrNotFound: no such order.
 	ErrNotFound = errors.New("flashsale: no such order")
 	// ErrNotOwner: the order (or the reservation to order) is someone else's.
-	ErrNotOwner = errors.New("flashsale: not your order")
+	errNotOwner = errors.New("flashsale: not your order")
 	// ErrReservationNotHeld: only a HELD reservation can be ordered.
-	ErrReservationNotHeld = errors.New("flashsale: the reservation is not held")
+	errReservationNotHeld = errors.New("flashsale: the reservation is not held")
 	// ErrPaymentInProgress: the order is already paying; its outcome comes
 	// by callback or reconciliation, not by paying again.
-	ErrPaymentInProgress = errors.New("flashsale: the order is already paying")
+	errPaymentInProgress = errors.New("flashsale: the order is already paying")
 	// ErrNotPayable: the order is past paying (paid, failed, closed, …).
-	ErrNotPayable = errors.New("flashsale: the order cannot be paid in its state")
+	errNotPayable = errors.New("flashsale: the order cannot be paid in its state")
 	// ErrHoldEnded: the hold expired or was released before payment
 	// started; the order is closed and the unit is (or goes) back on sale.
-	ErrHoldEnded = errors.New("flashsale: the reservation's hold has ended; the order is closed")
+	errHoldEnded = errors.New("flashsale: the reservation's hold has ended; the order is closed")
 
 	// Callback refusals (ORD-O5). Nothing is recorded for any of them.
-	ErrCallbackSignature = errors.New("flashsale: callback signature missing or invalid")
-	ErrCallbackStale     = errors.New("flashsale: callback timestamp outside the accepted window")
-	ErrCallbackMalformed = errors.New("flashsale: malformed callback")
-	ErrCallbackConflict  = errors.New("flashsale: callback event id already received with another body")
-	ErrCallbackOrder     = errors.New("flashsale: callback names no order of ours")
+	errCallbackSignature = errors.New("flashsale: callback signature missing or invalid")
+	errCallbackStale     = errors.New("flashsale: callback timestamp outside the accepted window")
+	errCallbackMalformed = errors.New("flashsale: malformed callback")
+	errCallbackConflict  = errors.New("flashsale: callback event id already received with another body")
+	errCallbackOrder     = errors.New("flashsale: callback names no order of ours")
 
 	// ErrPaymentMismatch: a report of the channel names another charge or
 	// amount than the order's (a callback: 422, nothing recorded).
-	ErrPaymentMismatch = errors.New("flashsale: the report does not match the order's payment")
+	errPaymentMismatch = errors.New("flashsale: the report does not match the order's payment")
 )
 
 // Errors is how the package's sentinels are answered over HTTP (the
 // module lists it in app.Module.Errors; httpx.NewErrors builds the table).
 var Errors = []httpx.ErrorMapping{
 	httpx.Map(ErrNotFound, http.StatusNotFound, "order_not_found"),
-	httpx.Map(ErrNotOwner, http.StatusForbidden, "forbidden"),
-	httpx.Map(ErrReservationNotHeld, http.StatusConflict, "reservation_not_held"),
-	httpx.Map(ErrPaymentInProgress, http.StatusConflict, "payment_in_progress"),
-	httpx.Map(ErrNotPayable, http.StatusConflict, "order_not_payable"),
-	httpx.Map(ErrHoldEnded, http.StatusConflict, "hold_ended"),
-	httpx.Map(ErrCallbackSignature, http.StatusUnauthorized, "callback_signature_invalid"),
-	httpx.Map(ErrCallbackStale, http.StatusUnauthorized, "callback_signature_stale"),
-	httpx.Map(ErrCallbackMalformed, http.StatusBadRequest, "callback_malformed"),
-	httpx.Map(ErrCallbackConflict, http.StatusConflict, "callback_event_conflict"),
-	httpx.Map(ErrCallbackOrder, http.StatusNotFound, "callback_order_not_found"),
-	httpx.Map(ErrPaymentMismatch, http.StatusUnprocessableEntity, "payment_mismatch"),
+	httpx.Map(errNotOwner, http.StatusForbidden, "forbidden"),
+	httpx.Map(errReservationNotHeld, http.StatusConflict, "reservation_not_held"),
+	httpx.Map(errPaymentInProgress, http.StatusConflict, "payment_in_progress"),
+	httpx.Map(errNotPayable, http.StatusConflict, "order_not_payable"),
+	httpx.Map(errHoldEnded, http.StatusConflict, "hold_ended"),
+	httpx.Map(errCallbackSignature, http.StatusUnauthorized, "callback_signature_invalid"),
+	httpx.Map(errCallbackStale, http.StatusUnauthorized, "callback_signature_stale"),
+	httpx.Map(errCallbackMalformed, http.StatusBadRequest, "callback_malformed"),
+	httpx.Map(errCallbackConflict, http.StatusConflict, "callback_event_conflict"),
+	httpx.Map(errCallbackOrder, http.StatusNotFound, "callback_order_not_found"),
+	httpx.Map(errPaymentMismatch, http.StatusUnprocessableEntity, "payment_mismatch"),
 }

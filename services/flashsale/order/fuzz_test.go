@@ -29,7 +29,7 @@ func FuzzParseCallback(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		_, err := parseCallback(body)
 		if err != nil {
-			if !errors.Is(err, ErrCallbackMalformed) {
+			if !errors.Is(err, errCallbackMalformed) {
 				t.Fatalf("parseCallback: %v", err)
 			}
 			return

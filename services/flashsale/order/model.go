@@ -17,7 +17,7 @@ const (
 	StatePaid          State = "PAID"           // charged and the held unit confirmed
 	StateFailed        State = "FAILED"         // the channel definitely refused the charge; the unit went back
 	StateClosed        State = "CLOSED"         // no charge will be taken (none exists, or it was closed); the unit went back
-	StatePaidLate      State = "PAID_LATE"      // charged after the hold was given up; deciding unit or refund (never committed alone)
+	statePaidLate      State = "PAID_LATE"      // charged after the hold was given up; deciding unit or refund (never committed alone)
 	StateConfirmedLate State = "CONFIRMED_LATE" // charged late and a free unit retaken and confirmed
 	StateRefunding     State = "REFUNDING"      // charged late with no unit left: the money is owed back
 	StateRefunded      State = "REFUNDED"       // the channel reported the refund
@@ -27,10 +27,10 @@ const (
 // the guard trigger enforces; ORD-O1 compares the two).
 var Moves = map[State][]State{
 	StateCreated:   {StatePaying, StateClosed},
-	StatePaying:    {StatePaid, StateFailed, StateClosed, StatePaidLate},
-	StateFailed:    {StatePaidLate},
-	StateClosed:    {StatePaidLate},
-	StatePaidLate:  {StateConfirmedLate, StateRefunding},
+	StatePaying:    {StatePaid, StateFailed, StateClosed, statePaidLate},
+	StateFailed:    {statePaidLate},
+	StateClosed:    {statePaidLate},
+	statePaidLate:  {StateConfirmedLate, StateRefunding},
 	StateRefunding: {StateRefunded},
 }
 
@@ -66,10 +66,10 @@ func (o Order) ChargeKey() string { return o.PaymentRef + ":charge" }
 
 // RefundKey is the Idempotency-Key of the order's refund (ORD-O4: at most
 // one refund, however often it is sent).
-func (o Order) RefundKey() string { return o.PaymentRef + ":refund" }
+func (o Order) refundKey() string { return o.PaymentRef + ":refund" }
 
 // Transition is one attempted move of an order, applied or refused.
-type Transition struct {
+type transition struct {
 	ID         int64     `json:"id"`
 	From       State     `json:"from"`
 	To         State     `json:"to"`
@@ -85,9 +85,9 @@ type Transition struct {
 const (
 	SourceCallback = "callback" // a signed callback from the channel
 	SourceCharge   = "charge"   // the answer to our charge
-	SourceQuery    = "query"    // the answer to our query by reference
-	SourceClose    = "close"    // the answer to our close
-	SourceRefund   = "refund"   // the answer to our refund
+	sourceQuery    = "query"    // the answer to our query by reference
+	sourceClose    = "close"    // the answer to our close
+	sourceRefund   = "refund"   // the answer to our refund
 )
 
 // Payment statuses as we record them: the channel's effect statuses, plus
@@ -97,17 +97,17 @@ const (
 const (
 	PayPending     = "pending"
 	PaySucceeded   = "succeeded"
-	PayFailed      = "failed"
-	PayClosed      = "closed"
-	PayRefunded    = "refunded"
-	PayNone        = "none"
-	PayRejected    = "rejected"
-	PayUnavailable = "unavailable"
+	payFailed      = "failed"
+	payClosed      = "closed"
+	payRefunded    = "refunded"
+	payNone        = "none"
+	payRejected    = "rejected"
+	payUnavailable = "unavailable"
 	PayUnknown     = "unknown"
 )
 
 // PaymentEvent is one report from the channel.
-type PaymentEvent struct {
+type paymentEvent struct {
 	ID              int64      `json:"id"`
 	Source          string     `json:"source"`
 	ProviderEventID string     `json:"provider_event_id,omitempty"`
@@ -124,13 +124,13 @@ type PaymentEvent struct {
 }
 
 // charged reports whether the channel says money was taken.
-func (e PaymentEvent) charged() bool { return e.Status == PaySucceeded || e.Status == PayRefunded }
+func (e paymentEvent) charged() bool { return e.Status == PaySucceeded || e.Status == payRefunded }
 
 // View is an order with its history, as GET /flashsale/orders/{id} shows it.
 type View struct {
 	Order
-	Transitions   []Transition   `json:"transitions"`
-	PaymentEvents []PaymentEvent `json:"payment_events"`
+	Transitions   []transition   `json:"transitions"`
+	PaymentEvents []paymentEvent `json:"payment_events"`
 }
 
 // CreateRequest is the body of POST /flashsale/orders.

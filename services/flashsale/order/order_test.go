@@ -22,12 +22,12 @@ func TestChargeStatusOnlyARefusalIsAFailure(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{&fakeprovider.StatusError{Status: http.StatusPaymentRequired}, PayRejected},
-		{&fakeprovider.StatusError{Status: http.StatusUnprocessableEntity}, PayRejected},
-		{&fakeprovider.StatusError{Status: http.StatusTooManyRequests}, PayUnavailable},
-		{&fakeprovider.StatusError{Status: http.StatusServiceUnavailable}, PayUnavailable},
-		{&fakeprovider.StatusError{Status: http.StatusInternalServerError}, PayUnavailable},
-		{fmt.Errorf("wrapped: %w", fakeprovider.ErrUnsupported), PayUnavailable},
+		{&fakeprovider.StatusError{Status: http.StatusPaymentRequired}, payRejected},
+		{&fakeprovider.StatusError{Status: http.StatusUnprocessableEntity}, payRejected},
+		{&fakeprovider.StatusError{Status: http.StatusTooManyRequests}, payUnavailable},
+		{&fakeprovider.StatusError{Status: http.StatusServiceUnavailable}, payUnavailable},
+		{&fakeprovider.StatusError{Status: http.StatusInternalServerError}, payUnavailable},
+		{fmt.Errorf("wrapped: %w", fakeprovider.ErrUnsupported), payUnavailable},
 		{fmt.Errorf("%w: timeout", fakeprovider.ErrUnknownOutcome), PayUnknown},
 		{context.DeadlineExceeded, PayUnknown},
 		{errors.New("connection reset by peer"), PayUnknown},
@@ -70,7 +70,7 @@ func TestParseCallbackIsStrict(t *testing.T) {
 		`{"id":"e","type":"effect.succeeded","extra":1,"effect":{"id":"pay_1","reference":"r","status":"succeeded"}}`,
 	} {
 		_, err := parseCallback([]byte(bad))
-		require.ErrorIs(t, err, ErrCallbackMalformed, bad)
+		require.ErrorIs(t, err, errCallbackMalformed, bad)
 	}
 }
 

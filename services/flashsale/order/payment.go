@@ -39,9 +39,9 @@ type PaidEvent struct {
 // move is conditional on the state the success or failure applies to, so
 // a repeat finds the order moved on and is refused — logged, and nothing
 // else changes (ORD-O1, ORD-O3).
-func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, cause string) (State, error) {
+func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, ev paymentEvent, cause string) (State, error) {
 	switch {
-	case ev.Status == PayRefunded && (o.State == StateRefunding || o.State == StateRefunded):
+	case ev.Status == payRefunded && (o.State == StateRefunding || o.State == StateRefunded):
 		return s.applyRefund(ctx, tx, o, ev, cause)
 	case ev.charged():
 		return s.applyCharge(ctx, tx, o, ev, cause)
@@ -50,9 +50,9 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent
 			return o.State, learnEffect(ctx, tx, o.ID, ev.EffectID)
 		}
 		return o.State, nil
-	case ev.Status == PayFailed || ev.Status == PayRejected:
+	case ev.Status == payFailed || ev.Status == payRejected:
 		return s.giveUp(ctx, tx, o, StateFailed, ev, cause)
-	case ev.Status == PayClosed || ev.Status == PayNone:
+	case ev.Status == payClosed || ev.Status == payNone:
 		return s.giveUp(ctx, tx, o, StateClosed, ev, cause)
 	}
 	// unknown, unavailable: no definite answer, so nothing changes and
@@ -63,7 +63,7 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent
 // giveUp ends a PAYING order whose charge definitely did not happen and
 // will not (failed, refused, closed, or authoritatively absent), and
 // gives its unit back in the same transaction.
-func (s *Service) giveUp(ctx context.Context, tx pgx.Tx, o Order, to State, ev PaymentEvent, cause string) (State, error) {
+func (s *Service) giveUp(ctx context.Context, tx pgx.Tx, o Order, to State, ev paymentEvent, cause string) (State, error) {
 	m := move{from: StatePaying, to: to, cause: cause, event: &ev.ID, effectID: nonEmpty(ev.EffectID)}
 	if o.State != StatePaying {
 		// A failure after the order moved on (a stale failure after a
@@ -95,10 +95,10 @@ func (s *Service) giveUp(ctx context.Context, tx pgx.Tx, o Order, to State, ev P
 // hold had been given up and a free unit is retaken) or, with no unit to
 // be had, owes the money back (REFUNDING): money is never kept without a
 // unit, and no unit is confirmed twice (ORD-O4).
-func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, cause string) (State, error) {
+func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, o Order, ev paymentEvent, cause string) (State, error) {
 	if ev.Amount == nil || *ev.Amount != o.Amount || ev.EffectID == "" || (o.EffectID != "" && ev.EffectID != o.EffectID) {
 		return "", fmt.Errorf("%w: order %d (amount %d, effect %q) reported charged as effect %q, amount %v",
-			ErrPaymentMismatch, o.ID, o.Amount, o.EffectID, ev.EffectID, ev.Amount)
+			errPaymentMismatch, o.ID, o.Amount, o.EffectID, ev.EffectID, ev.Amount)
 	}
 	charged := move{cause: cause, event: &ev.ID, effectID: &ev.EffectID, charged: ev.Amount, chargeEvent: &ev.ID}
 	switch o.State {
@@ -128,11 +128,11 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, o Order, ev Paymen
 	}
 
 	// Late: the order had given its hold up (or the release job took it).
-	charged.from, charged.to = o.State, StatePaidLate
+	charged.from, charged.to = o.State, statePaidLate
 	if err := s.mustMove(ctx, tx, o.ID, charged); err != nil {
 		return "", err
 	}
-	late := move{from: StatePaidLate, to: StateConfirmedLate, cause: cause, event: &ev.ID}
+	late := move{from: statePaidLate, to: StateConfirmedLate, cause: cause, event: &ev.ID}
 	switch r.State {
 	case reserve.StateHeld:
 		// Still held (an order closed while the release job had not
@@ -164,8 +164,8 @@ func (s *Service) applyCharge(ctx context.Context, tx pgx.Tx, o Order, ev Paymen
 // owe moves a late-paid order without a unit to REFUNDING and enqueues
 // its refund in the same transaction: the refund job exists exactly when
 // the debt does.
-func (s *Service) owe(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, cause string) (State, error) {
-	if err := s.mustMove(ctx, tx, o.ID, move{from: StatePaidLate, to: StateRefunding, cause: cause, event: &ev.ID}); err != nil {
+func (s *Service) owe(ctx context.Context, tx pgx.Tx, o Order, ev paymentEvent, cause string) (State, error) {
+	if err := s.mustMove(ctx, tx, o.ID, move{from: statePaidLate, to: StateRefunding, cause: cause, event: &ev.ID}); err != nil {
 		return "", err
 	}
 	if s.jobs != nil {
@@ -182,7 +182,7 @@ func (s *Service) owe(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, 
 
 // applyRefund ends a REFUNDING order once the channel reports the whole
 // amount refunded.
-func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, o Order, ev PaymentEvent, cause string) (State, error) {
+func (s *Service) applyRefund(ctx context.Context, tx pgx.Tx, o Order, ev paymentEvent, cause string) (State, error) {
 	m := move{from: StateRefunding, to: StateRefunded, cause: cause, event: &ev.ID, refunded: ev.Refunded, refundEvent: &ev.ID}
 	if o.State != StateRefunding {
 		// The refund is already applied: a repeat, refused and logged.

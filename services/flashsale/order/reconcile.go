@@ -78,20 +78,20 @@ func (s *Service) reconcilePaying(ctx context.Context, w waiting) (string, error
 // close closes an unpaid charge at the channel and returns the report to
 // apply: closed, or — if the charge settled before the close reached it —
 // what the channel's query says it became.
-func (s *Service) close(ctx context.Context, o Order, effectID string) PaymentEvent {
+func (s *Service) close(ctx context.Context, o Order, effectID string) paymentEvent {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CallTimeout)
 	e, err := s.channel.Close(callCtx, effectID)
 	cancel()
 	switch {
 	case err == nil:
 		s.m.calls.WithLabelValues("close", e.Status).Inc()
-		return PaymentEvent{Source: SourceClose, Status: e.Status, EffectID: e.ID, Amount: &e.Amount}
+		return paymentEvent{Source: sourceClose, Status: e.Status, EffectID: e.ID, Amount: &e.Amount}
 	case settledMeanwhile(err):
 		s.m.calls.WithLabelValues("close", "settled").Inc()
 		return s.ask(ctx, o.PaymentRef, o.ChargeKey())
 	}
 	s.m.calls.WithLabelValues("close", PayUnknown).Inc()
-	return PaymentEvent{Source: SourceClose, Status: PayUnknown, Detail: err.Error()}
+	return paymentEvent{Source: sourceClose, Status: PayUnknown, Detail: err.Error()}
 }
 
 // refund asks the channel to refund a REFUNDING order, always with the
@@ -104,16 +104,16 @@ func (s *Service) refund(ctx context.Context, id int64) (string, error) {
 		return "no_change", err
 	}
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CallTimeout)
-	rf, err := s.channel.Refund(callCtx, o.EffectID, o.Amount, o.RefundKey())
+	rf, err := s.channel.Refund(callCtx, o.EffectID, o.Amount, o.refundKey())
 	cancel()
-	var ev PaymentEvent
+	var ev paymentEvent
 	switch {
 	case err == nil:
-		ev = PaymentEvent{Source: SourceRefund, Status: PayRefunded, EffectID: o.EffectID, Refunded: &rf.Amount, Detail: "refund " + rf.ID}
+		ev = paymentEvent{Source: sourceRefund, Status: payRefunded, EffectID: o.EffectID, Refunded: &rf.Amount, Detail: "refund " + rf.ID}
 	case settledMeanwhile(err):
 		// Refused as already refunded (or not refundable): the channel's
 		// query says which.
-		if ev = s.ask(ctx, o.PaymentRef, o.ChargeKey()); ev.Status != PayRefunded {
+		if ev = s.ask(ctx, o.PaymentRef, o.ChargeKey()); ev.Status != payRefunded {
 			return "unanswered", fmt.Errorf("flashsale: refund of order %d refused (%v); the charge is %s", o.ID, err, ev.Status)
 		}
 	default:

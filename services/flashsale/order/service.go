@@ -39,7 +39,7 @@ import (
 const (
 	// ReconcileKind is the periodic job that asks the channel about
 	// orders stuck in PAYING (and REFUNDING).
-	ReconcileKind = "flashsale.reconcile"
+	reconcileKind = "flashsale.reconcile"
 	// RefundKind refunds one late-paid order that found no unit.
 	RefundKind = "flashsale.refund"
 )
@@ -89,7 +89,7 @@ func (s *Service) Routes(e *echo.Echo) { routes(e, &handlers{svc: s}, s.auth, s.
 // lapsed job simply runs again (as notify's keyed email channel does).
 func (s *Service) Kinds() []claim.Kind {
 	return []claim.Kind{
-		{Name: ReconcileKind, Every: s.cfg.ReconcileEvery, Handle: s.reconcileJob},
+		{Name: reconcileKind, Every: s.cfg.ReconcileEvery, Handle: s.reconcileJob},
 		// An order owed a refund points at its refund job (ORD-O4):
 		// the job lives as long as the order.
 		{Name: RefundKind, Handle: s.refundJob, MaxAttempts: s.cfg.RefundAttempts, KeepFinished: true},
@@ -103,7 +103,7 @@ func (s *Service) Kinds() []claim.Kind {
 func (s *Service) Create(ctx context.Context, tx pgx.Tx, userID string, reservationID int64) (o Order, created bool, err error) {
 	if existing, found, err := orderByReservation(ctx, tx, reservationID); err != nil || found {
 		if found && existing.UserID != userID {
-			return Order{}, false, ErrNotOwner
+			return Order{}, false, errNotOwner
 		}
 		return existing, false, err
 	}
@@ -112,14 +112,14 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, userID string, reservat
 		return Order{}, false, err
 	}
 	if r.UserID != userID {
-		return Order{}, false, ErrNotOwner
+		return Order{}, false, errNotOwner
 	}
 	now, err := dbNow(ctx, tx)
 	if err != nil {
 		return Order{}, false, err
 	}
 	if r.State != reserve.StateHeld || !r.ExpiresAt.After(now) {
-		return Order{}, false, fmt.Errorf("%w: reservation %d is %s, expires %s", ErrReservationNotHeld, r.ID, r.State, r.ExpiresAt.Format("15:04:05"))
+		return Order{}, false, fmt.Errorf("%w: reservation %d is %s, expires %s", errReservationNotHeld, r.ID, r.State, r.ExpiresAt.Format("15:04:05"))
 	}
 	o, created, err = insertOrder(ctx, tx, r.ID, r.UserID, r.SKU, Price)
 	if err != nil || created {
@@ -149,7 +149,7 @@ func (s *Service) Pay(ctx context.Context, p httpx.Principal, id int64) (Order, 
 		Data: map[string]any{"order": o.ID, "sku": o.SKU, "user": o.UserID},
 	})
 	cancel()
-	ev := PaymentEvent{Source: SourceCharge, Status: chargeStatus(callErr)}
+	ev := paymentEvent{Source: SourceCharge, Status: chargeStatus(callErr)}
 	if callErr == nil {
 		ev.Status, ev.EffectID, ev.Amount = eff.Status, eff.ID, &eff.Amount
 	} else {
@@ -171,14 +171,14 @@ func (s *Service) startPaying(ctx context.Context, p httpx.Principal, id int64) 
 			return err
 		}
 		if o.UserID != p.Subject {
-			return ErrNotOwner
+			return errNotOwner
 		}
 		switch o.State {
 		case StateCreated:
 		case StatePaying:
-			return ErrPaymentInProgress
+			return errPaymentInProgress
 		default:
-			return fmt.Errorf("%w: order %d is %s", ErrNotPayable, o.ID, o.State)
+			return fmt.Errorf("%w: order %d is %s", errNotPayable, o.ID, o.State)
 		}
 		r, err := s.inv.GetForUpdate(ctx, tx, o.ReservationID)
 		if err != nil {
@@ -205,14 +205,14 @@ func (s *Service) startPaying(ctx context.Context, p httpx.Principal, id int64) 
 		return nil
 	})
 	if err == nil && ended {
-		err = ErrHoldEnded
+		err = errHoldEnded
 	}
 	return o, err
 }
 
 // record stores one report of the channel about order id and applies it,
 // in one transaction with the order locked; it returns the order after.
-func (s *Service) record(ctx context.Context, id int64, ev PaymentEvent, cause string) (Order, error) {
+func (s *Service) record(ctx context.Context, id int64, ev paymentEvent, cause string) (Order, error) {
 	var o Order
 	err := pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -239,7 +239,7 @@ func (s *Service) View(ctx context.Context, p httpx.Principal, id int64) (View, 
 		return View{}, err
 	}
 	if !p.CanActFor(o.UserID) {
-		return View{}, ErrNotOwner
+		return View{}, errNotOwner
 	}
 	v := View{Order: o}
 	if v.Transitions, err = transitions(ctx, s.pool, id); err != nil {

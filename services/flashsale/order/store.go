@@ -240,7 +240,7 @@ var insertEventStmt = pg.MustNamed(sqlInsertEvent)
 
 // insertEvent records a report. inserted is false when a callback with the
 // same provider event id is already in the inbox.
-func insertEvent(ctx context.Context, tx pgx.Tx, orderID int64, e PaymentEvent, sig *signature) (id int64, inserted bool, err error) {
+func insertEvent(ctx context.Context, tx pgx.Tx, orderID int64, e paymentEvent, sig *signature) (id int64, inserted bool, err error) {
 	var sum []byte
 	var signedAt, verifiedAt *time.Time
 	var window *int
@@ -297,13 +297,13 @@ func countRedelivery(ctx context.Context, tx pgx.Tx, id int64) error {
 	return nil
 }
 
-func transitions(ctx context.Context, db pg.Querier, orderID int64) ([]Transition, error) {
+func transitions(ctx context.Context, db pg.Querier, orderID int64) ([]transition, error) {
 	rows, err := db.Query(ctx, sqlTransitions, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("flashsale: read transitions: %w", pg.MapError(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Transition, error) {
-		var t Transition
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (transition, error) {
+		var t transition
 		err := r.Scan(&t.ID, &t.From, &t.To, &t.Applied, &t.FoundState, &t.Unit, &t.Cause, &t.EventID, &t.At)
 		return t, err
 	})
@@ -313,13 +313,13 @@ func transitions(ctx context.Context, db pg.Querier, orderID int64) ([]Transitio
 	return out, nil
 }
 
-func paymentEvents(ctx context.Context, db pg.Querier, orderID int64) ([]PaymentEvent, error) {
+func paymentEvents(ctx context.Context, db pg.Querier, orderID int64) ([]paymentEvent, error) {
 	rows, err := db.Query(ctx, sqlEvents, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("flashsale: read payment events: %w", pg.MapError(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PaymentEvent, error) {
-		var e PaymentEvent
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (paymentEvent, error) {
+		var e paymentEvent
 		err := r.Scan(&e.ID, &e.Source, &e.ProviderEventID, &e.Type, &e.EffectID, &e.Status, &e.Amount, &e.Refunded,
 			&e.Detail, &e.SignedAt, &e.VerifiedAt, &e.Deliveries, &e.ReceivedAt)
 		return e, err

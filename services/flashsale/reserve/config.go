@@ -34,7 +34,7 @@ const (
 	EnvWaitLine     = "FENCELAB_FLASHSALE_WAIT_LINE"
 	EnvMaxWait      = "FENCELAB_FLASHSALE_MAX_WAIT"
 	EnvHoldTTL      = "FENCELAB_FLASHSALE_HOLD_TTL"
-	EnvReleaseEvery = "FENCELAB_FLASHSALE_RELEASE_EVERY"
+	envReleaseEvery = "FENCELAB_FLASHSALE_RELEASE_EVERY"
 	EnvReleaseBatch = "FENCELAB_FLASHSALE_RELEASE_BATCH"
 )
 
@@ -46,7 +46,7 @@ func DefaultConfig() Config {
 		MaxWait:      2 * time.Second,
 		HoldTTL:      DefaultHoldTTL,
 		ReleaseEvery: time.Minute,
-		ReleaseBatch: DefaultReleaseBatch,
+		ReleaseBatch: defaultReleaseBatch,
 	}
 }
 
@@ -58,7 +58,7 @@ func LoadConfig(ac app.Config) (Config, error) {
 	r.Int(EnvWaitLine, &c.WaitLine, 0, 1_000_000)
 	r.Duration(EnvMaxWait, &c.MaxWait, 0, time.Minute)
 	r.Duration(EnvHoldTTL, &c.HoldTTL, time.Second, 24*time.Hour)
-	r.Duration(EnvReleaseEvery, &c.ReleaseEvery, time.Second, time.Hour)
+	r.Duration(envReleaseEvery, &c.ReleaseEvery, time.Second, time.Hour)
 	r.Int(EnvReleaseBatch, &c.ReleaseBatch, 1, 10_000)
 	if r.Err() != nil {
 		return Config{}, r.Err()

@@ -21,13 +21,13 @@ var (
 	// ErrNotFound: no such reservation.
 	ErrNotFound = errors.New("flashsale: no such reservation")
 	// ErrNotOwner: the reservation belongs to someone else.
-	ErrNotOwner = errors.New("flashsale: not your reservation")
+	errNotOwner = errors.New("flashsale: not your reservation")
 
 	// Input errors, found before any database work.
 	ErrInvalidSKU         = errors.New("flashsale: sku must be 1-64 characters of a-z 0-9 . _ - starting with a letter or digit")
 	ErrRequestKeyMissing  = errors.New("flashsale: request_key (or an Idempotency-Key header) is required")
 	ErrInvalidRequestKey  = errors.New("flashsale: request_key must be 1-255 characters of A-Z a-z 0-9 . _ : ~ + / = -")
-	ErrRequestKeyMismatch = errors.New("flashsale: request_key and the Idempotency-Key header differ")
+	errRequestKeyMismatch = errors.New("flashsale: request_key and the Idempotency-Key header differ")
 	ErrNoUser             = errors.New("flashsale: a hold needs a user")
 )
 
@@ -39,9 +39,9 @@ var Errors = []httpx.ErrorMapping{
 	httpx.Map(ErrRequestKeyReused, http.StatusUnprocessableEntity, "request_key_reused"),
 	httpx.Map(ErrUnknownSKU, http.StatusNotFound, "unknown_sku"),
 	httpx.Map(ErrNotFound, http.StatusNotFound, "reservation_not_found"),
-	httpx.Map(ErrNotOwner, http.StatusForbidden, "forbidden"),
+	httpx.Map(errNotOwner, http.StatusForbidden, "forbidden"),
 	httpx.Map(ErrInvalidSKU, http.StatusUnprocessableEntity, "invalid_sku"),
 	httpx.Map(ErrRequestKeyMissing, http.StatusUnprocessableEntity, "request_key_missing"),
 	httpx.Map(ErrInvalidRequestKey, http.StatusUnprocessableEntity, "invalid_request_key"),
-	httpx.Map(ErrRequestKeyMismatch, http.StatusUnprocessableEntity, "request_key_mismatch"),
+	httpx.Map(errRequestKeyMismatch, http.StatusUnprocessableEntity, "request_key_mismatch"),
 }

@@ -33,7 +33,7 @@ func (h *handlers) reserve(c echo.Context) error {
 			hk = hk[1 : len(hk)-1] // the draft's quoted form, as core/idem accepts it
 		}
 		if key != "" && key != hk {
-			return ErrRequestKeyMismatch
+			return errRequestKeyMismatch
 		}
 		key = hk
 	}

@@ -32,7 +32,7 @@ const DefaultHoldTTL = 10 * time.Minute
 
 // DefaultReleaseBatch bounds the expired holds one release statement
 // returns (and the rows it locks).
-const DefaultReleaseBatch = 500
+const defaultReleaseBatch = 500
 
 // Inventory is the stock of the sale and every rule about it: a unit is
 // taken only when one is available (FS-R1), one request key makes at most
@@ -78,7 +78,7 @@ type DB interface {
 // CreateSKU puts total units of sku on sale unless the SKU exists (then it
 // is left as it is and created is false).
 func (inv *Inventory) CreateSKU(ctx context.Context, db pg.Querier, sku string, total int) (created bool, err error) {
-	if !ValidSKU(sku) {
+	if !validSKU(sku) {
 		return false, ErrInvalidSKU
 	}
 	if total < 0 {
@@ -188,7 +188,7 @@ func (inv *Inventory) GetForUpdate(ctx context.Context, tx pgx.Tx, id int64) (Re
 // Stock reads a SKU's stock, available, held and confirmed units in one
 // snapshot (ErrUnknownSKU when there is no such SKU).
 func (inv *Inventory) Stock(ctx context.Context, db pg.Querier, sku string) (Stock, error) {
-	if !ValidSKU(sku) {
+	if !validSKU(sku) {
 		return Stock{}, fmt.Errorf("%w: %s", ErrUnknownSKU, sku)
 	}
 	return readStock(ctx, db, sku)
@@ -272,7 +272,7 @@ func (inv *Inventory) Release(ctx context.Context, tx pgx.Tx, id int64) (moved b
 // released by another run no longer matches.
 func (inv *Inventory) ReleaseExpired(ctx context.Context, db DB, batch int) (int, error) {
 	if batch <= 0 {
-		batch = DefaultReleaseBatch
+		batch = defaultReleaseBatch
 	}
 	skus, err := dueSKUs(ctx, db)
 	if err != nil {

@@ -67,7 +67,7 @@ type HoldRequest struct {
 
 // Input bounds. Request keys use the Idempotency-Key alphabet and length so
 // that either may carry the other.
-const MaxRequestKeyLen = 255
+const maxRequestKeyLen = 255
 
 var (
 	skuRE        = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -76,16 +76,16 @@ var (
 
 // ValidSKU reports whether s is a well-formed SKU (the table's CHECK says
 // the same).
-func ValidSKU(s string) bool { return skuRE.MatchString(s) }
+func validSKU(s string) bool { return skuRE.MatchString(s) }
 
 // Validate checks a hold request's fields before any database work.
 func (h HoldRequest) Validate() error {
 	switch {
-	case !ValidSKU(h.SKU):
+	case !validSKU(h.SKU):
 		return ErrInvalidSKU
 	case h.RequestKey == "":
 		return ErrRequestKeyMissing
-	case len(h.RequestKey) > MaxRequestKeyLen || !requestKeyRE.MatchString(h.RequestKey):
+	case len(h.RequestKey) > maxRequestKeyLen || !requestKeyRE.MatchString(h.RequestKey):
 		return ErrInvalidRequestKey
 	case h.UserID == "":
 		return ErrNoUser

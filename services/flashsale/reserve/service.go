@@ -106,7 +106,7 @@ func (s *Service) Get(ctx context.Context, p httpx.Principal, id int64) (Reserva
 		return Reservation{}, err
 	}
 	if !p.CanActFor(r.UserID) {
-		return Reservation{}, ErrNotOwner
+		return Reservation{}, errNotOwner
 	}
 	return r, nil
 }

@@ -30,13 +30,13 @@ type Config struct {
 }
 
 // DefaultInboxRetention is InboxRetention's default.
-const DefaultInboxRetention = 90 * 24 * time.Hour
+const defaultInboxRetention = 90 * 24 * time.Hour
 
 // Backfill bounds: the default, and the least a setting may ask for —
 // FEED-I2 checks completeness over the newest MinBackfillPosts of each
 // author, which every allowed setting backfills.
 const (
-	DefaultBackfillPosts = 500
+	defaultBackfillPosts = 500
 	MinBackfillPosts     = 50
 )
 
@@ -58,7 +58,7 @@ const (
 	// EnvInboxRetention: how long inbox rows are kept, from their post's
 	// creation (default DefaultInboxRetention). A push read reaches back
 	// this far; pull and hybrid's pull side read further.
-	EnvInboxRetention = "FENCELAB_FEED_INBOX_RETENTION"
+	envInboxRetention = "FENCELAB_FEED_INBOX_RETENTION"
 )
 
 // LoadConfig reads the feed's settings (app.Config.Settings first, then
@@ -75,10 +75,10 @@ func LoadConfig(c app.Config) (Config, error) {
 	r.Bool(EnvResponseLog, &cfg.ResponseLog)
 	rows := int(cfg.ResponseLogRows)
 	r.Int(EnvResponseLogRows, &rows, 100, 100_000_000)
-	cfg.BackfillPosts = DefaultBackfillPosts
+	cfg.BackfillPosts = defaultBackfillPosts
 	r.Int(EnvBackfillPosts, &cfg.BackfillPosts, MinBackfillPosts, 1_000_000)
-	cfg.InboxRetention = DefaultInboxRetention
-	r.Duration(EnvInboxRetention, &cfg.InboxRetention, time.Minute, 10*365*24*time.Hour)
+	cfg.InboxRetention = defaultInboxRetention
+	r.Duration(envInboxRetention, &cfg.InboxRetention, time.Minute, 10*365*24*time.Hour)
 	if err := r.Err(); err != nil {
 		return Config{}, err
 	}

@@ -91,15 +91,15 @@ func cursorMAC(key []byte, reader string, payload []byte) []byte {
 // told, so the answer teaches a forger nothing.
 func decodeCursor(key []byte, reader, s string) (position, error) {
 	if len(s) != base64.RawURLEncoding.EncodedLen(cursorLen) {
-		return position{}, ErrInvalidCursor
+		return position{}, errInvalidCursor
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != cursorLen {
-		return position{}, ErrInvalidCursor
+		return position{}, errInvalidCursor
 	}
 	payload, mac := b[:payloadLen], b[payloadLen:]
 	if !hmac.Equal(mac, cursorMAC(key, reader, payload)) || payload[0] != cursorVersion {
-		return position{}, ErrInvalidCursor
+		return position{}, errInvalidCursor
 	}
 	p := position{
 		Strategy: payload[1],

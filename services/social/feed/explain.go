@@ -10,7 +10,7 @@ import (
 
 // ScanStats is what one page read cost the database, from EXPLAIN
 // (ANALYZE, BUFFERS): the benchmark's "rows scanned per read".
-type ScanStats struct {
+type scanStats struct {
 	// RowsScanned counts the rows every scan node produced or filtered
 	// out, over all its loops, and the rows join filters threw away: what
 	// the statement had to look at, whatever it returned (pg.Plan.Examined).
@@ -24,13 +24,13 @@ type ScanStats struct {
 // Explain runs a first page of reader's feed under strategy st with
 // EXPLAIN (ANALYZE, BUFFERS) in a transaction pg.Explain rolls back, and
 // returns its cost counted by pg.Explain's rule.
-func (s *Service) Explain(ctx context.Context, st Strategy, reader string, limit int) (ScanStats, error) {
+func (s *Service) Explain(ctx context.Context, st Strategy, reader string, limit int) (scanStats, error) {
 	pos := first(strategyCode(st.Name()))
 	stmt := st.sql(false)
 	p, err := pg.Explain(ctx, s.pool, stmt.SQL, stmt.Args(pageArgs(st, reader, pos, limit))...)
 	if err != nil {
-		return ScanStats{}, fmt.Errorf("feed: explain %s for %s: %w", st.Name(), reader, pg.MapError(err))
+		return scanStats{}, fmt.Errorf("feed: explain %s for %s: %w", st.Name(), reader, pg.MapError(err))
 	}
-	return ScanStats{RowsScanned: p.Examined, Buffers: p.Buffers,
+	return scanStats{RowsScanned: p.Examined, Buffers: p.Buffers,
 		Execution: time.Duration(p.Ms * float64(time.Millisecond))}, nil
 }

@@ -83,29 +83,29 @@ func (c GraphConfig) withDefaults() GraphConfig {
 // Users.
 type Graph struct {
 	Config  GraphConfig
-	Users   []GraphUser
-	Follows []GraphFollow
-	Blocks  []GraphBlock
-	Posts   []GraphPost // in created_at order (the order they are loaded)
+	Users   []graphUser
+	Follows []graphFollow
+	Blocks  []graphBlock
+	Posts   []graphPost // in created_at order (the order they are loaded)
 }
 
 // GraphUser is a generated profile.
-type GraphUser struct {
+type graphUser struct {
 	ID      string
 	Private bool
 }
 
 // GraphFollow is a follow: active, or pending on a private account.
-type GraphFollow struct {
+type graphFollow struct {
 	Follower, Followee int
 	Pending            bool
 }
 
 // GraphBlock is a block between users who do not follow each other.
-type GraphBlock struct{ Blocker, Blocked int }
+type graphBlock struct{ Blocker, Blocked int }
 
 // GraphPost is a generated post.
-type GraphPost struct {
+type graphPost struct {
 	Author     int
 	CreatedAt  time.Time
 	Visibility rel.Visibility
@@ -121,9 +121,9 @@ func Generate(c GraphConfig) (*Graph, error) {
 		return nil, fmt.Errorf("feed: graph needs zipf s > 1, followees >= 1, posts per user >= 0")
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15))
-	g := &Graph{Config: c, Users: make([]GraphUser, c.Users)}
+	g := &Graph{Config: c, Users: make([]graphUser, c.Users)}
 	for i := range g.Users {
-		g.Users[i] = GraphUser{ID: fmt.Sprintf("%s%05d", c.Prefix, i), Private: rng.Float64() < c.Private}
+		g.Users[i] = graphUser{ID: fmt.Sprintf("%s%05d", c.Prefix, i), Private: rng.Float64() < c.Private}
 	}
 	// Popularity ranks are a random permutation of the users, so the
 	// celebrities are not simply the first ids.
@@ -148,7 +148,7 @@ func Generate(c GraphConfig) (*Graph, error) {
 		slices.Sort(vs) // map order is random; the graph must not be
 		for _, v := range vs {
 			pending := g.Users[v].Private && rng.Float64() < c.Pending
-			g.Follows = append(g.Follows, GraphFollow{Follower: u, Followee: v, Pending: pending})
+			g.Follows = append(g.Follows, graphFollow{Follower: u, Followee: v, Pending: pending})
 			follows[[2]int{u, v}] = true
 		}
 	}
@@ -160,7 +160,7 @@ func Generate(c GraphConfig) (*Graph, error) {
 		if v == u || follows[[2]int{u, v}] || follows[[2]int{v, u}] {
 			continue
 		}
-		g.Blocks = append(g.Blocks, GraphBlock{Blocker: u, Blocked: v})
+		g.Blocks = append(g.Blocks, graphBlock{Blocker: u, Blocked: v})
 		follows[[2]int{u, v}], follows[[2]int{v, u}] = true, true // one relation per pair
 	}
 	for u := range c.Users {
@@ -174,10 +174,10 @@ func Generate(c GraphConfig) (*Graph, error) {
 				vis = rel.Followers
 			}
 			at := c.Start.Add(time.Duration(rng.Int64N(int64(c.Span/time.Microsecond))) * time.Microsecond)
-			g.Posts = append(g.Posts, GraphPost{Author: u, CreatedAt: at, Visibility: vis})
+			g.Posts = append(g.Posts, graphPost{Author: u, CreatedAt: at, Visibility: vis})
 		}
 	}
-	slices.SortStableFunc(g.Posts, func(a, b GraphPost) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortStableFunc(g.Posts, func(a, b graphPost) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return g, nil
 }
 

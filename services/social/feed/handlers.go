@@ -18,7 +18,7 @@ func (h *handlers) feed(c echo.Context) error {
 	if s := c.QueryParam("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxLimit {
-			return ErrInvalidLimit
+			return errInvalidLimit
 		}
 		q.Limit = n
 	}

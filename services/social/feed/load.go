@@ -18,14 +18,14 @@ import (
 const loadBatch = 5000
 
 // LoadStats is what Load or Rebuild wrote.
-type LoadStats struct {
+type loadStats struct {
 	Users, Relations, Posts         int
 	Settled, Pushed, Inbox, PullSet int64
 	Truth, Derived, Views, Analyzed time.Duration
 }
 
 // ErrAlreadyLoaded: the graph's users exist in the database.
-var ErrAlreadyLoaded = errors.New("feed: the graph's users already exist")
+var errAlreadyLoaded = errors.New("feed: the graph's users already exist")
 
 // fanoutConsumer is the consumer's identity (Register and LockPosition
 // need no handler).
@@ -42,8 +42,8 @@ var fanoutConsumer = outbox.Consumer{Name: ConsumerName, Topics: []string{rel.Po
 // consumer skips them instead of fanning everything out again. rel's
 // follower views are then rebuilt from the truth (their consumers apply
 // the loaded events as no-ops), and the tables analysed.
-func Load(ctx context.Context, pool *pgxpool.Pool, g *Graph, st Strategy) (LoadStats, error) {
-	var stats LoadStats
+func Load(ctx context.Context, pool *pgxpool.Pool, g *Graph, st Strategy) (loadStats, error) {
+	var stats loadStats
 	start := time.Now()
 	err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
 		if err := lockFanout(ctx, tx); err != nil {
@@ -84,8 +84,8 @@ func Load(ctx context.Context, pool *pgxpool.Pool, g *Graph, st Strategy) (LoadS
 // pull set, every inbox. It is the repair for a lost inbox and how the
 // benchmark gives each strategy the same graph. The fan-out consumer is
 // held off while it runs and goes on from its position afterwards.
-func Rebuild(ctx context.Context, pool *pgxpool.Pool, st Strategy) (LoadStats, error) {
-	var stats LoadStats
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, st Strategy) (loadStats, error) {
+	var stats loadStats
 	start := time.Now()
 	err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
 		if err := lockFanout(ctx, tx); err != nil {
@@ -116,9 +116,9 @@ func lockFanout(ctx context.Context, tx pgx.Tx) error {
 
 // build settles every unsettled post with st's decision, fills the pull
 // set and writes every pushed post into every active follower's inbox.
-func build(ctx context.Context, tx pgx.Tx, st Strategy, stats *LoadStats) error {
+func build(ctx context.Context, tx pgx.Tx, st Strategy, stats *loadStats) error {
 	var below *int64
-	if t := st.PushesBelow(); t != Always {
+	if t := st.PushesBelow(); t != always {
 		below = &t
 	}
 	steps := []struct {
@@ -153,7 +153,7 @@ func analyze(ctx context.Context, pool *pgxpool.Pool) error {
 
 // loadTruth writes users, relations and posts with their events, through
 // rel's load functions: the truth table has one writer.
-func loadTruth(ctx context.Context, tx pgx.Tx, g *Graph, stats *LoadStats) error {
+func loadTruth(ctx context.Context, tx pgx.Tx, g *Graph, stats *loadStats) error {
 	ids := make([]string, len(g.Users))
 	private := make([]bool, len(g.Users))
 	for i, u := range g.Users {
@@ -164,7 +164,7 @@ func loadTruth(ctx context.Context, tx pgx.Tx, g *Graph, stats *LoadStats) error
 		return fmt.Errorf("feed: load: %w", err)
 	}
 	if found {
-		return fmt.Errorf("%w (%s): load into a fresh database or choose another prefix", ErrAlreadyLoaded, taken)
+		return fmt.Errorf("%w (%s): load into a fresh database or choose another prefix", errAlreadyLoaded, taken)
 	}
 	born := g.Config.Start
 	for lo := 0; lo < len(ids); lo += loadBatch {

@@ -8,7 +8,7 @@ import (
 
 // Limits of the API.
 const (
-	DefaultLimit = 20
+	defaultLimit = 20
 	MaxLimit     = 100
 )
 

@@ -27,7 +27,7 @@ func TestCursorRoundTripsAndRefusesEveryForgery(t *testing.T) {
 		for bit := range 8 {
 			b := slices.Clone(raw)
 			b[i] ^= 1 << bit
-			if _, err := decodeCursor(key, "user-0042", base64.RawURLEncoding.EncodeToString(b)); !errors.Is(err, ErrInvalidCursor) {
+			if _, err := decodeCursor(key, "user-0042", base64.RawURLEncoding.EncodeToString(b)); !errors.Is(err, errInvalidCursor) {
 				t.Fatalf("byte %d bit %d flipped: accepted (%v)", i, bit, err)
 			}
 		}
@@ -44,7 +44,7 @@ func TestCursorRoundTripsAndRefusesEveryForgery(t *testing.T) {
 		"empty":          {key, "user-0042", ""},
 		"rel's cursor":   {key, "user-0042", "AAAAAAAAAAAAAAAAAAAAAA"},
 	} {
-		if _, err := decodeCursor(c.key, c.reader, c.s); !errors.Is(err, ErrInvalidCursor) {
+		if _, err := decodeCursor(c.key, c.reader, c.s); !errors.Is(err, errInvalidCursor) {
 			t.Errorf("%s: accepted (%v)", name, err)
 		}
 	}
@@ -90,7 +90,7 @@ func TestGenerateIsDeterministicAndHeavyTailed(t *testing.T) {
 			t.Fatalf("block inside a follow %+v", bl)
 		}
 	}
-	if !slices.IsSortedFunc(a.Posts, func(x, y GraphPost) int { return x.CreatedAt.Compare(y.CreatedAt) }) {
+	if !slices.IsSortedFunc(a.Posts, func(x, y graphPost) int { return x.CreatedAt.Compare(y.CreatedAt) }) {
 		t.Fatal("posts are not in created_at order")
 	}
 }
@@ -98,14 +98,14 @@ func TestGenerateIsDeterministicAndHeavyTailed(t *testing.T) {
 // TestParseStrategy: names map to strategies and their fan-out decision.
 func TestParseStrategy(t *testing.T) {
 	t.Parallel()
-	for name, want := range map[string]int64{"push": Always, "pull": 0, "hybrid": 300} {
+	for name, want := range map[string]int64{"push": always, "pull": 0, "hybrid": 300} {
 		st, err := ParseStrategy(name, 300)
 		if err != nil || st.Name() != name || st.PushesBelow() != want || strategyCode(name) == 0 {
 			t.Errorf("%s: %v %v", name, st, err)
 		}
 	}
 	for _, bad := range []string{"", "PUSH", "fanout"} {
-		if _, err := ParseStrategy(bad, 300); !errors.Is(err, ErrInvalidStrategy) {
+		if _, err := ParseStrategy(bad, 300); !errors.Is(err, errInvalidStrategy) {
 			t.Errorf("%q accepted", bad)
 		}
 	}

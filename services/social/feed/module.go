@@ -67,7 +67,7 @@ func (s *Service) pruneEvery(interval time.Duration) func(ctx context.Context) e
 			case <-ctx.Done():
 				return nil
 			case <-t.C:
-				if _, err := s.PruneServed(ctx); err != nil && ctx.Err() == nil {
+				if _, err := s.pruneServed(ctx); err != nil && ctx.Err() == nil {
 					s.log.Warn("feed: prune the response log", "err", err)
 				}
 			}

@@ -41,7 +41,7 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 		cfg.Threshold = DefaultThreshold
 	}
 	if cfg.BackfillPosts == 0 {
-		cfg.BackfillPosts = DefaultBackfillPosts
+		cfg.BackfillPosts = defaultBackfillPosts
 	}
 	if cfg.BackfillPosts < MinBackfillPosts {
 		return nil, fmt.Errorf("feed: backfill of %d posts: want at least %d", cfg.BackfillPosts, MinBackfillPosts)
@@ -72,10 +72,10 @@ func (s *Service) strategyOf(code byte) (Strategy, bool) {
 func (s *Service) Read(ctx context.Context, reader string, q Query) (Page, error) {
 	limit := q.Limit
 	if limit == 0 {
-		limit = DefaultLimit
+		limit = defaultLimit
 	}
 	if limit < 1 || limit > MaxLimit {
-		return Page{}, ErrInvalidLimit
+		return Page{}, errInvalidLimit
 	}
 	st := s.cfg.Strategy
 	if q.Strategy != "" {
@@ -93,10 +93,10 @@ func (s *Service) Read(ctx context.Context, reader string, q Query) (Page, error
 		if q.Strategy == "" {
 			var ok bool
 			if st, ok = s.strategyOf(pos.Strategy); !ok {
-				return Page{}, ErrInvalidCursor
+				return Page{}, errInvalidCursor
 			}
 		} else if pos.Strategy != strategyCode(st.Name()) {
-			return Page{}, fmt.Errorf("%w: it belongs to another strategy", ErrInvalidCursor)
+			return Page{}, fmt.Errorf("%w: it belongs to another strategy", errInvalidCursor)
 		}
 	}
 	res, err := s.page(ctx, st, reader, pos, limit)
@@ -105,7 +105,7 @@ func (s *Service) Read(ctx context.Context, reader string, q Query) (Page, error
 	}
 	if res.blocker != "" {
 		return Page{}, fmt.Errorf("%w: the posts of %s, which it follows, were not pushed into inboxes; read with strategy=hybrid or pull",
-			ErrStrategyUnavailable, res.blocker)
+			errStrategyUnavailable, res.blocker)
 	}
 	p := res.assemble(pos, q.Cursor == "", limit, s.cfg.CursorKey, reader)
 	p.Strategy = st.Name()
@@ -321,7 +321,7 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) erro
 // settle settles posts with the configured strategy's decision.
 func (s *Service) settle(ctx context.Context, tx pgx.Tx, posts []int64) ([]Settled, error) {
 	var below *int64
-	if t := s.cfg.Strategy.PushesBelow(); t != Always {
+	if t := s.cfg.Strategy.PushesBelow(); t != always {
 		below = &t
 	}
 	rows, err := tx.Query(ctx, sqlSettle, posts, below)
@@ -346,7 +346,7 @@ func (s *Service) settle(ctx context.Context, tx pgx.Tx, posts []int64) ([]Settl
 }
 
 // PruneServed keeps the newest ResponseLogRows rows of the response log.
-func (s *Service) PruneServed(ctx context.Context) (int64, error) {
+func (s *Service) pruneServed(ctx context.Context) (int64, error) {
 	tag, err := s.pool.Exec(ctx, sqlPruneServed, s.cfg.ResponseLogRows)
 	if err != nil {
 		return 0, fmt.Errorf("feed: prune the response log: %w", pg.MapError(err))

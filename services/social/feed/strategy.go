@@ -32,7 +32,7 @@ type Strategy interface {
 }
 
 // Always is PushesBelow for a strategy that pushes every post.
-const Always = math.MaxInt64
+const always = math.MaxInt64
 
 // Push fans every post out to every active follower when it settles
 // (write cost ∝ followers) and reads the reader's inbox only (read cost ∝
@@ -55,7 +55,7 @@ func (Push) Name() string   { return "push" }
 func (Pull) Name() string   { return "pull" }
 func (Hybrid) Name() string { return "hybrid" }
 
-func (Push) PushesBelow() int64     { return Always }
+func (Push) PushesBelow() int64     { return always }
 func (Pull) PushesBelow() int64     { return 0 }
 func (h Hybrid) PushesBelow() int64 { return h.Threshold }
 
@@ -90,7 +90,7 @@ func ParseStrategy(name string, threshold int64) (Strategy, error) {
 		}
 		return Hybrid{Threshold: threshold}, nil
 	}
-	return nil, fmt.Errorf("%w: %q (want push, pull or hybrid)", ErrInvalidStrategy, name)
+	return nil, fmt.Errorf("%w: %q (want push, pull or hybrid)", errInvalidStrategy, name)
 }
 
 // strategyCode and codeStrategy map names to the byte a cursor carries.

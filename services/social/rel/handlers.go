@@ -181,7 +181,7 @@ func (h *handlers) setVisibility(c echo.Context) error {
 
 // views shows every derived view's lag against its declared bound.
 func (h *handlers) views(c echo.Context) error {
-	lags, err := h.svc.ViewLags(c.Request().Context())
+	lags, err := h.svc.viewLags(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func limitParam(c echo.Context) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > MaxLimit {
-		return 0, ErrInvalidLimit
+		return 0, errInvalidLimit
 	}
 	return n, nil
 }

@@ -57,7 +57,7 @@ func lagCollector(pool *pgxpool.Pool, log *slog.Logger) prometheus.Collector {
 		UpHelp:  "1 if the view lag query succeeded.",
 		Label:   "view",
 		LabelOf: func(l Lag) string { return l.View },
-		Read:    func(ctx context.Context) ([]Lag, error) { return ViewLags(ctx, pool) },
+		Read:    func(ctx context.Context) ([]Lag, error) { return viewLags(ctx, pool) },
 		Series: []pg.RowSeries[Lag]{
 			gauge("lag_events", "Relation events the view's consumer has not applied.", func(l Lag) float64 { return float64(l.Events) }),
 			gauge("lag_seconds", "Age of the oldest relation event the view has not applied (0 when caught up).", func(l Lag) float64 { return l.Seconds }),

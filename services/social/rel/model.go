@@ -179,11 +179,11 @@ func DecodeCursor(s string) (c Cursor, ok bool, err error) {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != 16 {
-		return Cursor{}, false, ErrInvalidCursor
+		return Cursor{}, false, errInvalidCursor
 	}
 	id := int64(binary.BigEndian.Uint64(b[8:]))
 	if id <= 0 {
-		return Cursor{}, false, ErrInvalidCursor
+		return Cursor{}, false, errInvalidCursor
 	}
 	return Cursor{CreatedAt: time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8]))).UTC(), PostID: id}, true, nil
 }

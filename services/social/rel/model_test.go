@@ -19,7 +19,7 @@ func TestCursorRoundTripAndRefusals(t *testing.T) {
 	}
 	zero := Cursor{CreatedAt: c.CreatedAt}.Encode()
 	for _, bad := range []string{"!!", "bm90LWEtY3Vyc29y", c.Encode() + "A", zero} {
-		if _, _, err := DecodeCursor(bad); !errors.Is(err, ErrInvalidCursor) {
+		if _, _, err := DecodeCursor(bad); !errors.Is(err, errInvalidCursor) {
 			t.Errorf("DecodeCursor(%q) = %v, want ErrInvalidCursor", bad, err)
 		}
 	}

@@ -35,7 +35,7 @@ func Build(d app.Deps) (app.Runtime, error) {
 	promx.Register(d.Registerer(), lagCollector(d.Pool, d.Log))
 	m := app.Runtime{Seed: s.seed}
 	for _, v := range Views {
-		t, err := app.ConsumerTask(d, s.ViewConsumer(v))
+		t, err := app.ConsumerTask(d, s.viewConsumer(v))
 		if err != nil {
 			return app.Runtime{}, err
 		}
@@ -52,7 +52,7 @@ func Build(d app.Deps) (app.Runtime, error) {
 const (
 	DemoPublic  = "user-0042"
 	DemoPrivate = "user-0043"
-	DemoPending = "user-0044"
+	demoPending = "user-0044"
 )
 
 // seed is idempotent and restores only what is missing (see below).
@@ -63,7 +63,7 @@ func (s *Service) seed(ctx context.Context) error {
 	for _, u := range []struct {
 		id      string
 		private bool
-	}{{DemoPublic, false}, {DemoPrivate, true}, {DemoPending, false}} {
+	}{{DemoPublic, false}, {DemoPrivate, true}, {demoPending, false}} {
 		if _, err := s.Profile(ctx, u.id); err == nil {
 			continue
 		}
@@ -74,7 +74,7 @@ func (s *Service) seed(ctx context.Context) error {
 	for _, f := range []struct {
 		follower, followee string
 		approve            bool
-	}{{DemoPublic, DemoPrivate, true}, {DemoPending, DemoPrivate, false}, {DemoPrivate, DemoPublic, false}} {
+	}{{DemoPublic, DemoPrivate, true}, {demoPending, DemoPrivate, false}, {DemoPrivate, DemoPublic, false}} {
 		r, _, err := s.Relations(ctx, f.follower, f.followee)
 		if err != nil {
 			return err

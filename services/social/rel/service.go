@@ -30,7 +30,7 @@ const (
 // Limits of the API.
 const (
 	MaxBody      = 4000 // characters of a post
-	DefaultLimit = 50
+	defaultLimit = 50
 	MaxLimit     = 200
 )
 
@@ -42,12 +42,12 @@ type Service struct {
 	faults    *faults.Set
 	log       *slog.Logger
 	m         *metrics
-	onPublish []PublishHook
+	onPublish []publishHook
 }
 
 // PublishHook runs inside the transaction that creates a post (the feed's
 // push fan-out): its error rolls the post back.
-type PublishHook func(ctx context.Context, tx pgx.Tx, p Post) error
+type publishHook func(ctx context.Context, tx pgx.Tx, p Post) error
 
 // NewService builds the service from the shared dependencies (rel has no
 // settings).
@@ -57,7 +57,7 @@ func NewService(d app.Deps) (*Service, error) {
 
 // OnPublish registers a hook run in every post's creating transaction.
 // Call it while building modules, before the service serves requests.
-func (s *Service) OnPublish(h PublishHook) { s.onPublish = append(s.onPublish, h) }
+func (s *Service) OnPublish(h publishHook) { s.onPublish = append(s.onPublish, h) }
 
 // Pool is the service's database pool.
 func (s *Service) Pool() *pgxpool.Pool { return s.pool }
@@ -76,7 +76,7 @@ func (s *Service) Follow(ctx context.Context, follower, followee string) (Result
 }
 
 // Unfollow ends a follow or withdraws a pending request.
-func (s *Service) Unfollow(ctx context.Context, follower, followee string) (Result, error) {
+func (s *Service) unfollow(ctx context.Context, follower, followee string) (Result, error) {
 	return s.Do(ctx, OpUnfollow, follower, followee)
 }
 
@@ -86,7 +86,7 @@ func (s *Service) Approve(ctx context.Context, owner, requester string) (Result,
 }
 
 // Reject: owner declines requester's pending request.
-func (s *Service) Reject(ctx context.Context, owner, requester string) (Result, error) {
+func (s *Service) reject(ctx context.Context, owner, requester string) (Result, error) {
 	return s.Do(ctx, OpReject, owner, requester)
 }
 
@@ -96,7 +96,7 @@ func (s *Service) Block(ctx context.Context, blocker, blocked string) (Result, e
 }
 
 // Unblock lifts a block; no follow comes back with it.
-func (s *Service) Unblock(ctx context.Context, blocker, blocked string) (Result, error) {
+func (s *Service) unblock(ctx context.Context, blocker, blocked string) (Result, error) {
 	return s.Do(ctx, OpUnblock, blocker, blocked)
 }
 
@@ -105,7 +105,7 @@ func (s *Service) Do(ctx context.Context, op Op, actor, other string) (Result, e
 	var res Result
 	err := pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = s.DoTx(ctx, tx, op, actor, other)
+		res, err = s.doTx(ctx, tx, op, actor, other)
 		return err
 	})
 	return res, err
@@ -122,7 +122,7 @@ type transition struct {
 // social.rel event carrying that version (REL-I1). It returns the row the
 // operation is about: (actor, other) for follow, unfollow, block and
 // unblock; (other, actor) — the request — for approve and reject.
-func (s *Service) DoTx(ctx context.Context, tx pgx.Tx, op Op, actor, other string) (Result, error) {
+func (s *Service) doTx(ctx context.Context, tx pgx.Tx, op Op, actor, other string) (Result, error) {
 	if err := validUser(actor); err != nil {
 		return Result{}, err
 	}
@@ -247,7 +247,7 @@ func write(ctx context.Context, tx pgx.Tx, op Op, t transition) (Relation, error
 		"event_id":     id,
 	})...).Scan(&after.Version, &after.UpdatedAt)
 	if errors.Is(pg.MapError(err), pg.ErrNotFound) {
-		return Relation{}, ErrRaced
+		return Relation{}, errRaced
 	}
 	if err != nil {
 		return Relation{}, fmt.Errorf("social: change %s>%s: %w", r.Follower, r.Followee, pg.MapError(err))
@@ -319,10 +319,10 @@ func checkAfter(after string) error {
 
 func checkLimit(limit int) (int, error) {
 	if limit == 0 {
-		return DefaultLimit, nil
+		return defaultLimit, nil
 	}
 	if limit < 1 || limit > MaxLimit {
-		return 0, ErrInvalidLimit
+		return 0, errInvalidLimit
 	}
 	return limit, nil
 }
@@ -355,10 +355,10 @@ func (s *Service) CreatePostTx(ctx context.Context, tx pgx.Tx, author string, re
 		return Post{}, err
 	}
 	if !req.Visibility.Valid() {
-		return Post{}, ErrInvalidVisibility
+		return Post{}, errInvalidVisibility
 	}
 	if n := utf8.RuneCountInString(req.Body); n < 1 || n > MaxBody || !utf8.ValidString(req.Body) {
-		return Post{}, ErrInvalidBody
+		return Post{}, errInvalidBody
 	}
 	if err := ensureUser(ctx, tx, author); err != nil {
 		return Post{}, err
@@ -390,7 +390,7 @@ func appendPostEvent(ctx context.Context, tx pgx.Tx, p Post) error {
 // on the post row and the truth table, never on a copy.
 func (s *Service) SetVisibility(ctx context.Context, actor string, postID int64, v Visibility) (Post, error) {
 	if !v.Valid() {
-		return Post{}, ErrInvalidVisibility
+		return Post{}, errInvalidVisibility
 	}
 	var p Post
 	err := pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -409,7 +409,7 @@ func (s *Service) SetVisibility(ctx context.Context, actor string, postID int64,
 			} else if !ok {
 				return ErrForbidden
 			}
-			return ErrNotAuthor
+			return errNotAuthor
 		}
 		if p.Visibility == v {
 			return nil

@@ -247,7 +247,7 @@ func getUser(ctx context.Context, q pg.Querier, id string) (User, error) {
 	var u User
 	err := q.QueryRow(ctx, sqlGetUser, id).Scan(&u.UserID, &u.Private, &u.CreatedAt)
 	if errors.Is(pg.MapError(err), pg.ErrNotFound) {
-		return User{}, ErrUserNotFound
+		return User{}, errUserNotFound
 	}
 	if err != nil {
 		return User{}, fmt.Errorf("social: read user %s: %w", id, pg.MapError(err))

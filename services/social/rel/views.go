@@ -60,7 +60,7 @@ func (v *View) Consumer() outbox.Consumer {
 
 // ViewConsumer is v's consumer as the process runs it: Consumer, with
 // each applied event's delay since its change observed on s's metrics.
-func (s *Service) ViewConsumer(v *View) outbox.Consumer {
+func (s *Service) viewConsumer(v *View) outbox.Consumer {
 	c := v.Consumer()
 	c.HandleBatch = func(ctx context.Context, tx pgx.Tx, evs []outbox.Event) error {
 		if err := v.Apply(ctx, tx, evs); err != nil {
@@ -163,7 +163,7 @@ func (s *Service) list(ctx context.Context, v *View, viewer, owner, after string
 		return Page{}, fmt.Errorf("social: %s of %s: %w", v.Name, owner, err)
 	}
 	p := pageOf(ids, limit)
-	lags, err := s.ViewLags(ctx)
+	lags, err := s.viewLags(ctx)
 	if err != nil {
 		return Page{}, err
 	}
@@ -185,7 +185,7 @@ func (s *Service) mayList(ctx context.Context, viewer, owner string) error {
 		return fmt.Errorf("social: lists of %s: %w", owner, pg.MapError(err))
 	}
 	if !exists {
-		return ErrUserNotFound
+		return errUserNotFound
 	}
 	if !ok {
 		return ErrForbidden
@@ -220,12 +220,12 @@ func (s *Service) Counts(ctx context.Context, viewer, owner string) (Counts, err
 
 // ViewLags measures every declared view (social_view): its consumer's
 // unapplied events, the oldest one's age and the declared bound.
-func (s *Service) ViewLags(ctx context.Context) ([]Lag, error) {
-	return ViewLags(ctx, s.pool)
+func (s *Service) viewLags(ctx context.Context) ([]Lag, error) {
+	return viewLags(ctx, s.pool)
 }
 
 // ViewLags is Service.ViewLags on any querier (the metrics collector).
-func ViewLags(ctx context.Context, q pg.Querier) ([]Lag, error) {
+func viewLags(ctx context.Context, q pg.Querier) ([]Lag, error) {
 	rows, err := q.Query(ctx, sqlViewLag)
 	if err != nil {
 		return nil, fmt.Errorf("social: view lag: %w", pg.MapError(err))
