@@ -49,7 +49,7 @@ func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_notification WHERE id = $1`, done.ID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_task WHERE id = $1`, delivered.ID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_attempt WHERE task_id = $1`, delivered.ID))
-	require.Zero(t, l.Count(t, `SELECT count(*) FROM job WHERE id = $1`, delivered.JobID))
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM job_all WHERE id = $1`, delivered.JobID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM job_event WHERE job_id = $1`, delivered.JobID))
 	require.Equal(t, notify.TaskQueued, notifylab.LabTask(t, l.Get(t, live.ID), notify.ChannelEmail).State, "a live task keeps its notification")
 
