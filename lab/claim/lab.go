@@ -605,11 +605,18 @@ func naiveComplete(x *lab.X, l claimLab, j *claim.Job) error {
 	if err != nil {
 		return err
 	}
+	// By id only, wherever the job is: still live, or already finished by
+	// the new owner and moved to job_history.
 	_, err = l.pool.Exec(ctx, `
-		WITH done AS (
+		WITH live AS (
 		    UPDATE job SET state = 'succeeded', owner = $2, result = $3, lease_until = NULL, updated_at = now()
 		     WHERE id = $1
-		    RETURNING id, state)
+		    RETURNING id, state),
+		finished AS (
+		    UPDATE job_history SET state = 'succeeded', owner = $2, result = $3, lease_until = NULL
+		     WHERE id = $1
+		    RETURNING id, state),
+		done AS (SELECT * FROM live UNION ALL SELECT * FROM finished)
 		INSERT INTO job_event (job_id, event, fence, owner, state)
 		SELECT id, 'succeeded', $4, $2, state FROM done`,
 		j.ID, "worker-old", workflow.Result{EffectID: e.ID, Status: e.Status}, j.Fence)
