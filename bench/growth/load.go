@@ -87,7 +87,7 @@ func Load(ctx context.Context, db pg.Querier, n int, o LoadOptions) error {
 DO $$
 DECLARE d date;
 BEGIN
-    FOR d IN SELECT generate_series(((now() - %d * interval '1 microsecond' - interval '2 days') AT TIME ZONE 'UTC')::date,
+    FOR d IN SELECT generate_series(((now() - %d * interval '1 microsecond' - interval '26 hours') AT TIME ZONE 'UTC')::date,
                                     (now() AT TIME ZONE 'UTC')::date, interval '1 day')::date LOOP
         EXECUTE format('CREATE TABLE IF NOT EXISTS %%I PARTITION OF job_history_days FOR VALUES FROM (%%L) TO (%%L)',
                        'job_history_d' || to_char(d, 'YYYYMMDD'), d::text || ' 00:00:00+00', (d + 1)::text || ' 00:00:00+00');

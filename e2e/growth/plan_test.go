@@ -52,7 +52,7 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, growthbench.Load(ctx, pool, history, growthbench.LoadOptions{Logf: t.Logf}))
 	t.Logf("loaded %d rows of history per table in %v", history, time.Since(start).Round(time.Millisecond))
-	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks", "upload_session",
+	for _, table := range []string{"job_history", "job_event", "outbox_event", "shortlink_clicks", "upload_session",
 		"notify_notification", "notify_task", "notify_attempt", "social_feed_inbox",
 		"lease", "lease_grant", "report_write", "report_output", "fence_guard"} {
 		var n int64
@@ -102,7 +102,7 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 		c := claim.NewClient(pool, claim.Options{})
 		st, err := c.MaintainHistory(ctx, growthbench.Retention)
 		require.NoError(t, err)
-		require.Len(t, st.DaysDropped, 1, "the one day wholly past the retention")
+		require.NotEmpty(t, st.DaysDropped, "the day wholly past the retention")
 		require.EqualValues(t, growthbench.PurgeableRows, st.DroppedJobs)
 		require.Zero(t, st.Deleted, "nothing in the default partition")
 		events, err := outbox.Purge(ctx, pool, growthbench.Retention)
