@@ -41,7 +41,7 @@ func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
 	past := (notify.DefaultRetention + time.Hour).Microseconds()
 	_, err = l.Pool.Exec(ctx, `UPDATE notify_notification SET created_at = now() - $1::bigint * interval '1 microsecond'`, past)
 	require.NoError(t, err)
-	_, err = l.Pool.Exec(ctx, `UPDATE job SET updated_at = now() - $1::bigint * interval '1 microsecond' WHERE kind LIKE 'notify.%'`, past)
+	_, err = l.Pool.Exec(ctx, `UPDATE job_history SET updated_at = now() - $1::bigint * interval '1 microsecond' WHERE kind LIKE 'notify.%'`, past) // finished jobs are in job_history
 	require.NoError(t, err)
 	n, err = notify.Purge(ctx, l.Pool, notify.DefaultRetention)
 	require.NoError(t, err)
