@@ -138,7 +138,7 @@ func Run(_ []app.Module, args []string) error {
 	// Statistics as the drain left them: the ANALYZE above saw this run's
 	// jobs ready and none of its events, and beside earlier runs' history
 	// that estimate once planned this join into minutes.
-	if _, err := pool.Exec(ctx, `ANALYZE job, job_event`); err != nil {
+	if _, err := pool.Exec(ctx, `ANALYZE job, job_history, job_event`); err != nil {
 		return err
 	}
 	var done int
@@ -147,7 +147,7 @@ func Run(_ []app.Module, args []string) error {
 		SELECT count(*),
 		       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - c.at)), 0),
 		       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - c.at)), 0)
-		FROM job j
+		FROM job_history j
 		JOIN job_event c ON c.job_id = j.id AND c.event = 'claimed'
 		JOIN job_event s ON s.job_id = j.id AND s.event = 'succeeded'
 		WHERE j.kind = $1 AND j.business_key LIKE $2 AND j.state = 'succeeded'`, kind, runID+"-%").Scan(&done, &p50, &p99)
@@ -177,7 +177,7 @@ func Run(_ []app.Module, args []string) error {
 		*jobs, *workers, rate, p99*1000, perJob(float64(walEnd-walStart)), perJob(float64(drainTrips)))
 
 	if shared.DatabaseURL != "" { // leave someone else's database as we found it
-		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job WHERE kind = $1 AND business_key LIKE $2 RETURNING id)
+		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job_history WHERE kind = $1 AND business_key LIKE $2 RETURNING id)
 			DELETE FROM job_event WHERE job_id IN (SELECT id FROM gone)`, kind, runID+"-%")
 		return err
 	}

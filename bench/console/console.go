@@ -170,11 +170,11 @@ func run(ctx context.Context, c config, urls [2]string, mods []app.Module) error
 				return err
 			}
 		}
-		if err := s.p.Deps.Pool.QueryRow(ctx, `SELECT (SELECT min(id) FROM job WHERE state = 'needs_review'), (SELECT min(id) FROM job)`).Scan(&s.reviewID, &s.oldID); err != nil {
+		if err := s.p.Deps.Pool.QueryRow(ctx, `SELECT (SELECT min(id) FROM job_all WHERE state = 'needs_review'), (SELECT min(id) FROM job_all)`).Scan(&s.reviewID, &s.oldID); err != nil {
 			return err
 		}
 	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE state IN ('succeeded', 'failed', 'cancelled')`).Scan(&finished); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_all WHERE state IN ('succeeded', 'failed', 'cancelled')`).Scan(&finished); err != nil {
 		return err
 	}
 	fmt.Printf("inserted in %s: %d finished jobs\n\n", time.Since(t0).Round(time.Second), finished)

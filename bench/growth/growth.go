@@ -134,14 +134,15 @@ func Run(_ []app.Module, args []string) error {
 	}
 	results := make([]phase, len(scratches))
 	for i, sc := range scratches {
-		fmt.Printf("history %d: measuring …\n", sc.history)
-		if results[i], err = measure(ctx, sc, *repeat); err != nil {
-			return err
-		}
+		results[i] = phase{history: sc.history, load: sc.load, reused: sc.reused}
 	}
-	// Claim throughput side by side: alternating drains on the empty and
-	// the grown database, the order swapped every round; the ratio is the
-	// median of the rounds' ratios.
+	// Claim throughput side by side, first: alternating drains on the
+	// empty and the grown database, the order swapped every round,
+	// beginning right after the load, so that whatever autovacuum does to
+	// the claimed table after a load (and after each drain's churn) falls
+	// inside the timing. The ratio is the median of the rounds' ratios,
+	// and the minimum is reported beside it: one drain slowed by a vacuum
+	// that walks the history is the figure this design is judged by.
 	var ratios []float64
 	for r := range *rounds {
 		order := []int{0, 1}
@@ -158,7 +159,22 @@ func Run(_ []app.Module, args []string) error {
 		fmt.Printf("claim round %d: %.0f jobs/s at 0, %.0f jobs/s at %d (ratio %.2f)\n", r+1, rate[0], rate[1], *history, rate[1]/rate[0])
 		ratios = append(ratios, rate[1]/rate[0])
 	}
-	report(os.Stdout, results, median(ratios), version)
+	for i, sc := range scratches {
+		fmt.Printf("history %d: measuring …\n", sc.history)
+		rates := results[i].claimRates
+		if results[i], err = measure(ctx, sc, *repeat); err != nil {
+			return err
+		}
+		results[i].claimRates = rates
+	}
+	// Retention last (it drops what it purges): claim.purge's drop of the
+	// one day of finished jobs wholly past the retention, timed on each.
+	for i, sc := range scratches {
+		if results[i].purgeDay, results[i].purgeDayJobs, err = purgeDay(ctx, sc); err != nil {
+			return err
+		}
+	}
+	report(os.Stdout, results, median(ratios), slices.Min(ratios), version)
 	return nil
 }
 
@@ -207,6 +223,9 @@ type phase struct {
 	reused     bool
 	rows       []row
 	claimRates []float64 // one per round
+
+	purgeDay     time.Duration // claim.purge dropping the expired day
+	purgeDayJobs int64         // the jobs that day held
 }
 
 // scratch is one loaded database.
@@ -343,7 +362,7 @@ func drain(ctx context.Context, sc *scratch, round string, jobs, workers int) (f
 	if _, err := pool.Exec(ctx, `ANALYZE job`); err != nil {
 		return 0, err
 	}
-	const sqlDone = `SELECT count(*) FROM job WHERE kind = 'growth.tp' AND state = 'succeeded' AND business_key LIKE 'tp-' || $1 || '-%'`
+	const sqlDone = `SELECT count(*) FROM job_history WHERE kind = 'growth.tp' AND state = 'succeeded' AND business_key LIKE 'tp-' || $1 || '-%'`
 	t0 := time.Now()
 	if err := c.Work(ctx, claim.PoolOptions{Workers: workers, ExitWhenIdle: true, PollInterval: 50 * time.Millisecond}); err != nil {
 		return 0, err
@@ -359,13 +378,27 @@ func drain(ctx context.Context, sc *scratch, round string, jobs, workers int) (f
 	return float64(jobs) / elapsed.Seconds(), nil
 }
 
+// purgeDay times claim.purge's drop of the expired days (the load puts the
+// purgeable jobs on one day wholly past the retention): the day's events
+// and a catalog change, whatever the history beside it.
+func purgeDay(ctx context.Context, sc *scratch) (time.Duration, int64, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := claim.NewClient(sc.pool, claim.Options{Log: quiet, Metrics: prometheus.NewRegistry(), Owner: "bench-growth"})
+	t0 := time.Now()
+	_, jobs, err := c.PurgeDays(ctx, Retention)
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench growth: purge days: %w", err)
+	}
+	return time.Since(t0), jobs, nil
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
 }
 
-func report(w io.Writer, ps []phase, ratio float64, version string) {
+func report(w io.Writer, ps []phase, ratio, minRatio float64, version string) {
 	empty, full := ps[0], ps[len(ps)-1]
 	fmt.Fprintf(w, "\nfencelab growth: every periodic, per-scrape and per-request query at history 0 and %d (PostgreSQL %s)\n", full.history, version)
 	if full.reused {
@@ -383,10 +416,15 @@ func report(w io.Writer, ps []phase, ratio float64, version string) {
 			worst, worstMs = r.name, r.ms
 		}
 	}
-	fmt.Fprintf(tw, "claim throughput (jobs/s, median of %d alternating rounds)\tper-job\t%.0f\t\t%.0f\t\t\n",
+	fmt.Fprintf(tw, "claim throughput (jobs/s, median of %d alternating rounds from the load on)\tper-job\t%.0f\t\t%.0f\t\t\n",
 		len(full.claimRates), median(empty.claimRates), median(full.claimRates))
+	fmt.Fprintf(tw, "claim.purge: drop the expired day (jobs dropped)\tperiodic\t%.2f\t%d\t%.2f\t%d\t\n",
+		ms(empty.purgeDay), empty.purgeDayJobs, ms(full.purgeDay), full.purgeDayJobs)
 	_ = tw.Flush()
 	fmt.Fprintf(w, "  rows = rows examined by every scan (EXPLAIN ANALYZE); ms = median execution time; the machine is shared, figures are under contention\n")
-	fmt.Fprintf(w, "RESULT growth history=%d worst_query=%s worst_ms=%.2f claim_ratio=%.2f\n",
-		full.history, strings.ReplaceAll(worst, " ", "_"), worstMs, ratio)
+	fmt.Fprintf(w, "  claim rounds' ratios: median %.2f, minimum %.2f\n", ratio, minRatio)
+	fmt.Fprintf(w, "RESULT growth history=%d worst_query=%s worst_ms=%.2f claim_ratio=%.2f claim_min_ratio=%.2f purge_day_ms_0=%.2f purge_day_ms=%.2f\n",
+		full.history, strings.ReplaceAll(worst, " ", "_"), worstMs, ratio, minRatio, ms(empty.purgeDay), ms(full.purgeDay))
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

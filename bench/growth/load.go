@@ -78,22 +78,35 @@ func Load(ctx context.Context, db pg.Querier, n int, o LoadOptions) error {
 		sql  string
 		args []any
 	}{
-		// Claim: purgeable finished jobs first (oldest), then history
+		// Claim: finished jobs live in job_history, one partition per UTC
+		// day (the engine creates them ahead; here every day the load
+		// spans). Purgeable finished jobs first (oldest, on a day wholly
+		// past the retention, so that claim.purge drops it), then history
 		// spread over 90% of the retention, then the live queue.
+		{"job history days", fmt.Sprintf(`
+DO $$
+DECLARE d date;
+BEGIN
+    FOR d IN SELECT generate_series(((now() - %d * interval '1 microsecond' - interval '26 hours') AT TIME ZONE 'UTC')::date,
+                                    (now() AT TIME ZONE 'UTC')::date, interval '1 day')::date LOOP
+        EXECUTE format('CREATE TABLE IF NOT EXISTS %%I PARTITION OF job_history_days FOR VALUES FROM (%%L) TO (%%L)',
+                       'job_history_d' || to_char(d, 'YYYYMMDD'), d::text || ' 00:00:00+00', (d + 1)::text || ' 00:00:00+00');
+    END LOOP;
+END $$`, ret), nil},
 		{"jobs past retention", `
-INSERT INTO job (kind, business_key, state, due_at, created_at, updated_at, attempts, fence, owner)
-SELECT 'growth.k' || (i % $3), 'old-' || i, 'succeeded', t, t, t, 1, 1, 'growth'
-  FROM generate_series(1, $1) i, LATERAL (SELECT now() - $2::bigint * interval '1 microsecond' - interval '1 hour' - i * interval '1 millisecond' AS t) x`,
+INSERT INTO job_history (id, kind, business_key, state, payload, due_at, created_at, updated_at, attempts, max_attempts, fence, owner)
+SELECT nextval('job_id_seq'), 'growth.k' || (i % $3), 'old-' || i, 'succeeded', '{}', t, t, t, 1, 5, 1, 'growth'
+  FROM generate_series(1, $1) i, LATERAL (SELECT now() - $2::bigint * interval '1 microsecond' - interval '25 hours' - i * interval '1 millisecond' AS t) x`,
 			[]any{PurgeableRows, ret, historyKinds}},
 		{"job history", `
-INSERT INTO job (kind, business_key, state, due_at, created_at, updated_at, attempts, fence, owner)
-SELECT 'growth.k' || (i % $3), 'h-' || i, 'succeeded', t, t, t, 1, 1, 'growth'
+INSERT INTO job_history (id, kind, business_key, state, payload, due_at, created_at, updated_at, attempts, max_attempts, fence, owner)
+SELECT nextval('job_id_seq'), 'growth.k' || (i % $3), 'h-' || i, 'succeeded', '{}', t, t, t, 1, 5, 1, 'growth'
   FROM generate_series(1, $1) i, LATERAL (SELECT now() - (0.9 * $2::bigint * (i::float8 / $1)) * interval '1 microsecond' AS t) x`,
 			[]any{n, ret, historyKinds}},
 		{"job events", `
 INSERT INTO job_event (job_id, event, fence, owner, state, at)
 SELECT id, e.event, 1, 'growth', e.state, updated_at
-  FROM job, (VALUES ('claimed', 'running'), ('succeeded', 'succeeded')) AS e(event, state)
+  FROM job_history, (VALUES ('claimed', 'running'), ('succeeded', 'succeeded')) AS e(event, state)
  WHERE kind LIKE 'growth.k%'
  ORDER BY id, e.event`, nil},
 		{"live jobs", `
@@ -163,21 +176,21 @@ SELECT $3, 'growth-' || i, 'growth', 'growth',
             ELSE now() - (0.9 * $2::bigint * (1 - i::float8 / ($1 + $4 + 1))) * interval '1 microsecond' END
   FROM generate_series(1, $1::int + $4::int) i`, []any{n, ret, NotifyUser, PurgeableRows}},
 		{"notify jobs", `
-INSERT INTO job (kind, business_key, state, due_at, created_at, updated_at, attempts, fence, owner)
-SELECT 'notify.email', 'notify-' || id || '-email', 'succeeded', created_at, created_at, created_at, 1, 1, 'growth'
+INSERT INTO job_history (id, kind, business_key, state, payload, due_at, created_at, updated_at, attempts, max_attempts, fence, owner, kept)
+SELECT nextval('job_id_seq'), 'notify.email', 'notify-' || id || '-email', 'succeeded', '{}', created_at, created_at, created_at, 1, 5, 1, 'growth', true
   FROM notify_notification WHERE user_id = $1 ORDER BY id`, []any{NotifyUser}},
 		{"notify job events", `
 INSERT INTO job_event (job_id, event, fence, owner, state, at)
 SELECT id, e.event, 1, 'growth', e.state, updated_at
-  FROM job, (VALUES ('claimed', 'running'), ('succeeded', 'succeeded')) AS e(event, state)
+  FROM job_history, (VALUES ('claimed', 'running'), ('succeeded', 'succeeded')) AS e(event, state)
  WHERE kind = 'notify.email' AND business_key LIKE 'notify-%'
  ORDER BY id, e.event`, nil},
 		// Statistics first, so the joins below hash instead of looping.
-		{"notify analyze", `ANALYZE job, notify_notification`, nil},
+		{"notify analyze", `ANALYZE job_history, notify_notification`, nil},
 		{"notify tasks", `
 INSERT INTO notify_task (notification_id, channel, job_id, created_at)
 SELECT n.id, 'email', j.id, n.created_at
-  FROM notify_notification n JOIN job j ON j.kind = 'notify.email' AND j.business_key = 'notify-' || n.id || '-email'
+  FROM notify_notification n JOIN job_history j ON j.kind = 'notify.email' AND j.business_key = 'notify-' || n.id || '-email'
  WHERE n.user_id = $1`, []any{NotifyUser}},
 		{"notify analyze tasks", `ANALYZE notify_task`, nil},
 		{"notify attempts", `

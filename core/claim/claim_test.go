@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -219,14 +220,14 @@ func TestPeriodicKindRunsOncePerSlotAcrossPools(t *testing.T) {
 	require.Equal(t, time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339), slot)
 	var n int
 	require.Eventually(t, func() bool {
-		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM job WHERE kind = 't.tick' AND state = 'succeeded'`).Scan(&n))
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM job_all WHERE kind = 't.tick' AND state = 'succeeded'`).Scan(&n))
 		return n == 1
 	}, 10*time.Second, 10*time.Millisecond)
 	cancel()
 	<-done
 	<-done
 	require.Len(t, ran, 0, "the slot ran once although two pools scheduled it")
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM job`).Scan(&n))
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM job_all`).Scan(&n))
 	require.Equal(t, 1, n)
 	invariants.Assert(t, pool, "claim")
 }
@@ -303,7 +304,9 @@ func TestDecisionsSettleJobsInReview(t *testing.T) {
 
 // Finished jobs past the retention are purged with their history; a job
 // still running, a recent one, one waiting for review and every job of a
-// kind registered with KeepFinished stay.
+// kind registered with KeepFinished stay. This is the batched purge of
+// job_history's default partition (a finish on a day that had no
+// partition); TestRetentionDropsAnExpiredDayWhole is the days'.
 func TestPurgeFinishedDropsOnlyOldFinishedJobsOfUnkeptKinds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, claim.Kind{Name: "t.tick", Every: time.Minute, Handle: noop}, claim.Kind{Name: "t.work", Handle: noop},
@@ -328,8 +331,10 @@ func TestPurgeFinishedDropsOnlyOldFinishedJobsOfUnkeptKinds(t *testing.T) {
 			require.NoError(t, b.c.Complete(ctx, j, nil))
 		}
 	}
-	// Age everything but newSlot past the retention (an exact boundary, not a sleep).
-	_, err = b.pool.Exec(ctx, `UPDATE job SET updated_at = now() - interval '2 days' WHERE id <> $1`, newSlot)
+	// Age every finished job but newSlot past the retention (an exact
+	// boundary, not a sleep): two days ago has no day partition (they are
+	// created from today on), so the rows move to the default one.
+	_, err = b.pool.Exec(ctx, `UPDATE job_history SET updated_at = now() - interval '2 days' WHERE id <> $1`, newSlot)
 	require.NoError(t, err)
 
 	n, err := b.c.PurgeFinished(ctx, 24*time.Hour, 2)
@@ -338,7 +343,7 @@ func TestPurgeFinishedDropsOnlyOldFinishedJobsOfUnkeptKinds(t *testing.T) {
 	n, err = b.c.PurgeFinished(ctx, 24*time.Hour, 2)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	rows, err := b.pool.Query(ctx, `SELECT id FROM job ORDER BY id`)
+	rows, err := b.pool.Query(ctx, `SELECT id FROM job_all ORDER BY id`)
 	require.NoError(t, err)
 	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
@@ -381,4 +386,184 @@ func TestQueueCollectorFailureIsVisibleAsCollectorUpZero(t *testing.T) {
 	require.Equal(t, 1.0, up())
 	pool.Close()
 	require.Equal(t, 0.0, up(), "a closed pool fails the scrape's queries")
+}
+
+// A finished job leaves the live table in the statement that finishes it:
+// it is in job_history, not in job, and job_all shows it once. A retry
+// stays live. The claims' table holds only the live queue (migration 0614).
+func TestAFinishedJobMovesToHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t, claim.Kind{Name: "t.work", Handle: noop, MaxAttempts: 3})
+	ctx := context.Background()
+	done, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "done"})
+	require.NoError(t, err)
+	gaveUp, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "gave-up"})
+	require.NoError(t, err)
+	retry, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "retry"})
+	require.NoError(t, err)
+	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	for _, j := range jobs {
+		switch j.ID {
+		case done:
+			require.NoError(t, b.c.Complete(ctx, j, map[string]string{"ok": "yes"}))
+		case gaveUp:
+			require.NoError(t, b.c.Fail(ctx, j, claim.Permanent(errors.New("no"))))
+		case retry:
+			require.NoError(t, b.c.Fail(ctx, j, errors.New("later")))
+		}
+	}
+	where := func(id int64) (live, history, all int) {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM job WHERE id = $1),
+		    (SELECT count(*) FROM job_history WHERE id = $1), (SELECT count(*) FROM job_all WHERE id = $1)`, id).
+			Scan(&live, &history, &all))
+		return
+	}
+	for _, id := range []int64{done, gaveUp} {
+		live, history, all := where(id)
+		require.Equal(t, [3]int{0, 1, 1}, [3]int{live, history, all}, "job %d: finished, so in history only", id)
+	}
+	live, history, all := where(retry)
+	require.Equal(t, [3]int{1, 0, 1}, [3]int{live, history, all}, "a retry stays live")
+
+	j, evs, err := b.c.Get(ctx, done, 10)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateSucceeded, j.State)
+	require.JSONEq(t, `{"ok":"yes"}`, string(j.Result))
+	require.Equal(t, "test-a", j.Owner)
+	require.Len(t, evs, 2)
+	j, _, err = b.c.Get(ctx, gaveUp, 10)
+	require.NoError(t, err)
+	require.Equal(t, claim.StateFailed, j.State)
+	require.Contains(t, j.LastError, "no")
+	invariants.Assert(t, b.pool, "claim")
+}
+
+// (kind, business_key) stays unique across the live table and the history:
+// enqueueing a finished job's key returns that job, unchanged, as when
+// finished jobs stayed in job; a bulk enqueue skips it; an insert that
+// bypasses the engine is refused. And the one race the enqueue's snapshot
+// cannot see: the key's job moves to the history while the insert waits on
+// its row — the trigger refuses the insert, and Enqueue's second look
+// returns the finished job.
+func TestABusinessKeyStaysUniqueAcrossLiveAndHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t, claim.Kind{Name: "t.work", Handle: noop})
+	ctx := context.Background()
+	finish := func(key string, tx pgx.Tx) int64 {
+		id, created, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: key})
+		require.NoError(t, err)
+		require.True(t, created)
+		jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+		require.Equal(t, id, jobs[0].ID)
+		if tx == nil {
+			require.NoError(t, b.c.Complete(ctx, jobs[0], nil))
+		} else {
+			require.NoError(t, b.c.CompleteTx(ctx, tx, jobs[0], nil))
+		}
+		return id
+	}
+	id := finish("order-1", nil)
+	again, created, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "order-1"})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, id, again)
+	n, err := b.c.EnqueueMany(ctx, b.pool, []claim.NewJob{{Kind: "t.work", BusinessKey: "order-1"}, {Kind: "t.work", BusinessKey: "order-2"}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the finished key is skipped, the new one inserted")
+	_, err = b.pool.Exec(ctx, `INSERT INTO job (kind, business_key) VALUES ('t.work', 'order-1')`)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "23505", pe.Code)
+	_, err = b.pool.Exec(ctx, `DELETE FROM job WHERE business_key = 'order-2'`)
+	require.NoError(t, err)
+
+	// The race, forced: the completion of order-3 holds its moved row
+	// uncommitted while an enqueue of order-3 waits on it.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	id3 := finish("order-3", tx)
+	type got struct {
+		id      int64
+		created bool
+		err     error
+	}
+	res := make(chan got, 1)
+	go func() {
+		id, created, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "order-3"})
+		res <- got{id, created, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		    WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO job %'`).Scan(&waiting))
+		return waiting == 1
+	}, 10*time.Second, 5*time.Millisecond, "the enqueue waits on the completing transaction's row")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-res
+	require.NoError(t, r.err)
+	require.False(t, r.created)
+	require.Equal(t, id3, r.id)
+	var keys int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM job_all WHERE kind = 't.work' AND business_key = 'order-3'`).Scan(&keys))
+	require.Equal(t, 1, keys)
+	invariants.Assert(t, b.pool, "claim")
+}
+
+// Retention drops an expired day of history whole: the day partition goes
+// from the catalog with its jobs' events, except the jobs of KeepFinished
+// kinds, which move to job_history_kept first; today's day stays.
+func TestRetentionDropsAnExpiredDayWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t, claim.Kind{Name: "t.work", Handle: noop}, claim.Kind{Name: "t.kept", Handle: noop, KeepFinished: true})
+	ctx := context.Background()
+	created, err := b.c.EnsureHistoryDays(ctx, -3, -3)
+	require.NoError(t, err)
+	require.Len(t, created, 1)
+	old := created[0]
+	var ids []int64
+	for _, nj := range []claim.NewJob{{Kind: "t.work", BusinessKey: "old"}, {Kind: "t.kept", BusinessKey: "old"}, {Kind: "t.work", BusinessKey: "new"}} {
+		id, _, err := b.c.Enqueue(ctx, b.pool, nj)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	for _, j := range jobs {
+		require.NoError(t, b.c.Complete(ctx, j, nil))
+	}
+	// Three days ago: the partition created above (an exact boundary, not a sleep).
+	_, err = b.pool.Exec(ctx, `UPDATE job_history SET updated_at = now() - interval '3 days' WHERE id = ANY ($1)`, ids[:2])
+	require.NoError(t, err)
+	var inOld int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+old).Scan(&inOld))
+	require.Equal(t, 2, inOld)
+
+	dropped, n, err := b.c.PurgeDays(ctx, 24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []string{old}, dropped, "only the expired day")
+	require.Equal(t, int64(1), n, "the kept kind's job moved out first")
+	var exists bool
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, old).Scan(&exists))
+	require.False(t, exists, "the partition is gone")
+	var left []int64
+	rows, err := b.pool.Query(ctx, `SELECT id FROM job_all ORDER BY id`)
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids[1], ids[2]}, left)
+	var kept bool
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT kept FROM job_history WHERE id = $1`, ids[1]).Scan(&kept))
+	require.True(t, kept)
+	require.Empty(t, events(t, b.pool, ids[0]), "a dropped job's events went with it")
+	require.NotEmpty(t, events(t, b.pool, ids[1]))
+	st, err := b.c.MaintainHistory(ctx, 24*time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, st.DaysDropped, "nothing else expired")
+	invariants.Assert(t, b.pool, "claim")
 }

@@ -5,6 +5,9 @@ import "github.com/fencelab/fencelab/core/invariant"
 // The claim engine's invariants (chapter 2, claim). Events written by a
 // writer whose fence was already stale (rejected_stale, heartbeat_lost)
 // record the old fence on purpose; the monotonicity checks skip them.
+//
+// Finished jobs live in job_history (migration 0614): CLAIM-I2 reads both
+// tables through job_all, CLAIM-I4 reads the succeeded jobs in the history.
 var Invariants = []invariant.Invariant{
 
 	{
@@ -21,7 +24,7 @@ var Invariants = []invariant.Invariant{
 			                   lag(fence) OVER (PARTITION BY job_id ORDER BY id) AS prev_fence
 			            FROM job_event
 			            WHERE event NOT IN ('rejected_stale', 'heartbeat_lost')) e
-			      LEFT JOIN job j ON j.id = e.job_id
+			      LEFT JOIN job_all j ON j.id = e.job_id
 			      WHERE e.fence < e.prev_fence OR j.id IS NULL OR e.fence > j.fence`,
 	},
 	{
@@ -36,7 +39,7 @@ var Invariants = []invariant.Invariant{
 		SQL: `SELECT j.id, j.fence AS job_fence, count(e.id) AS completions,
 			             min(e.fence) AS min_completion_fence, max(e.fence) AS max_completion_fence,
 			             max(e.granted) AS granted_before
-			      FROM job j
+			      FROM job_history j
 			      LEFT JOIN LATERAL (
 			          SELECT c.id, c.fence,
 			                 (SELECT max(g.fence) FROM job_event g

@@ -3,15 +3,28 @@ package claim
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelab/fencelab/core/pg"
 )
 
 // DefaultRetention is how long finished jobs (succeeded, failed,
 // cancelled) and their history are kept for inspection before claim.purge
-// deletes them (FENCELAB_CLAIM_RETENTION).
+// deletes them (FENCELAB_CLAIM_RETENTION). A day of job_history is dropped
+// whole once its last instant is older than the retention: a job is kept
+// at least the retention and at most a day longer.
 const DefaultRetention = 72 * time.Hour
+
+// HistoryDaysAhead is how many days past today claim.purge (and the
+// migration that made job_history) keep created, so a finish lands in its
+// day's partition, never the default one, unless the engine stopped for
+// that long.
+const HistoryDaysAhead = 7
 
 // PurgeBatch bounds one purge statement: its row locks, its transaction
 // and the rows it examines.
@@ -20,10 +33,11 @@ const PurgeBatch = 1000
 // PurgeKindName is the periodic kind that enforces the retention.
 const PurgeKindName = "claim.purge"
 
-// PurgeFinished deletes up to batch jobs that finished more than olderThan
-// ago by the database clock, with their job_event rows in the same
-// statement, skipping kinds registered with KeepFinished. It returns how
-// many jobs it deleted.
+// PurgeFinished deletes up to batch jobs of job_history's default
+// partition that finished more than olderThan ago by the database clock,
+// with their job_event rows in the same statement, skipping kinds
+// registered with KeepFinished. It returns how many jobs it deleted. The
+// day partitions are dropped whole by PurgeDays instead.
 func (c *Client) PurgeFinished(ctx context.Context, olderThan time.Duration, batch int) (int, error) {
 	var n int
 	err := c.pool.QueryRow(ctx, sqlPurgeFinished, olderThan.Microseconds(), batch, c.kept()).Scan(&n)
@@ -52,19 +66,176 @@ func RetentionKind(name string, retention time.Duration, purge func(context.Cont
 // Deleted is the result most purges record: how many rows went.
 func Deleted[N int | int64](n N) map[string]int64 { return map[string]int64{"deleted": int64(n)} }
 
-// PurgeKind is claim.purge: finished jobs older than retention, in batches
-// of PurgeBatch until a batch comes back short.
+// HistoryStats is what one claim.purge run did.
+type HistoryStats struct {
+	Swept       int      `json:"swept"`        // finished rows moved out of job (hand-written updates)
+	DaysCreated []string `json:"days_created"` // day partitions created ahead
+	DaysDropped []string `json:"days_dropped"` // expired day partitions dropped
+	DroppedJobs int64    `json:"dropped_jobs"` // jobs those days held (kept kinds moved out first)
+	Deleted     int      `json:"deleted"`      // expired jobs deleted from the default partition
+}
+
+// PurgeKind is claim.purge: finished rows left in job are swept to the
+// history, the days ahead are created, expired days are dropped, and the
+// default partition's expired jobs are deleted in batches of PurgeBatch
+// until a batch comes back short.
 func (c *Client) PurgeKind(retention time.Duration) Kind {
 	return RetentionKind(PurgeKindName, retention, func(ctx context.Context) (any, error) {
-		var total int
-		for {
-			n, err := c.PurgeFinished(ctx, retention, PurgeBatch)
-			total += n
-			if err != nil || n < PurgeBatch {
-				return Deleted(total), err
-			}
-		}
+		return c.MaintainHistory(ctx, retention)
 	})
+}
+
+// MaintainHistory is one claim.purge run (see PurgeKind).
+func (c *Client) MaintainHistory(ctx context.Context, retention time.Duration) (HistoryStats, error) {
+	var st HistoryStats
+	for {
+		var n int
+		if err := c.pool.QueryRow(ctx, sqlSweepLive, PurgeBatch).Scan(&n); err != nil {
+			return st, fmt.Errorf("claim: sweep finished jobs to history: %w", pg.MapError(err))
+		}
+		st.Swept += n
+		if n < PurgeBatch {
+			break
+		}
+	}
+	created, err := c.EnsureHistoryDays(ctx, 0, HistoryDaysAhead)
+	st.DaysCreated = created
+	if err != nil {
+		return st, err
+	}
+	st.DaysDropped, st.DroppedJobs, err = c.PurgeDays(ctx, retention)
+	if err != nil {
+		return st, err
+	}
+	for {
+		n, err := c.PurgeFinished(ctx, retention, PurgeBatch)
+		st.Deleted += n
+		if err != nil || n < PurgeBatch {
+			return st, err
+		}
+	}
+}
+
+// today is the database's UTC date.
+func (c *Client) today(ctx context.Context) (time.Time, error) {
+	var s string
+	if err := c.pool.QueryRow(ctx, sqlToday).Scan(&s); err != nil {
+		return time.Time{}, fmt.Errorf("claim: today: %w", pg.MapError(err))
+	}
+	return time.Parse(time.DateOnly, s)
+}
+
+func dayName(d time.Time) string { return historyDayPrefix + d.Format("20060102") }
+
+// EnsureHistoryDays creates the day partitions of job_history from today
+// plus from to today plus to (days, UTC, inclusive) that do not exist yet,
+// and returns their names. A day the default partition already holds rows
+// for cannot be created (PostgreSQL refuses the overlap): it is skipped,
+// and its rows stay in the default partition, purged by PurgeFinished.
+// DDL waits at most two seconds for its lock, so that a long reader never
+// queues completions behind it; a day that times out is tried next run.
+func (c *Client) EnsureHistoryDays(ctx context.Context, from, to int) ([]string, error) {
+	today, err := c.today(ctx)
+	if err != nil {
+		return nil, err
+	}
+	have, err := c.historyDays(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var created []string
+	for i := from; i <= to; i++ {
+		d := today.AddDate(0, 0, i)
+		name := dayName(d)
+		if _, ok := have[name]; ok {
+			continue
+		}
+		err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, fmt.Sprintf(sqlCreateDay, name, d.Format(time.DateOnly), d.AddDate(0, 0, 1).Format(time.DateOnly)))
+			return err
+		})
+		if err != nil {
+			c.log.Warn("claim: cannot create a history day (its finishes stay in the default partition)", "day", name, "err", err)
+			continue
+		}
+		created = append(created, name)
+	}
+	return created, nil
+}
+
+func (c *Client) historyDays(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := c.pool.Query(ctx, sqlHistoryDays)
+	if err != nil {
+		return nil, fmt.Errorf("claim: list history days: %w", pg.MapError(err))
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("claim: list history days: %w", pg.MapError(err))
+	}
+	out := make(map[string]time.Time, len(names))
+	for _, n := range names {
+		d, err := time.Parse("20060102", strings.TrimPrefix(n, historyDayPrefix))
+		if err != nil {
+			continue // not one of ours
+		}
+		out[n] = d
+	}
+	return out, nil
+}
+
+// PurgeDays drops every day partition whose last instant is older than
+// retention by the database clock, each in its own transaction: the day's
+// jobs of KeepFinished kinds move to job_history_kept, the day's jobs'
+// events are deleted, and the partition is dropped. The cost is the day's
+// rows and a catalog change, never the rest of the history. It returns
+// the days dropped and how many jobs they held.
+func (c *Client) PurgeDays(ctx context.Context, retention time.Duration) ([]string, int64, error) {
+	days, err := c.historyDays(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var now time.Time
+	if err := c.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, 0, fmt.Errorf("claim: purge days: %w", pg.MapError(err))
+	}
+	cutoff := now.Add(-retention)
+	kept := c.kept()
+	var dropped []string
+	var jobs int64
+	names := slices.Sorted(maps.Keys(days))
+	for _, name := range names {
+		d := days[name]
+		end := d.AddDate(0, 0, 1)
+		if end.After(cutoff) {
+			continue
+		}
+		var n int64
+		err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, sqlKeepDay, kept, d, end); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, fmt.Sprintf(sqlDayCount, name)).Scan(&n); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlDayEvents, name)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, fmt.Sprintf(sqlDropDay, name))
+			return err
+		})
+		if err != nil {
+			return dropped, jobs, fmt.Errorf("claim: drop history day %s: %w", name, pg.MapError(err))
+		}
+		dropped = append(dropped, name)
+		jobs += n
+	}
+	return dropped, jobs, nil
 }
 
 // GrowthProbes are the claim engine's periodic and per-scrape queries, for

@@ -9,11 +9,11 @@ import (
 
 // sqlDeleteFinished deletes the jobs among $1 that are finished, with their
 // job_event history in the same statement (CLAIM-I2..I4 never see half a
-// job), by primary key: the owner's purge of a KeepFinished kind names the
+// job), by id (job_history_id in each partition): the owner's purge of a KeepFinished kind names the
 // jobs its rows pointed at.
 const sqlDeleteFinished = `
 WITH gone AS (
-    DELETE FROM job WHERE id = ANY ($1::bigint[]) AND state IN ` + finishedStates + ` RETURNING id
+    DELETE FROM job_history WHERE id = ANY ($1::bigint[]) RETURNING id
 ), history AS (
     DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 )

@@ -6,6 +6,13 @@ package claim
 // a data-modifying CTE: the history can never disagree with the table, and a
 // transition costs one round trip.
 //
+// The live queue (ready, running, unknown, needs_review) is the table
+// job; a transition that finishes a job (succeeded, failed, cancelled)
+// moves its row to job_history in the same statement — DELETE … RETURNING
+// feeding an INSERT — so claims, their vacuum and their indexes never walk
+// the finished history (migration 0614; docs/chapters/claim.md). Reads of
+// a job by id read job_all, the two together.
+//
 // Durations travel as bigint microseconds ($n * interval '1 microsecond') so
 // the statements do not depend on driver interval encoding.
 
@@ -16,16 +23,31 @@ const NotifyChannel = "fencelab_claim"
 const jobColumns = `id, kind, business_key, state, payload, due_at, created_at, updated_at,
 	attempts, max_attempts, coalesce(owner, ''), fence, lease_until, coalesce(last_error, ''), result`
 
+// historyColumns are job_history's columns in job's order: a move is
+// INSERT INTO job_history (historyColumns) SELECT … FROM the DELETE's rows.
+const historyColumns = `id, kind, business_key, state, payload, due_at, created_at, updated_at,
+	attempts, max_attempts, owner, fence, lease_until, last_error, result`
+
 // sqlEnqueue inserts one job or returns the existing one for (kind,
-// business_key). DO UPDATE (a no-op assignment) rather than DO NOTHING so the
+// business_key), live or finished: a key whose job finished returns that
+// job (from job_history, created false) as it did when finished jobs
+// stayed in job. The uniqueness across the two tables is the
+// look-up here plus migration 0614's constraint trigger, which re-checks
+// with a fresh snapshot after the insert: the statement's snapshot cannot
+// see a completion that moved the key's job while the insert waited on its
+// row, and the trigger's unique_violation makes Enqueue retry (see there).
+// DO UPDATE (a no-op assignment) rather than DO NOTHING so the
 // existing row is returned even when a concurrent enqueue committed it after
 // this statement's snapshot; xmax = 0 tells a fresh insert. A job due now
 // notifies NotifyChannel; the notification is delivered when the caller's
 // transaction commits, never before the row is visible.
 const sqlEnqueue = `
-WITH ins AS (
+WITH finished AS (
+    SELECT id FROM job_history WHERE kind = $1 AND business_key = $2 LIMIT 1
+), ins AS (
     INSERT INTO job (kind, business_key, payload, due_at, max_attempts)
-    VALUES ($1, $2, $3::jsonb, coalesce($4::timestamptz, now()), $5)
+    SELECT $1, $2, $3::jsonb, coalesce($4::timestamptz, now()), $5
+    WHERE NOT EXISTS (SELECT 1 FROM finished)
     ON CONFLICT (kind, business_key) DO UPDATE SET kind = EXCLUDED.kind
     RETURNING id, (xmax = 0) AS created, due_at
 )
@@ -33,14 +55,18 @@ SELECT ins.id, ins.created
 FROM ins
 LEFT JOIN LATERAL (
     SELECT pg_notify('` + NotifyChannel + `', $1) WHERE ins.created AND ins.due_at <= now()
-) AS wake ON true`
+) AS wake ON true
+UNION ALL
+SELECT id, false FROM finished`
 
-// sqlEnqueueMany inserts many jobs of one statement; duplicates are skipped.
+// sqlEnqueueMany inserts many jobs of one statement; duplicates are
+// skipped, live or finished (see sqlEnqueue).
 const sqlEnqueueMany = `
 WITH ins AS (
     INSERT INTO job (kind, business_key, payload, due_at, max_attempts)
     SELECT k, b, p::jsonb, coalesce(d, now()), m
     FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[]) AS i(k, b, p, d, m)
+    WHERE NOT EXISTS (SELECT 1 FROM job_history h WHERE h.kind = i.k AND h.business_key = i.b)
     ON CONFLICT (kind, business_key) DO NOTHING
     RETURNING kind
 )
@@ -110,7 +136,13 @@ SELECT * FROM claimed`
 // join of the ids' unnest is not used because a queue's statistics always
 // lag (the running set was empty at the last ANALYZE), and a join planned
 // on "one running row" turns into a nested loop of batch × batch
-// comparisons. The rows themselves come from the primary key (id = ANY):
+// comparisons. The finished rows move to job_history (see the top of this
+// file): a completion writes the history row's two index entries where
+// the in-place update wrote three (job_pkey, the unique key and the
+// finished index), and leaves job a dead tuple that pruning reclaims.
+// A stale id's state is read from job_all per id (LATERAL … LIMIT 1),
+// never by a join the planner could hash over the history.
+// The rows themselves come from the primary key (id = ANY):
 // the state test is written "(job.state = 'running') IS TRUE" — the same
 // test, state being NOT NULL — because the planner cannot prove a partial
 // index's predicate from it. Written plainly, it lets the stale estimate
@@ -119,21 +151,26 @@ SELECT * FROM claimed`
 // primary key a batch of n costs n probes however many jobs are running.
 const sqlComplete = `
 WITH done AS (
-    UPDATE job
-    SET state = 'succeeded', lease_until = NULL, updated_at = now(),
-        result = ($3::text[])[($2::jsonb -> job.id::text ->> 1)::int]::jsonb
+    DELETE FROM job
     WHERE job.id = ANY($1::bigint[])
       AND job.fence = ($2::jsonb -> job.id::text ->> 0)::bigint
       AND job.owner = $4 AND (job.state = 'running') IS TRUE AND job.lease_until > now()
-    RETURNING job.id, job.kind, job.fence
+    RETURNING ` + historyColumns + `
+),
+moved AS (
+    INSERT INTO job_history (` + historyColumns + `)
+    SELECT id, kind, business_key, 'succeeded', payload, due_at, created_at, now(),
+           attempts, max_attempts, owner, fence, NULL, last_error,
+           ($3::text[])[($2::jsonb -> id::text ->> 1)::int]::jsonb
+    FROM done
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
     SELECT id, 'succeeded', fence, $4, 'succeeded' FROM done
     UNION ALL
-    SELECT i.id, 'rejected_stale', ($2::jsonb -> i.id::text ->> 0)::bigint, $4, job.state
+    SELECT i.id, 'rejected_stale', ($2::jsonb -> i.id::text ->> 0)::bigint, $4, cur.state
     FROM unnest($1::bigint[]) AS i(id)
-    LEFT JOIN job ON job.id = i.id
+    LEFT JOIN LATERAL (SELECT a.state FROM job_all a WHERE a.id = i.id LIMIT 1) cur ON true
     WHERE $5::bool AND i.id NOT IN (SELECT id FROM done)
 )
 SELECT id, kind FROM done`
@@ -142,25 +179,42 @@ SELECT id, kind FROM done`
 // pushed out by the backoff (@delay_us), or failed when the error is permanent (@permanent)
 // or the durable attempt budget is spent. attempts is never reset, so a
 // job that keeps failing cannot retry forever.
+//
+// The retry stays in job (upd); the final failure moves the row to
+// job_history (gone, then fin). The two WHERE clauses are the same guard
+// split by the same test on the row's snapshot, so exactly one of them
+// can match.
 const sqlFail = `
 WITH upd AS (
     UPDATE job
-    SET state       = CASE WHEN @permanent::bool OR attempts >= max_attempts THEN 'failed' ELSE 'ready' END,
-        due_at      = CASE WHEN @permanent::bool OR attempts >= max_attempts THEN due_at
-                           ELSE now() + @delay_us::bigint * interval '1 microsecond' END,
-        owner       = CASE WHEN @permanent::bool OR attempts >= max_attempts THEN owner END,
-        lease_until = NULL, last_error = @error, updated_at = now()
+    SET state = 'ready', due_at = now() + @delay_us::bigint * interval '1 microsecond',
+        owner = NULL, lease_until = NULL, last_error = @error, updated_at = now()
     WHERE id = @id AND fence = @fence AND owner = @owner AND state = 'running' AND lease_until > now()
+      AND NOT (@permanent::bool OR attempts >= max_attempts)
     RETURNING id, fence, state
 ),
+gone AS (
+    DELETE FROM job
+    WHERE id = @id AND fence = @fence AND owner = @owner AND state = 'running' AND lease_until > now()
+      AND (@permanent::bool OR attempts >= max_attempts)
+    RETURNING ` + historyColumns + `
+),
+fin AS (
+    INSERT INTO job_history (` + historyColumns + `)
+    SELECT id, kind, business_key, 'failed', payload, due_at, created_at, now(),
+           attempts, max_attempts, owner, fence, NULL, @error, result
+    FROM gone
+    RETURNING id, fence, state
+),
+res AS (SELECT * FROM upd UNION ALL SELECT * FROM fin),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state, detail)
-    SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, fence, @owner, state, @error FROM upd
+    SELECT id, CASE WHEN state = 'failed' THEN 'failed' ELSE 'retry_scheduled' END, fence, @owner, state, @error FROM res
     UNION ALL
-    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job WHERE id = @id), 'fail: ' || @error
-    WHERE @record_stale::bool AND NOT EXISTS (SELECT 1 FROM upd)
+    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job_all WHERE id = @id LIMIT 1), 'fail: ' || @error
+    WHERE @record_stale::bool AND NOT EXISTS (SELECT 1 FROM res)
 )
-SELECT state FROM upd`
+SELECT state FROM res`
 
 // sqlMarkUnknown: the handler cannot tell whether its external effect
 // happened. The job is released (no owner, no lease) and left for the
@@ -177,7 +231,7 @@ ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state, detail)
     SELECT id, 'unknown', fence, @owner, 'unknown', @error FROM upd
     UNION ALL
-    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job WHERE id = @id), 'unknown: ' || @error
+    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job_all WHERE id = @id LIMIT 1), 'unknown: ' || @error
     WHERE @record_stale::bool AND NOT EXISTS (SELECT 1 FROM upd)
 )
 SELECT id FROM upd`
@@ -185,7 +239,7 @@ SELECT id FROM upd`
 // sqlRejectStale records a refused write outside the writer's transaction.
 const sqlRejectStale = `
 INSERT INTO job_event (job_id, event, fence, owner, state, detail)
-SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), $4`
+SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job_all WHERE id = $1 LIMIT 1), $4`
 
 // sqlHeartbeat extends the leases of many held jobs and returns the ones
 // that are lost: gone, fence raised by another actor, or lease already
@@ -198,7 +252,9 @@ SELECT $1, 'rejected_stale', $2, $3, (SELECT state FROM job WHERE id = $1), $4`
 // reads the snapshot, so only facts that cannot be undone count: a raised
 // fence or an expired running lease.) $5 is {"<id>": fence} for the
 // update's per-row lookup, and the state test is written as in
-// sqlComplete so the rows come from the primary key (see there).
+// sqlComplete so the rows come from the primary key (see there). The
+// lost rows' current versions come from job_all per id: a job this holder
+// finished has moved to job_history with its fence, and is not lost.
 const sqlHeartbeat = `
 WITH renewed AS (
     UPDATE job
@@ -209,12 +265,12 @@ WITH renewed AS (
     RETURNING job.id
 ),
 lost AS (
-    SELECT i.id, i.fence, job.state
+    SELECT i.id, i.fence, cur.state
     FROM unnest($1::bigint[], $2::bigint[]) AS i(id, fence)
-    LEFT JOIN job ON job.id = i.id
+    LEFT JOIN LATERAL (SELECT a.state, a.fence, a.lease_until FROM job_all a WHERE a.id = i.id LIMIT 1) cur ON true
     WHERE i.id NOT IN (SELECT id FROM renewed)
-      AND (job.id IS NULL OR job.fence <> i.fence
-           OR (job.state = 'running' AND job.lease_until <= now()))
+      AND (cur.state IS NULL OR cur.fence <> i.fence
+           OR (cur.state = 'running' AND cur.lease_until <= now()))
 ),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state)
@@ -285,37 +341,61 @@ SELECT * FROM taken`
 // sqlSettleUnknown applies a resolution, fenced like every other write:
 // found → succeeded; absent → ready for a new claim (failed when the
 // attempt budget is spent); cannot tell → needs_review.
+// A verdict that finishes the job (found, or absent with the budget spent)
+// moves it to job_history (gone, fin); the others update it in place (upd).
 const sqlSettleUnknown = `
 WITH upd AS (
     UPDATE job
-    SET state       = CASE @verdict::text WHEN 'found' THEN 'succeeded'
-                                    WHEN 'absent' THEN CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'ready' END
-                                    ELSE 'needs_review' END,
-        result      = CASE WHEN @verdict::text = 'found' THEN @result::jsonb ELSE result END,
-        last_error  = CASE WHEN @verdict::text = 'found' THEN last_error ELSE @detail END,
+    SET state       = CASE WHEN @verdict::text = 'absent' THEN 'ready' ELSE 'needs_review' END,
+        last_error  = @detail,
         owner       = CASE WHEN @verdict::text = 'absent' THEN NULL ELSE owner END,
         due_at      = CASE WHEN @verdict::text = 'absent' THEN now() ELSE due_at END,
         lease_until = NULL, updated_at = now()
     WHERE id = @id AND fence = @fence AND owner = @owner AND state = 'unknown' AND lease_until > now()
+      AND NOT (@verdict::text = 'found' OR (@verdict::text = 'absent' AND attempts >= max_attempts))
     RETURNING id, fence, state
 ),
+gone AS (
+    DELETE FROM job
+    WHERE id = @id AND fence = @fence AND owner = @owner AND state = 'unknown' AND lease_until > now()
+      AND (@verdict::text = 'found' OR (@verdict::text = 'absent' AND attempts >= max_attempts))
+    RETURNING ` + historyColumns + `
+),
+fin AS (
+    INSERT INTO job_history (` + historyColumns + `)
+    SELECT id, kind, business_key, CASE WHEN @verdict::text = 'found' THEN 'succeeded' ELSE 'failed' END,
+           payload, CASE WHEN @verdict::text = 'absent' THEN now() ELSE due_at END, created_at, now(),
+           attempts, max_attempts, CASE WHEN @verdict::text = 'absent' THEN NULL ELSE owner END, fence, NULL,
+           CASE WHEN @verdict::text = 'found' THEN last_error ELSE @detail END,
+           CASE WHEN @verdict::text = 'found' THEN @result::jsonb ELSE result END
+    FROM gone
+    RETURNING id, fence, state
+),
+res AS (SELECT * FROM upd UNION ALL SELECT * FROM fin),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state, detail)
     SELECT id, CASE @verdict::text WHEN 'found' THEN 'resolved_found' WHEN 'absent' THEN 'resolved_absent'
-                             ELSE 'needs_review' END, fence, @owner, state, @detail FROM upd
+                             ELSE 'needs_review' END, fence, @owner, state, @detail FROM res
     UNION ALL
-    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job WHERE id = @id), 'resolve: ' || @verdict
-    WHERE NOT EXISTS (SELECT 1 FROM upd)
+    SELECT @id, 'rejected_stale', @fence, @owner, (SELECT state FROM job_all WHERE id = @id LIMIT 1), 'resolve: ' || @verdict
+    WHERE NOT EXISTS (SELECT 1 FROM res)
 )
-SELECT state FROM upd`
+SELECT state FROM res`
 
 // sqlCancel finishes a just-claimed job inside the claim transaction when
 // its kind's OnClaim hook says it must not run.
+// The cancelled job moves to job_history.
 const sqlCancel = `
-WITH upd AS (
-    UPDATE job
-    SET state = 'cancelled', lease_until = NULL, last_error = $4, updated_at = now()
+WITH gone AS (
+    DELETE FROM job
     WHERE id = $1 AND fence = $2 AND owner = $3 AND state = 'running'
+    RETURNING ` + historyColumns + `
+),
+upd AS (
+    INSERT INTO job_history (` + historyColumns + `)
+    SELECT id, kind, business_key, 'cancelled', payload, due_at, created_at, now(),
+           attempts, max_attempts, owner, fence, NULL, $4, result
+    FROM gone
     RETURNING id, fence
 ),
 ev AS (
@@ -324,7 +404,7 @@ ev AS (
 )
 SELECT id FROM upd`
 
-const sqlGetJob = `SELECT ` + jobColumns + ` FROM job WHERE id = $1`
+const sqlGetJob = `SELECT ` + jobColumns + ` FROM job_all WHERE id = $1 LIMIT 1`
 
 const sqlJobEvents = `
 SELECT id, job_id, event, fence, coalesce(owner, ''), coalesce(state, ''), at, coalesce(detail, '')
@@ -365,19 +445,32 @@ GROUP BY kind`
 // The event reuses the resolver's names, the deciding person in owner:
 // succeeded → resolved_found, retry → resolved_absent, failed → failed.
 // A retry is granted at least one more attempt and wakes idle workers.
+//
+// A retry stays in job (retried); succeeded and failed move the job to
+// job_history (gone, fin).
 const sqlDecide = `
-WITH upd AS (
+WITH retried AS (
     UPDATE job
-    SET state        = CASE $2::text WHEN 'succeeded' THEN 'succeeded' WHEN 'retry' THEN 'ready' ELSE 'failed' END,
-        result       = CASE WHEN $2::text = 'succeeded' THEN coalesce($4::jsonb, result) ELSE result END,
-        last_error   = CASE WHEN $2::text = 'succeeded' THEN last_error ELSE $3 END,
-        owner        = CASE WHEN $2::text = 'retry' THEN NULL ELSE owner END,
-        due_at       = CASE WHEN $2::text = 'retry' THEN now() ELSE due_at END,
-        max_attempts = CASE WHEN $2::text = 'retry' THEN greatest(max_attempts, attempts + 1) ELSE max_attempts END,
-        lease_until  = NULL, updated_at = now()
-    WHERE id = $1 AND state = 'needs_review'
+    SET state = 'ready', last_error = $3, owner = NULL, due_at = now(),
+        max_attempts = greatest(max_attempts, attempts + 1), lease_until = NULL, updated_at = now()
+    WHERE id = $1 AND state = 'needs_review' AND $2::text = 'retry'
     RETURNING ` + jobColumns + `
 ),
+gone AS (
+    DELETE FROM job
+    WHERE id = $1 AND state = 'needs_review' AND $2::text <> 'retry'
+    RETURNING ` + historyColumns + `
+),
+fin AS (
+    INSERT INTO job_history (` + historyColumns + `)
+    SELECT id, kind, business_key, CASE $2::text WHEN 'succeeded' THEN 'succeeded' ELSE 'failed' END,
+           payload, due_at, created_at, now(), attempts, max_attempts, owner, fence, NULL,
+           CASE WHEN $2::text = 'succeeded' THEN last_error ELSE $3 END,
+           CASE WHEN $2::text = 'succeeded' THEN coalesce($4::jsonb, result) ELSE result END
+    FROM gone
+    RETURNING ` + jobColumns + `
+),
+upd AS (SELECT * FROM retried UNION ALL SELECT * FROM fin),
 ev AS (
     INSERT INTO job_event (job_id, event, fence, owner, state, detail)
     SELECT id, CASE $2::text WHEN 'succeeded' THEN 'resolved_found' WHEN 'retry' THEN 'resolved_absent' ELSE 'failed' END,
@@ -387,47 +480,85 @@ ev AS (
 SELECT upd.* FROM upd
 LEFT JOIN LATERAL (SELECT pg_notify('` + NotifyChannel + `', upd.kind) WHERE $2::text = 'retry') AS wake ON true`
 
-// finishedStates are the terminal states the retention purge deletes
+// finishedStates are the terminal states, which job_history holds
 // (job_finished_idx's predicate: keep the two in step). needs_review is
 // not one of them: it waits for a person.
 const finishedStates = `('succeeded', 'failed', 'cancelled')`
 
-// sqlPurgeFinished deletes up to $2 jobs that finished more than $1
-// microseconds ago by the database clock, with their job_event history in
-// the same statement (CLAIM-I2..I4 never see half a job). Kinds in $3 are
-// kept: a module's rows point at their jobs (a notification's task, an
-// uploaded file) and the module's own retention removes them.
-//
-// The distinct kinds come from a loose index scan of job_finished_idx
-// (one probe per kind), and each kind is one index range in updated_at
-// order that stops at the cutoff: a batch examines the rows it deletes
-// (plus one probe per kind), never the history it keeps. SKIP LOCKED lets
-// two purges (two slots overlapping after a stall) split the work. The
-// deletes take their keys as arrays (= ANY (ARRAY(…))): a primary-key
-// probe per row whatever the planner guesses of the CTE's size, never a
-// hash join over the table.
+// historyDayPrefix names a day partition of job_history_days:
+// job_history_dYYYYMMDD holds the jobs that finished on that UTC day.
+const historyDayPrefix = "job_history_d"
+
+// sqlToday is the database's UTC day: the partitions follow the database
+// clock, like every updated_at they hold.
+const sqlToday = `SELECT (now() AT TIME ZONE 'UTC')::date::text`
+
+// sqlCreateDay creates one day partition (name and bounds filled by
+// createDay from a parsed date only). It scans the default partition for
+// rows of that day: normally none, and it stays empty when days exist ahead.
+const sqlCreateDay = `CREATE TABLE IF NOT EXISTS %s PARTITION OF job_history_days FOR VALUES FROM ('%s 00:00:00+00') TO ('%s 00:00:00+00')`
+
+// sqlHistoryDays lists the day partitions by name (the catalog, not the rows).
+const sqlHistoryDays = `
+SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'job_history_days'::regclass AND c.relname::text LIKE '` + historyDayPrefix + `%'
+ ORDER BY 1`
+
+// sqlKeepDay moves a day's jobs of KeepFinished kinds ($1) to
+// job_history_kept before the day is dropped: a module's rows point at
+// them until the module deletes both (DeleteFinishedTx). The partition
+// key changes, so each row moves; the range on updated_at prunes the scan
+// to that day's partition.
+const sqlKeepDay = `
+UPDATE job_history SET kept = true
+ WHERE NOT kept AND kind = ANY ($1::text[]) AND updated_at >= $2::timestamptz AND updated_at < $3::timestamptz`
+
+// sqlDayEvents deletes the job_event rows of one day partition's jobs
+// (%s: the partition's name), in the transaction that drops it:
+// CLAIM-I2..I4 never see half a job. job_event's primary key leads with
+// job_id, so this costs the day's events, not the history's.
+const sqlDayEvents = `DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM %s))`
+
+const sqlDayCount = `SELECT count(*) FROM %s`
+
+// sqlDropDay drops one expired day: a catalog change, whatever the day held.
+const sqlDropDay = `DROP TABLE %s`
+
+// sqlSweepLive moves up to $1 finished rows still in job to job_history:
+// only a hand-written update leaves one there (the lab's naive versions
+// write job directly); the engine's own transitions move the row. One
+// range of job_finished_idx, empty but for those.
+const sqlSweepLive = `
+WITH gone AS (
+    DELETE FROM job
+     WHERE id = ANY (ARRAY(SELECT id FROM job WHERE state IN ` + finishedStates + `
+                            ORDER BY kind, updated_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+       AND state IN ` + finishedStates + `
+    RETURNING ` + historyColumns + `
+), moved AS (
+    INSERT INTO job_history (` + historyColumns + `) SELECT * FROM gone RETURNING id
+)
+SELECT count(*) FROM moved`
+
+// sqlPurgeFinished deletes up to $2 jobs of the default partition that
+// finished more than $1 microseconds ago by the database clock, with their
+// job_event history in the same statement (CLAIM-I2..I4 never see half a
+// job). The default partition holds only the finishes of days that had no
+// partition yet (the engine fell behind, or finished jobs moved in by
+// 0614), so it is normally empty; this is the one batched purge left.
+// Kinds in $3 are kept: a module's rows point at their jobs (a
+// notification's task, an uploaded file) and the module's own retention
+// removes them. One range of job_history_days_default_finished
+// (updated_at), stopping at the cutoff.
 const sqlPurgeFinished = `
-WITH RECURSIVE kinds AS (
-    (SELECT kind FROM job WHERE state IN ` + finishedStates + ` ORDER BY kind LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.kind FROM job j
-             WHERE j.state IN ` + finishedStates + ` AND j.kind > k.kind
-             ORDER BY j.kind LIMIT 1)
-      FROM kinds k WHERE k.kind IS NOT NULL
-), doomed AS (
-    SELECT d.id
-      FROM kinds k
-     CROSS JOIN LATERAL (
-           SELECT j.id FROM job j
-            WHERE j.kind = k.kind AND j.state IN ` + finishedStates + `
-              AND j.updated_at < now() - $1::bigint * interval '1 microsecond'
-            ORDER BY j.updated_at
-            LIMIT $2
-              FOR UPDATE SKIP LOCKED) d
-     WHERE k.kind IS NOT NULL AND k.kind <> ALL ($3::text[])
+WITH doomed AS (
+    SELECT id FROM job_history_days_default
+     WHERE updated_at < now() - $1::bigint * interval '1 microsecond' AND kind <> ALL ($3::text[])
+     ORDER BY updated_at
      LIMIT $2
+       FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM job WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
+    DELETE FROM job_history_days_default WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
 ), history AS (
     DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 )

@@ -342,7 +342,7 @@ SELECT k.ord::int, count(r.id), coalesce(min(r.id), 0)
 	"workflow": `
 SELECT k.ord::int, count(j.id), coalesce(min(j.id), 0)
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(client, key, ord)
-  LEFT JOIN job j ON j.kind = 'workflow' AND j.business_key = k.key
+  LEFT JOIN job_all j ON j.kind = 'workflow' AND j.business_key = k.key
  GROUP BY k.ord`,
 }
 
@@ -402,7 +402,7 @@ func effectsMatchKeys(t *testing.T, c *cluster, log *clientLog) {
 	for kind, sql := range map[string]string{
 		"debit":    `SELECT count(*), count(DISTINCT (client_id, idem_key)) FROM points_ledger_txn WHERE kind = 'debit'`,
 		"hold":     `SELECT count(*), count(DISTINCT (user_id, request_key)) FROM flashsale_reservation`,
-		"workflow": `SELECT count(*), count(DISTINCT business_key) FROM job WHERE kind = 'workflow'`,
+		"workflow": `SELECT count(*), count(DISTINCT business_key) FROM job_all WHERE kind = 'workflow'`,
 	} {
 		var rows, keys int
 		require.NoError(t, c.db.QueryRow(context.Background(), sql).Scan(&rows, &keys))

@@ -32,7 +32,7 @@ func waitWorkflows(t *testing.T, c *cluster) {
 	require.Eventually(t, func() bool {
 		var open int
 		err := c.db.QueryRow(context.Background(),
-			`SELECT count(*) FROM job WHERE kind = 'workflow' AND state NOT IN ('succeeded', 'failed', 'cancelled')`).Scan(&open)
+			`SELECT count(*) FROM job_all WHERE kind = 'workflow' AND state NOT IN ('succeeded', 'failed', 'cancelled')`).Scan(&open)
 		return err == nil && open == 0
 	}, 60*time.Second, 100*time.Millisecond, "every workflow job finishes")
 }
@@ -45,7 +45,7 @@ func waitWorkflows(t *testing.T, c *cluster) {
 func workflowEffects(t *testing.T, c *cluster, tool *fakeprovider.Server) (jobs int, orphans []string) {
 	t.Helper()
 	rows, err := c.db.Query(context.Background(),
-		`SELECT business_key, state, coalesce(result->>'effect_id', '') FROM job WHERE kind = 'workflow'`)
+		`SELECT business_key, state, coalesce(result->>'effect_id', '') FROM job_all WHERE kind = 'workflow'`)
 	require.NoError(t, err)
 	known := map[string]bool{}
 	for rows.Next() {

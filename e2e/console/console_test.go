@@ -225,7 +225,7 @@ SELECT id, e.event, 1, e.owner, e.state, e.detail FROM j,
 
 	// Recorded with who and why, as the API records it.
 	var state, owner, detail string
-	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT j.state, e.owner, e.detail FROM job j JOIN job_event e ON e.job_id = j.id
+	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT j.state, e.owner, e.detail FROM job_all j JOIN job_event e ON e.job_id = j.id
 	  WHERE j.id = $1 ORDER BY e.id DESC LIMIT 1`, started.JobID).Scan(&state, &owner, &detail))
 	require.Equal(t, "failed", state)
 	require.Equal(t, "review:"+admin, owner)

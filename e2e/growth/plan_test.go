@@ -52,7 +52,7 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, growthbench.Load(ctx, pool, history, growthbench.LoadOptions{Logf: t.Logf}))
 	t.Logf("loaded %d rows of history per table in %v", history, time.Since(start).Round(time.Millisecond))
-	for _, table := range []string{"job", "job_event", "outbox_event", "shortlink_clicks", "upload_session",
+	for _, table := range []string{"job_history", "job_event", "outbox_event", "shortlink_clicks", "upload_session",
 		"notify_notification", "notify_task", "notify_attempt", "social_feed_inbox",
 		"lease", "lease_grant", "report_write", "report_output", "fence_guard"} {
 		var n int64
@@ -86,7 +86,7 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, growthbench.PurgeableRows, notes)
 		var notifyJobs, notifyLeft int64
-		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM job WHERE kind = 'notify.email'), (SELECT count(*) FROM notify_notification)`).
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM job_all WHERE kind = 'notify.email'), (SELECT count(*) FROM notify_notification)`).
 			Scan(&notifyJobs, &notifyLeft))
 		require.EqualValues(t, history, notifyLeft, "no notification of the history purged")
 		require.EqualValues(t, history, notifyJobs, "the purged notifications' jobs went with them, no other")
@@ -98,16 +98,13 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM social_feed_inbox_horizon)`).Scan(&horizonSet))
 		require.True(t, horizonSet, "the purge raised FEED-I2's horizon")
 
+		// claim.purge: the purgeable jobs' day is dropped whole.
 		c := claim.NewClient(pool, claim.Options{})
-		var jobs int
-		for {
-			n, err := c.PurgeFinished(ctx, growthbench.Retention, claim.PurgeBatch)
-			require.NoError(t, err)
-			if jobs += n; n < claim.PurgeBatch {
-				break
-			}
-		}
-		require.Equal(t, growthbench.PurgeableRows, jobs)
+		st, err := c.MaintainHistory(ctx, growthbench.Retention)
+		require.NoError(t, err)
+		require.NotEmpty(t, st.DaysDropped, "the day wholly past the retention")
+		require.EqualValues(t, growthbench.PurgeableRows, st.DroppedJobs)
+		require.Zero(t, st.Deleted, "nothing in the default partition")
 		events, err := outbox.Purge(ctx, pool, growthbench.Retention)
 		require.NoError(t, err)
 		require.EqualValues(t, 2*growthbench.PurgeableRows, events, "old events of the consumed and the unconsumed topic")
@@ -123,7 +120,7 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 			Scan(&leases, &outputs, &guards))
 		require.Equal(t, [3]int64{history, history, history}, [3]int64{leases, outputs, guards}, "no report day of the history purged")
 		var left int64
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job WHERE kind LIKE 'growth.k%'`).Scan(&left))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_all WHERE kind LIKE 'growth.k%'`).Scan(&left))
 		require.EqualValues(t, history, left, "no job of the history purged")
 		e2etest.Assert(t, pool, "claim", "outbox", "shortlink", "notify", "lease", "report")
 		// FEED-I2 alone (the loaded follows have no rel events, which

@@ -41,7 +41,7 @@ func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
 	past := (notify.DefaultRetention + time.Hour).Microseconds()
 	_, err = l.Pool.Exec(ctx, `UPDATE notify_notification SET created_at = now() - $1::bigint * interval '1 microsecond'`, past)
 	require.NoError(t, err)
-	_, err = l.Pool.Exec(ctx, `UPDATE job SET updated_at = now() - $1::bigint * interval '1 microsecond' WHERE kind LIKE 'notify.%'`, past)
+	_, err = l.Pool.Exec(ctx, `UPDATE job_history SET updated_at = now() - $1::bigint * interval '1 microsecond' WHERE kind LIKE 'notify.%'`, past) // finished jobs are in job_history
 	require.NoError(t, err)
 	n, err = notify.Purge(ctx, l.Pool, notify.DefaultRetention)
 	require.NoError(t, err)
@@ -49,7 +49,7 @@ func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_notification WHERE id = $1`, done.ID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_task WHERE id = $1`, delivered.ID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM notify_attempt WHERE task_id = $1`, delivered.ID))
-	require.Zero(t, l.Count(t, `SELECT count(*) FROM job WHERE id = $1`, delivered.JobID))
+	require.Zero(t, l.Count(t, `SELECT count(*) FROM job_all WHERE id = $1`, delivered.JobID))
 	require.Zero(t, l.Count(t, `SELECT count(*) FROM job_event WHERE job_id = $1`, delivered.JobID))
 	require.Equal(t, notify.TaskQueued, notifylab.LabTask(t, l.Get(t, live.ID), notify.ChannelEmail).State, "a live task keeps its notification")
 

@@ -126,7 +126,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 		_ = l.Jobs.RunRecovery(runCtx, claim.RecoveryOptions{Interval: 100 * time.Millisecond, Concurrency: 4})
 	})
 	require.Eventually(t, func() bool {
-		return l.Count(t, `SELECT count(*) FROM job WHERE kind = ANY($1) AND state IN ('ready', 'running', 'unknown')`, kinds) == 0
+		return l.Count(t, `SELECT count(*) FROM job_all WHERE kind = ANY($1) AND state IN ('ready', 'running', 'unknown')`, kinds) == 0
 	}, 2*time.Minute, 50*time.Millisecond, "every task terminal or in review")
 	delivery := time.Since(begin)
 	stop()
@@ -137,7 +137,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	type taskRow struct {
 		channel, key, state string
 	}
-	rows, err = l.Pool.Query(ctx, `SELECT t.channel, t.delivery_key, j.state FROM notify_task t JOIN job j ON j.id = t.job_id`)
+	rows, err = l.Pool.Query(ctx, `SELECT t.channel, t.delivery_key, j.state FROM notify_task t JOIN job_all j ON j.id = t.job_id`)
 	require.NoError(t, err)
 	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (taskRow, error) {
 		var x taskRow

@@ -255,8 +255,8 @@ func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
 	damage("UP-F2", "refs differ",
 		func() { l.Exec(t, `UPDATE upload_blob SET refs = 2`) }, func() { l.Exec(t, `UPDATE upload_blob SET refs = 1`) })
 	damage("UP-F3", "not by the run that completed its job",
-		func() { l.Exec(t, `UPDATE job SET fence = fence + 1 WHERE id = $1`, f.JobID) },
-		func() { l.Exec(t, `UPDATE job SET fence = fence - 1 WHERE id = $1`, f.JobID) })
+		func() { l.Exec(t, `UPDATE job_history SET fence = fence + 1 WHERE id = $1`, f.JobID) }, // its finished job
+		func() { l.Exec(t, `UPDATE job_history SET fence = fence - 1 WHERE id = $1`, f.JobID) })
 	damage("UP-F4", "not complete and present",
 		func() { l.Exec(t, `UPDATE upload_blob SET size = size + 1`) }, func() { l.Exec(t, `UPDATE upload_blob SET size = size - 1`) })
 	damage("UP-F5", "chunk outside the declared layout",

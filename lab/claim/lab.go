@@ -84,7 +84,7 @@ func (l claimLab) job(x *lab.X, id int64) jobRow {
 	x.Helper()
 	var r jobRow
 	require.NoError(x, l.pool.QueryRow(context.Background(),
-		`SELECT state, coalesce(owner, ''), fence, attempts, coalesce(last_error, '') FROM job WHERE id = $1`, id).
+		`SELECT state, coalesce(owner, ''), fence, attempts, coalesce(last_error, '') FROM job_all WHERE id = $1`, id).
 		Scan(&r.State, &r.Owner, &r.Fence, &r.Attempts, &r.LastErr))
 	return r
 }
@@ -127,7 +127,7 @@ func runTwoProcesses(x *lab.X) {
 	const key = "wf-0001"
 	id := l.enqueue(x, claim.NewClient(l.pool, claim.Options{}), claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 	var enqueued time.Time
-	require.NoError(x, l.pool.QueryRow(ctx, `SELECT created_at FROM job WHERE id = $1`, id).Scan(&enqueued))
+	require.NoError(x, l.pool.QueryRow(ctx, `SELECT created_at FROM job_all WHERE id = $1`, id).Scan(&enqueued))
 	x.Step(lab.Step{Actor: "client", Action: fmt.Sprintf("enqueue workflow %s (job %d)", key, id), Outcome: lab.Accepted, DBTime: enqueued})
 
 	// Only the workflow kind: other modules' periodic jobs are not part of
@@ -267,7 +267,7 @@ func runTwoProcesses(x *lab.X) {
 	require.Equal(x, len(effects), l.tool.Posts(), "every POST made an effect: no retry hid a second call")
 	var state string
 	var doneAt time.Time
-	require.NoError(x, l.pool.QueryRow(ctx, `SELECT state, updated_at FROM job WHERE id = $1`, id).Scan(&state, &doneAt))
+	require.NoError(x, l.pool.QueryRow(ctx, `SELECT state, updated_at FROM job_all WHERE id = $1`, id).Scan(&state, &doneAt))
 	x.Step(lab.Step{Actor: winner.Name, Action: "call the tool with key " + workflow.IdempotencyKey(key) + ", complete", Outcome: state, Fence: row.Fence, DBTime: doneAt})
 	claims := l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id)
 	x.Figure("os_processes", len(ready))
@@ -395,7 +395,7 @@ func runTwoClaimers(x *lab.X) {
 	} else {
 		x.Step(lab.Step{Actor: "db", Action: "no round's two claim calls overlapped in database time", Outcome: "observed"})
 	}
-	succeeded := l.count(x, `SELECT count(*) FROM job WHERE state = 'succeeded'`)
+	succeeded := l.count(x, `SELECT count(*) FROM job_all WHERE state = 'succeeded'`)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d jobs succeeded; claimer-a won %d rounds, claimer-b %d", succeeded, owners["claimer-a"], owners["claimer-b"])})
 	x.Figure("rounds", rounds)
 	x.Figure("claims", l.count(x, `SELECT count(*) FROM job_event WHERE event = 'claimed'`))
@@ -462,7 +462,7 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 	for _, owner := range claimers {
 		wg.Go(func() {
 			var fence int64
-			err := l.pool.QueryRow(ctx, `SELECT fence FROM job WHERE id = $1 AND state = 'ready'`, id).Scan(&fence)
+			err := l.pool.QueryRow(ctx, `SELECT fence FROM job_all WHERE id = $1 AND state = 'ready'`, id).Scan(&fence)
 			read.Done()
 			read.Wait()
 			if err != nil {
@@ -633,11 +633,18 @@ func naiveComplete(x *lab.X, l claimLab, j *claim.Job) error {
 	if err != nil {
 		return err
 	}
+	// By id only, wherever the job is: still live, or already finished by
+	// the new owner and moved to job_history.
 	_, err = l.pool.Exec(ctx, `
-		WITH done AS (
+		WITH live AS (
 		    UPDATE job SET state = 'succeeded', owner = $2, result = $3, lease_until = NULL, updated_at = now()
 		     WHERE id = $1
-		    RETURNING id, state)
+		    RETURNING id, state),
+		finished AS (
+		    UPDATE job_history SET state = 'succeeded', owner = $2, result = $3, lease_until = NULL
+		     WHERE id = $1
+		    RETURNING id, state),
+		done AS (SELECT * FROM live UNION ALL SELECT * FROM finished)
 		INSERT INTO job_event (job_id, event, fence, owner, state)
 		SELECT id, 'succeeded', $4, $2, state FROM done`,
 		j.ID, "worker-old", workflow.Result{EffectID: e.ID, Status: e.Status}, j.Fence)
@@ -745,7 +752,7 @@ func runRetriesBackOff(x *lab.X) {
 			break
 		}
 		var wait time.Duration
-		require.NoError(x, l.pool.QueryRow(ctx, `SELECT (due_at - updated_at) FROM job WHERE id = $1 AND state = 'ready'`, id).Scan(&wait))
+		require.NoError(x, l.pool.QueryRow(ctx, `SELECT (due_at - updated_at) FROM job_all WHERE id = $1 AND state = 'ready'`, id).Scan(&wait))
 		x.Step(lab.Step{Actor: "worker-1", Action: fmt.Sprintf("attempt %d: 503", attempt), Outcome: "retry scheduled", Fence: jobs[0].Fence, Note: "next try in " + wait.Round(time.Millisecond).String()})
 		d := claim.BackoffBase << (attempt - 1)
 		require.GreaterOrEqual(x, wait, d/2, "attempt %d backoff", attempt)
@@ -859,13 +866,13 @@ func runRecoverExpired(x *lab.X) {
 	}
 	recovered := l.count(x, `SELECT count(*) FROM job_event WHERE event = 'recovered'`)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d recovered events, %d unknown, %d ready", recovered,
-		l.count(x, `SELECT count(*) FROM job WHERE state = 'unknown'`), l.count(x, `SELECT count(*) FROM job WHERE state = 'ready'`))})
+		l.count(x, `SELECT count(*) FROM job_all WHERE state = 'unknown'`), l.count(x, `SELECT count(*) FROM job_all WHERE state = 'ready'`))})
 	require.Equal(x, n, recovered)
-	require.Equal(x, 0, l.count(x, `SELECT count(*) FROM job WHERE state = 'running'`))
-	require.Equal(x, n/2, l.count(x, `SELECT count(*) FROM job WHERE state = 'unknown' AND fence = 2`))
-	require.Equal(x, n/2, l.count(x, `SELECT count(*) FROM job WHERE state = 'ready' AND fence = 2 AND owner IS NULL`))
+	require.Equal(x, 0, l.count(x, `SELECT count(*) FROM job_all WHERE state = 'running'`))
+	require.Equal(x, n/2, l.count(x, `SELECT count(*) FROM job_all WHERE state = 'unknown' AND fence = 2`))
+	require.Equal(x, n/2, l.count(x, `SELECT count(*) FROM job_all WHERE state = 'ready' AND fence = 2 AND owner IS NULL`))
 	// The re-dispatch is spread, not one burst.
-	require.Greater(x, l.count(x, `SELECT count(DISTINCT date_trunc('milliseconds', due_at)) FROM job`), 100)
+	require.Greater(x, l.count(x, `SELECT count(DISTINCT date_trunc('milliseconds', due_at)) FROM job_all`), 100)
 	x.Figure("jobs", n)
 	x.Figure("recovered", recovered)
 	x.Figure("recoverer_1", len(got[0]))
@@ -919,7 +926,7 @@ func runPoolDrains(x *lab.X) {
 	elapsed := time.Since(begin)
 	for _, owner := range []string{"pool-a", "pool-b"} {
 		x.Step(lab.Step{Actor: owner, Action: "4 workers claim and run until idle",
-			Outcome: fmt.Sprintf("%d jobs", l.count(x, `SELECT count(*) FROM job WHERE owner = $1`, owner))})
+			Outcome: fmt.Sprintf("%d jobs", l.count(x, `SELECT count(*) FROM job_all WHERE owner = $1`, owner))})
 	}
 	x.Logf("drained %d jobs with 2 pools × 4 workers in %v (%.0f jobs/s; not a benchmark: see fencelab bench claim)", n, elapsed, n/elapsed.Seconds())
 
@@ -927,14 +934,14 @@ func runPoolDrains(x *lab.X) {
 	for id, k := range runs {
 		require.Equal(x, 1, k, "job %d ran %d times", id, k)
 	}
-	succeeded := l.count(x, `SELECT count(*) FROM job WHERE state = 'succeeded' AND fence = 1 AND attempts = 1`)
+	succeeded := l.count(x, `SELECT count(*) FROM job_all WHERE state = 'succeeded' AND fence = 1 AND attempts = 1`)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d jobs succeeded at fence 1 on their first attempt", succeeded)})
 	require.Equal(x, n, succeeded)
 	require.Equal(x, n, l.count(x, `SELECT count(*) FROM job_event WHERE event = 'claimed'`))
 	require.Equal(x, n, l.count(x, `SELECT count(*) FROM job_event WHERE event = 'succeeded'`))
 	require.Equal(x, 0, l.count(x, `SELECT count(*) FROM job_event WHERE event = 'rejected_stale'`))
-	require.Positive(x, l.count(x, `SELECT count(*) FROM job WHERE owner = 'pool-a'`))
-	require.Positive(x, l.count(x, `SELECT count(*) FROM job WHERE owner = 'pool-b'`))
+	require.Positive(x, l.count(x, `SELECT count(*) FROM job_all WHERE owner = 'pool-a'`))
+	require.Positive(x, l.count(x, `SELECT count(*) FROM job_all WHERE owner = 'pool-b'`))
 	x.Figure("jobs", n)
 	x.Figure("runs", len(runs))
 	x.Figure("claims", n)

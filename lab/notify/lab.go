@@ -78,7 +78,7 @@ var SameEventFiftyTimes = lab.Experiment{
 		require.Equal(t, 1, created, "exactly one submission created it")
 		require.Equal(t, 1, l.Count(t, `SELECT count(*) FROM notify_notification`))
 		require.Equal(t, 2, l.Count(t, `SELECT count(*) FROM notify_task`))
-		require.Equal(t, 2, l.Count(t, `SELECT count(*) FROM job WHERE kind LIKE 'notify.%'`))
+		require.Equal(t, 2, l.Count(t, `SELECT count(*) FROM job_all WHERE kind LIKE 'notify.%'`))
 		require.Equal(t, []string{notify.ChannelEmail, notify.ChannelPush}, []string{got[0].Tasks[0].Channel, got[0].Tasks[1].Channel})
 
 		jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Owner: "worker-1", Limit: 10,

@@ -328,7 +328,7 @@ func (l *Lab) Snapshot(t lab.T) string {
 		`SELECT sku, available FROM flashsale_sku ORDER BY sku`,
 		`SELECT count(*) FROM flashsale_stock_move`,
 		`SELECT id, topic, key FROM outbox_event ORDER BY id`,
-		`SELECT id, kind, state FROM job WHERE kind LIKE 'flashsale.%' ORDER BY id`,
+		`SELECT id, kind, state FROM job_all WHERE kind LIKE 'flashsale.%' ORDER BY id`,
 	} {
 		rows, err := l.Pool.Query(context.Background(), q)
 		require.NoError(t, err)

@@ -282,7 +282,7 @@ var LateSuccessUnitFree = lab.Experiment{
 		require.Equal(t, 0, l.Count(t, `SELECT available FROM flashsale_sku WHERE sku = 'sku-lab-02'`))
 		require.Equal(t, 1, l.PaidEvents(t, o.ID))
 		require.Empty(t, l.Pay.Refunds())
-		require.Equal(t, 0, l.Count(t, `SELECT count(*) FROM job WHERE kind = $1`, order.RefundKind))
+		require.Equal(t, 0, l.Count(t, `SELECT count(*) FROM job_all WHERE kind = $1`, order.RefundKind))
 		l.AssertSettled(t)
 	},
 }

@@ -95,7 +95,7 @@ func naiveTakeover(x *lab.X) {
 	var by string
 	var fence int64
 	var jobState string
-	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT f.published_by, f.published_fence, j.state FROM file_object f JOIN job j ON j.id = f.job_id WHERE f.id = $1`, f.ID).
+	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT f.published_by, f.published_fence, j.state FROM file_object f JOIN job_all j ON j.id = f.job_id WHERE f.id = $1`, f.ID).
 		Scan(&by, &fence, &jobState))
 	x.Step(lab.Step{Actor: "db", Action: "re-read " + f.ID, Fence: fence, Note: fmt.Sprintf("published by %s; job %s", by, jobState)})
 	x.Figure("published_by", by)

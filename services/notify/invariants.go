@@ -26,11 +26,11 @@ SELECT 'more than one task for one (notification, channel)' AS problem, notifica
   FROM notify_task GROUP BY notification_id, channel HAVING count(*) > 1
 UNION ALL
 SELECT 'task not driven by its own job', t.id::text, coalesce(j.kind || ' ' || j.business_key, 'no job')
-  FROM notify_task t LEFT JOIN job j ON j.id = t.job_id
+  FROM notify_task t LEFT JOIN job_all j ON j.id = t.job_id
  WHERE j.id IS NULL OR j.kind <> 'notify.' || t.channel OR j.business_key <> t.delivery_key
 UNION ALL
 SELECT 'delivery job without a task', j.id::text, j.business_key
-  FROM job j
+  FROM job_all j
  WHERE j.kind IN ('notify.email', 'notify.sms', 'notify.push')
    AND NOT EXISTS (SELECT 1 FROM notify_task t WHERE t.job_id = j.id)
 UNION ALL
@@ -98,7 +98,7 @@ SELECT 'resent without an authoritative absent or a person''s decision', s2.task
 UNION ALL
 SELECT 'failed although a send may have delivered', t.id::text, t.channel || ' #' || s.attempt_no || ' (' || s.outcome || ')'
   FROM notify_task t
-  JOIN job j ON j.id = t.job_id AND j.state = 'failed'
+  JOIN job_all j ON j.id = t.job_id AND j.state = 'failed'
   JOIN notify_attempt s ON s.task_id = t.id AND s.op = 'send' AND s.outcome IN ('pending', 'unknown', 'success')
  WHERE NOT EXISTS (SELECT 1 FROM notify_attempt q
                     WHERE q.task_id = s.task_id AND q.op = 'query' AND q.outcome = 'success' AND q.effect_id IS NULL
@@ -119,7 +119,7 @@ SELECT 'sent under or after the claim that cancelled it' AS problem, t.id::text 
   JOIN notify_attempt a ON a.task_id = t.id AND a.op = 'send' AND a.fence >= e.fence
 UNION ALL
 SELECT 'cancelled other than by the claim-time preference check', t.id::text, coalesce(j.last_error, '')
-  FROM notify_task t JOIN job j ON j.id = t.job_id
+  FROM notify_task t JOIN job_all j ON j.id = t.job_id
  WHERE j.state = 'cancelled' AND coalesce(j.last_error, '') NOT LIKE 'NTF-I5:%'
 UNION ALL
 SELECT 'cancelled at a claim that was never made', t.id::text, 'fence ' || e.fence

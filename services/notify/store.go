@@ -55,12 +55,12 @@ RETURNING id, notification_id, channel, delivery_key, job_id`
 
 	sqlTasks = `
 SELECT ` + taskColumns + `
-FROM notify_task t LEFT JOIN job j ON j.id = t.job_id
+FROM notify_task t LEFT JOIN job_all j ON j.id = t.job_id
 WHERE t.notification_id = $1 ORDER BY t.id`
 
 	sqlTask = `
 SELECT ` + taskColumns + `
-FROM notify_task t LEFT JOIN job j ON j.id = t.job_id
+FROM notify_task t LEFT JOIN job_all j ON j.id = t.job_id
 WHERE t.id = $1`
 
 	sqlAttempts = `
@@ -201,7 +201,7 @@ WITH gate AS MATERIALIZED (
     SELECT n.id
       FROM notify_notification n
      WHERE n.created_at < now() - $1::bigint * interval '1 microsecond'
-       AND (SELECT count(*) FROM notify_task t JOIN job j ON j.id = t.job_id
+       AND (SELECT count(*) FROM notify_task t JOIN job_all j ON j.id = t.job_id
              WHERE t.notification_id = n.id
                AND (j.state NOT IN ('succeeded', 'failed', 'cancelled')
                     OR j.updated_at >= now() - $1::bigint * interval '1 microsecond')) = 0

@@ -17,9 +17,9 @@ const EnvClaimRetention = "FENCELAB_CLAIM_RETENTION"
 
 // Claim is chapter 2's engine as a module: its invariants, the admin view
 // of a job (GET /jobs/{id}) and claim.purge, the periodic kind that
-// deletes finished jobs (and their job_event rows) older than
-// FENCELAB_CLAIM_RETENTION, kinds registered with KeepFinished excepted
-// (docs/DATA.md). The engine itself is Deps.Jobs, which app.Build makes
+// drops the days of job_history (finished jobs and their job_event rows)
+// older than FENCELAB_CLAIM_RETENTION, kinds registered with KeepFinished
+// excepted (claim.Client.MaintainHistory, docs/DATA.md). The engine itself is Deps.Jobs, which app.Build makes
 // and every module enqueues on.
 func Claim() app.Module {
 	return app.Module{

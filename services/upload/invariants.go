@@ -71,7 +71,7 @@ SELECT 'file of a session that is not committed to it', f.id::text, s.state
 		SQL: `
 SELECT 'published, but not by the run that completed its job' AS problem, f.id::text AS file,
        f.published_fence AS fence, f.published_by AS run, j.fence AS job_fence, coalesce(j.owner, '') AS job_owner, j.state AS job_state
-  FROM file_object f LEFT JOIN job j ON j.id = f.job_id
+  FROM file_object f LEFT JOIN job_all j ON j.id = f.job_id
  WHERE f.state = 'published'
    AND (j.id IS NULL OR j.state <> 'succeeded' OR j.fence <> f.published_fence OR j.owner IS DISTINCT FROM f.published_by)
 UNION ALL
@@ -80,12 +80,12 @@ SELECT 'published by a superseded run (a later claim exists)', f.id::text, f.pub
  WHERE f.state = 'published'
 UNION ALL
 SELECT 'processing job succeeded, file not published', f.id::text, NULL, NULL, j.fence, coalesce(j.owner, ''), j.state
-  FROM file_object f JOIN job j ON j.id = f.job_id
+  FROM file_object f JOIN job_all j ON j.id = f.job_id
  WHERE j.state = 'succeeded' AND f.state <> 'published'
 UNION ALL
 SELECT 'file without its processing job', f.id::text, NULL, NULL, NULL, NULL, NULL
   FROM file_object f
- WHERE NOT EXISTS (SELECT 1 FROM job j WHERE j.id = f.job_id AND j.kind = '` + KindProcess + `' AND j.business_key = f.id::text)`,
+ WHERE NOT EXISTS (SELECT 1 FROM job_all j WHERE j.id = f.job_id AND j.kind = '` + KindProcess + `' AND j.business_key = f.id::text)`,
 	},
 	{
 		ID: "UP-F4", Module: "upload", Chapter: chapter,
