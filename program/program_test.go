@@ -45,5 +45,5 @@ func TestModulesAreReadableWithoutADatabase(t *testing.T) {
 		require.NotNil(t, b.Run, b.Name)
 		bnames = append(bnames, b.Name)
 	}
-	require.ElementsMatch(t, []string{"claim", "growth", "outbox", "points", "flashsale", "feed", "shortlink", "upload", "console", "hostile"}, bnames)
+	require.ElementsMatch(t, []string{"claim", "growth", "outbox", "points", "flashsale", "feed", "shortlink", "upload", "console", "hostile", "explore"}, bnames)
 }
