@@ -72,8 +72,12 @@ func unreachable() *httpx.Problem {
 // within one probe interval and this bound. The pool keeps the abandoned
 // attempt: it is not wasted. The queries on a connection once held keep
 // the longer bound (a busy machine may take a while to answer a ping; a
-// dead peer fails them at once).
-const ReadyzAcquireTimeout = 250 * time.Millisecond
+// dead peer fails them at once). It was 250 ms: on a loaded machine a new
+// connection to a healthy database took longer than that just after
+// start-up (the background tasks open theirs at the same moment), and the
+// first probe answered "database_unreachable" for a database that was
+// there. A second still keeps a probe far from a hung connect's seconds.
+const ReadyzAcquireTimeout = time.Second
 
 // readyz answers 200 only when the database answers and its schema is at
 // the binary's migration version: a replica with an old schema must not
