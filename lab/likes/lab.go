@@ -187,7 +187,7 @@ var StormWithDuplicatedDelivery = lab.Experiment{
 var CounterProcessKilled = lab.Experiment{
 	ID:         "likes/counter-process-killed",
 	Test:       "TestLIKE02CounterProcessKilledMidBatch",
-	Claim:      "a counter process killed with SIGKILL, once mid-backlog and once inside its batch transaction, loses nothing and applies nothing twice: the third process ends with every count exact",
+	Claim:      "a counter process killed with SIGKILL, once as soon as its first batch has committed and once inside its batch transaction, loses nothing and applies nothing twice: the third process ends with every count exact",
 	Invariants: LabInvariants,
 	Run:        runLIKE02CounterProcessKilledMidBatch,
 }
@@ -298,18 +298,25 @@ func runLIKE02CounterProcessKilledMidBatch(x *lab.X) {
 		return applied, unapplied
 	}
 
-	// 1. Killed mid-backlog: as soon as its first batch has committed.
+	// 1. Killed as soon as its first batch has committed. Where in the
+	// backlog the kill lands is read from the database once it has landed
+	// and told as it was: usually mid-backlog, but on a loaded machine the
+	// process has been seen to apply the whole backlog (three batches)
+	// between the first commit and the SIGKILL, so "mid-backlog" is
+	// narrated when observed, not claimed. The kill inside a batch
+	// transaction (2.) is the forced one.
 	w1 := l.StartWorker(t, "process-A")
 	require.Eventually(t, func() bool { return InboxRows(t, l.Pool) > 0 }, time.Minute, 2*time.Millisecond)
 	l.Kill9(t, w1)
 	l.WaitSessionsGone(t)
-	// Mid-backlog is a fact read from the database once the kill has
-	// landed: part of the backlog applied, part of it not.
 	appliedAtKill, leftAtKill := backlog()
+	where := "mid-backlog"
+	if leftAtKill == 0 {
+		where = "after the backlog"
+	}
 	l.x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("at the kill: %d backlog events applied, %d not yet", appliedAtKill, leftAtKill),
-		Outcome: "mid-backlog", DBTime: x.DBNow(l.Pool)})
-	require.Positive(t, appliedAtKill, "process-A applied part of the backlog")
-	require.Positive(t, leftAtKill, "process-A was killed with backlog events still unapplied (mid-backlog)")
+		Outcome: where, DBTime: x.DBNow(l.Pool)})
+	require.Positive(t, appliedAtKill, "process-A's first batch committed before the kill")
 	ExpireLease(t, l.Pool)
 	afterKill1 := InboxRows(t, l.Pool)
 

@@ -78,7 +78,7 @@ func naiveBlindResend(x *lab.X, l Lab) {
 		err = worker.Execute(ctx, jobs[0])
 		require.NoError(x, err)
 		var state string
-		require.NoError(x, l.Pool.QueryRow(ctx, `SELECT state FROM job WHERE id = $1`, push.JobID).Scan(&state))
+		require.NoError(x, l.Pool.QueryRow(ctx, `SELECT state FROM job_all WHERE id = $1`, push.JobID).Scan(&state))
 		if state == string(claim.StateSucceeded) {
 			break
 		}
