@@ -332,6 +332,7 @@ var TwoClaimers = lab.Experiment{
 	Catches:    []string{"CLAIM-I3", "CLAIM-I4"},
 	Control:    "the same read-then-write claim by one claimer: nothing interleaves, one claim, one completion",
 	Run:        runTwoClaimers,
+	Explore:    twoClaimersExplore,
 }
 
 func runTwoClaimers(x *lab.X) {
