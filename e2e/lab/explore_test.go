@@ -162,3 +162,44 @@ func TestThePausedHoldersStaleWriteUnderOneSchedule(t *testing.T) {
 		t.Fatalf("guarded: A's late write should be refused; the timeline ends %+v", g.Timeline[len(g.Timeline)-3:])
 	}
 }
+
+// Four more chapters under the scheduler, cheaply (each exhaustive
+// exploration runs under `fencelab docs --explore`, recorded in
+// docs/explored.json): a sample of the guarded schedules holds; the naive
+// version is caught under a schedule where its race happens and not under
+// a serial one, each replayed as `lab run ID --naive --schedule …` would.
+func TestNewChaptersHoldGuardedAndBreakNaiveByTheirSchedule(t *testing.T) {
+	for _, c := range []struct {
+		id, breaking, serial, violates string
+	}{
+		{"relations/block-revokes-on-commit", "A,B,B,A,A", "A,A,A,B,B", "REL-I2"},
+		{"likes/recompute-beside-increments", "admin,admin,counter,user", "user,counter,admin,admin", "LIKE-I3"},
+		{"upload/processing-lease-taken-over", "clock,A,A,B,B", "A,A,clock,B", "UP-F3"},
+		{"claim/two-claimers", "A,B,A,B,A,B", "A,A,A,B,B", "CLAIM-I3"},
+	} {
+		t.Run(c.id, func(t *testing.T) {
+			e := explorable(t, c.id)
+			g := lab.ExploreExperiment(context.Background(), e, scheduleEnv{t}, lab.ExploreOptions{Variant: lab.Guarded, Max: 2, Seed: 1})
+			if g.Verdict != lab.Held || g.Exit != 0 || g.Count != 2 || g.Breaking != 0 {
+				t.Errorf("guarded sample: %s (verdict %s, exit %d): %+v", g.Summary, g.Verdict, g.Exit, g.Schedules)
+			}
+			r := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Naive, lab.ParseSchedule(c.breaking))
+			if r.Verdict != lab.Caught || r.Schedule != c.breaking {
+				t.Errorf("naive %s: %s, schedule %s, failures %v: want caught", c.breaking, r.Verdict, r.Schedule, r.Failures)
+			}
+			var violated []string
+			for _, v := range r.Invariants {
+				if !v.Holds && !v.Schema {
+					violated = append(violated, v.ID)
+				}
+			}
+			if !slices.Contains(violated, c.violates) {
+				t.Errorf("naive %s violated %v, want %s among them", c.breaking, violated, c.violates)
+			}
+			s := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Naive, lab.ParseSchedule(c.serial))
+			if s.Verdict != lab.NotCaught || len(s.Failures) > 0 || s.Schedule != c.serial {
+				t.Errorf("naive serial %s: %s, schedule %s, failures %v: want not caught", c.serial, s.Verdict, s.Schedule, s.Failures)
+			}
+		})
+	}
+}
