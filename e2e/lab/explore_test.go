@@ -165,23 +165,24 @@ func TestThePausedHoldersStaleWriteUnderOneSchedule(t *testing.T) {
 
 // Four more chapters under the scheduler, cheaply (each exhaustive
 // exploration runs under `fencelab docs --explore`, recorded in
-// docs/explored.json): a sample of the guarded schedules holds; the naive
-// version is caught under a schedule where its race happens and not under
-// a serial one, each replayed as `lab run ID --naive --schedule …` would.
+// docs/explored.json): the guarded version holds under a schedule where
+// the actors race; the naive version is caught under a schedule where its
+// race happens and not under a serial one — each run as `lab run ID
+// [--naive] --schedule …` runs it.
 func TestNewChaptersHoldGuardedAndBreakNaiveByTheirSchedule(t *testing.T) {
 	for _, c := range []struct {
-		id, breaking, serial, violates string
+		id, guarded, breaking, serial, violates string
 	}{
-		{"relations/block-revokes-on-commit", "A,B,B,A,A", "A,A,A,B,B", "REL-I2"},
-		{"likes/recompute-beside-increments", "admin,admin,counter,user", "user,counter,admin,admin", "LIKE-I3"},
-		{"upload/processing-lease-taken-over", "clock,A,A,B,B", "A,A,clock,B", "UP-F3"},
-		{"claim/two-claimers", "A,B,A,B,A,B", "A,A,A,B,B", "CLAIM-I3"},
+		{"relations/block-revokes-on-commit", "A,B,A,B", "A,B,B,A,A", "A,A,A,B,B", "REL-I2"},
+		{"likes/recompute-beside-increments", "admin,counter,admin,user", "admin,admin,counter,user", "user,counter,admin,admin", "LIKE-I3"},
+		{"upload/processing-lease-taken-over", "clock,A,A,B,B", "clock,A,A,B,B", "A,A,clock,B", "UP-F3"},
+		{"claim/two-claimers", "A,B,A,B,A", "A,B,A,B,A,B", "A,A,A,B,B", "CLAIM-I3"},
 	} {
 		t.Run(c.id, func(t *testing.T) {
 			e := explorable(t, c.id)
-			g := lab.ExploreExperiment(context.Background(), e, scheduleEnv{t}, lab.ExploreOptions{Variant: lab.Guarded, Max: 2, Seed: 1})
-			if g.Verdict != lab.Held || g.Exit != 0 || g.Count != 2 || g.Breaking != 0 {
-				t.Errorf("guarded sample: %s (verdict %s, exit %d): %+v", g.Summary, g.Verdict, g.Exit, g.Schedules)
+			g := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Guarded, lab.ParseSchedule(c.guarded))
+			if g.Verdict != lab.Held || g.Exit != 0 || g.Schedule != c.guarded {
+				t.Errorf("guarded %s: %s, schedule %s, failures %v: want held", c.guarded, g.Verdict, g.Schedule, g.Failures)
 			}
 			r := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Naive, lab.ParseSchedule(c.breaking))
 			if r.Verdict != lab.Caught || r.Schedule != c.breaking {
