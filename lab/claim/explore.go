@@ -5,7 +5,9 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
@@ -128,4 +130,123 @@ func naiveClaimRun(x *lab.X, a *lab.Actor, l claimLab, id int64, owner, key, sta
 		return
 	}
 	a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: fence})
+}
+
+// expiredOwnerExplore: worker-old holds the claimed job and stalls; in
+// one step ("wake") it calls the tool and commits its result. The clock,
+// in one step, lapses whatever lease the job holds (set with SQL: the
+// exact boundary), recovery makes the job unknown (it has side effects)
+// and the resolver, asking the tool by key, sends it back to ready.
+// worker-new claims it (step "claim": nothing unless the clock went
+// first) and runs it (step "run"). Guarded, the old owner's completion is
+// fenced: once the lease lapsed it is refused, whatever else ran, and
+// the job ends with one completion under the current fence (CLAIM-I2,
+// CLAIM-I4). Naive (its completion matches the job by id only), the
+// schedules where it wakes after the clock record a completion under a
+// stale fence; the ones where it wakes first are not caught.
+var expiredOwnerExplore = &lab.Explore{
+	Claim: "a stalled owner, the clock lapsing its lease and a new owner, in every order: a completion lands only under the job's current fence",
+	Actors: []lab.ActorSpec{
+		{Name: "old", Steps: lab.Steps("wake")},
+		{Name: "clock", Steps: lab.Steps("lapse")},
+		{Name: "new", Steps: lab.Steps("claim", "run")},
+	},
+	Run: exploreExpiredOwner,
+}
+
+func exploreExpiredOwner(x *lab.X) {
+	const key = "wf-0042"
+	ctx := context.Background()
+	l := newClaimLab(x, bookTool)
+	oldW := l.worker(x, "worker-old")
+	id := l.enqueue(x, oldW, claim.NewJob{Kind: workflow.KindName, BusinessKey: key, Payload: workflow.Input{Input: "report"}})
+	claimed, err := oldW.Claim(ctx, claim.ClaimParams{})
+	require.NoError(x, err)
+	require.Len(x, claimed, 1)
+	stalled := claimed[0]
+	x.Step(lab.Step{Actor: "worker-old", Action: fmt.Sprintf("claim job %d, then stall before the tool call", id), Outcome: lab.Accepted, Fence: stalled.Fence})
+	if x.Naive {
+		x.Step(lab.Step{Actor: "db", Action: "worker-old's completion matches the job by id only", Note: "the naive completion"})
+	}
+	x.Interleave(func(a *lab.Actor) {
+		ctx := a.Context()
+		db := a.Pool(l.url)
+		switch a.Name {
+		case "old":
+			a.Step("wake")
+			var err error
+			if x.Naive {
+				err = naiveComplete(x, l, stalled)
+			} else {
+				err = oldW.Execute(ctx, stalled)
+			}
+			switch {
+			case errors.Is(err, claim.ErrStaleFence):
+				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool (same key), commit the result", Outcome: lab.Refused, Fence: stalled.Fence, Note: "stale fence"})
+			case err != nil:
+				x.Error(a.Name, "call the tool, commit the result", err)
+			default:
+				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool (same key), commit the result", Outcome: lab.Accepted, Fence: stalled.Fence})
+			}
+		case "clock":
+			a.Step("lapse")
+			tag, err := db.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 millisecond' WHERE id = $1 AND state = 'running'`, id)
+			if err != nil {
+				x.Error(a.Name, "lapse the lease", err)
+				return
+			}
+			if tag.RowsAffected() == 0 {
+				a.Say("lapse the job's lease", "no running job", "")
+				return
+			}
+			c := claim.NewClient(db, claim.Options{Owner: "recovery"})
+			require.NoError(x, c.Register(workflow.NewKind(l.tool.Client())))
+			if _, err := c.RecoverExpired(ctx, 100, time.Microsecond); err != nil {
+				x.Error(a.Name, "recover the expired job", err)
+				return
+			}
+			if _, err := db.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, id); err != nil { // the resolver's turn, now
+				x.Error(a.Name, "make the job due", err)
+				return
+			}
+			res, err := c.ResolveUnknown(ctx, 100, 2)
+			if err != nil {
+				x.Error(a.Name, "resolve the unknown job", err)
+				return
+			}
+			a.Say("lapse worker-old's lease; recovery and the resolver (the tool has no effect for the key)", lab.Accepted, fmt.Sprintf("%d job(s) resolved", len(res)))
+		case "new":
+			c := claim.NewClient(db, claim.Options{Owner: "worker-new"})
+			require.NoError(x, c.Register(workflow.NewKind(l.tool.Client())))
+			a.Step("claim")
+			jobs, err := c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
+			if err != nil {
+				x.Error(a.Name, "claim", err)
+				return
+			}
+			if len(jobs) == 0 {
+				a.Say("claim", "empty", "the job is not ready")
+				return
+			}
+			a.X.Step(lab.Step{Actor: a.Name, Action: fmt.Sprintf("claim job %d", id), Outcome: lab.Accepted, Fence: jobs[0].Fence})
+			a.Step("run")
+			err = c.Execute(ctx, jobs[0])
+			switch {
+			case err != nil && x.Naive:
+				// The naive old owner's completion landed on the job it
+				// no longer held: the current owner's is refused.
+				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Refused, Fence: jobs[0].Fence, Note: err.Error()})
+			case err != nil:
+				x.Error(a.Name, "call the tool, complete", err)
+			default:
+				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: jobs[0].Fence})
+			}
+		}
+	})
+	row := l.job(x, id)
+	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read job %d: %s, owner %s", id, row.State, row.Owner), Fence: row.Fence})
+	x.Figure("effects", len(l.tool.EffectsFor(workflow.IdempotencyKey(key))))
+	if !x.Naive {
+		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1, "one tool effect for the business key")
+	}
 }

@@ -533,6 +533,7 @@ var ExpiredOwner = lab.Experiment{
 	Catches:    []string{"CLAIM-I4", "CLAIM-I2"},
 	Control:    "the same id-only completion by an owner that never stalls: its lease is live, nobody took over, one completion",
 	Run:        runExpiredOwner,
+	Explore:    expiredOwnerExplore,
 }
 
 func runExpiredOwner(x *lab.X) {
