@@ -61,25 +61,16 @@ func exploreTwoClaimers(x *lab.X) {
 			naiveClaimRun(x, a, l, id, owner, key, state, fence)
 			return
 		}
-		c := claim.NewClient(db, claim.Options{Owner: owner})
-		require.NoError(x, c.Register(workflow.NewKind(l.tool.Client())))
-		a.Step("claim")
-		jobs, err := c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
-		if err != nil {
-			x.Error(a.Name, "claim", err)
+		c, j := claimStep(x, a, l, owner, id, "the job is claimed or locked by the other: nothing ready")
+		if j == nil {
 			return
 		}
-		if len(jobs) == 0 {
-			a.Say("claim", "empty", "the job is claimed or locked by the other: nothing ready")
-			return
-		}
-		a.X.Step(lab.Step{Actor: a.Name, Action: fmt.Sprintf("claim job %d", id), Outcome: lab.Accepted, Fence: jobs[0].Fence})
 		a.Step("run")
-		if err := c.Execute(ctx, jobs[0]); err != nil {
+		if err := c.Execute(ctx, j); err != nil {
 			x.Error(a.Name, "call the tool, complete", err)
 			return
 		}
-		a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: jobs[0].Fence})
+		a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: j.Fence})
 	})
 	claims := l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d claim(s) of job %d; the tool was called %d time(s)", claims, id, l.tool.Posts())})
@@ -216,30 +207,21 @@ func exploreExpiredOwner(x *lab.X) {
 			}
 			a.Say("lapse worker-old's lease; recovery and the resolver (the tool has no effect for the key)", lab.Accepted, fmt.Sprintf("%d job(s) resolved", len(res)))
 		case "new":
-			c := claim.NewClient(db, claim.Options{Owner: "worker-new"})
-			require.NoError(x, c.Register(workflow.NewKind(l.tool.Client())))
-			a.Step("claim")
-			jobs, err := c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
-			if err != nil {
-				x.Error(a.Name, "claim", err)
+			c, j := claimStep(x, a, l, "worker-new", id, "the job is not ready")
+			if j == nil {
 				return
 			}
-			if len(jobs) == 0 {
-				a.Say("claim", "empty", "the job is not ready")
-				return
-			}
-			a.X.Step(lab.Step{Actor: a.Name, Action: fmt.Sprintf("claim job %d", id), Outcome: lab.Accepted, Fence: jobs[0].Fence})
 			a.Step("run")
-			err = c.Execute(ctx, jobs[0])
+			err := c.Execute(ctx, j)
 			switch {
 			case err != nil && x.Naive:
 				// The naive old owner's completion landed on the job it
 				// no longer held: the current owner's is refused.
-				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Refused, Fence: jobs[0].Fence, Note: err.Error()})
+				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Refused, Fence: j.Fence, Note: err.Error()})
 			case err != nil:
 				x.Error(a.Name, "call the tool, complete", err)
 			default:
-				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: jobs[0].Fence})
+				a.X.Step(lab.Step{Actor: a.Name, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: j.Fence})
 			}
 		}
 	})
@@ -249,4 +231,25 @@ func exploreExpiredOwner(x *lab.X) {
 	if !x.Naive {
 		require.Len(x, l.tool.EffectsFor(workflow.IdempotencyKey(key)), 1, "one tool effect for the business key")
 	}
+}
+
+// claimStep is an actor's step "claim": the claim engine's claim, on a
+// client over the actor's own sessions (its lock waits are visible to the
+// scheduler). It returns the job claimed, or nil — said as why — when
+// nothing was ready.
+func claimStep(x *lab.X, a *lab.Actor, l claimLab, owner string, id int64, why string) (*claim.Client, *claim.Job) {
+	c := claim.NewClient(a.Pool(l.url), claim.Options{Owner: owner})
+	require.NoError(x, c.Register(workflow.NewKind(l.tool.Client())))
+	a.Step("claim")
+	jobs, err := c.Claim(a.Context(), claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
+	if err != nil {
+		x.Error(a.Name, "claim", err)
+		return c, nil
+	}
+	if len(jobs) == 0 {
+		a.Say("claim", "empty", why)
+		return c, nil
+	}
+	a.X.Step(lab.Step{Actor: a.Name, Action: fmt.Sprintf("claim job %d", id), Outcome: lab.Accepted, Fence: jobs[0].Fence})
+	return c, jobs[0]
 }
