@@ -162,3 +162,45 @@ func TestThePausedHoldersStaleWriteUnderOneSchedule(t *testing.T) {
 		t.Fatalf("guarded: A's late write should be refused; the timeline ends %+v", g.Timeline[len(g.Timeline)-3:])
 	}
 }
+
+// Four more chapters under the scheduler, cheaply (each exhaustive
+// exploration runs under `fencelab docs --explore`, recorded in
+// docs/explored.json): the guarded version holds under a schedule where
+// the actors race; the naive version is caught under a schedule where its
+// race happens and not under a serial one — each run as `lab run ID
+// [--naive] --schedule …` runs it.
+func TestNewChaptersHoldGuardedAndBreakNaiveByTheirSchedule(t *testing.T) {
+	for _, c := range []struct {
+		id, guarded, breaking, serial, violates string
+	}{
+		{"relations/block-revokes-on-commit", "A,B,A,B", "A,B,B,A,A", "A,A,A,B,B", "REL-I2"},
+		{"likes/recompute-beside-increments", "admin,counter,admin,user", "admin,admin,counter,user", "user,counter,admin,admin", "LIKE-I3"},
+		{"upload/processing-lease-taken-over", "clock,A,A,B,B", "clock,A,A,B,B", "A,A,clock,B", "UP-F3"},
+		{"claim/two-claimers", "A,B,A,B,A", "A,B,A,B,A,B", "A,A,A,B,B", "CLAIM-I3"},
+	} {
+		t.Run(c.id, func(t *testing.T) {
+			e := explorable(t, c.id)
+			g := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Guarded, lab.ParseSchedule(c.guarded))
+			if g.Verdict != lab.Held || g.Exit != 0 || g.Schedule != c.guarded {
+				t.Errorf("guarded %s: %s, schedule %s, failures %v: want held", c.guarded, g.Verdict, g.Schedule, g.Failures)
+			}
+			r := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Naive, lab.ParseSchedule(c.breaking))
+			if r.Verdict != lab.Caught || r.Schedule != c.breaking {
+				t.Errorf("naive %s: %s, schedule %s, failures %v: want caught", c.breaking, r.Verdict, r.Schedule, r.Failures)
+			}
+			var violated []string
+			for _, v := range r.Invariants {
+				if !v.Holds && !v.Schema {
+					violated = append(violated, v.ID)
+				}
+			}
+			if !slices.Contains(violated, c.violates) {
+				t.Errorf("naive %s violated %v, want %s among them", c.breaking, violated, c.violates)
+			}
+			s := lab.RunSchedule(context.Background(), e, scheduleEnv{t}, lab.Naive, lab.ParseSchedule(c.serial))
+			if s.Verdict != lab.NotCaught || len(s.Failures) > 0 || s.Schedule != c.serial {
+				t.Errorf("naive serial %s: %s, schedule %s, failures %v: want not caught", c.serial, s.Verdict, s.Schedule, s.Failures)
+			}
+		})
+	}
+}

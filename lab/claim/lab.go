@@ -332,6 +332,7 @@ var TwoClaimers = lab.Experiment{
 	Catches:    []string{"CLAIM-I3", "CLAIM-I4"},
 	Control:    "the same read-then-write claim by one claimer: nothing interleaves, one claim, one completion",
 	Run:        runTwoClaimers,
+	Explore:    twoClaimersExplore,
 }
 
 func runTwoClaimers(x *lab.X) {
@@ -532,6 +533,7 @@ var ExpiredOwner = lab.Experiment{
 	Catches:    []string{"CLAIM-I4", "CLAIM-I2"},
 	Control:    "the same id-only completion by an owner that never stalls: its lease is live, nobody took over, one completion",
 	Run:        runExpiredOwner,
+	Explore:    expiredOwnerExplore,
 }
 
 func runExpiredOwner(x *lab.X) {

@@ -218,6 +218,7 @@ var RecomputeBesideIncrements = lab.Experiment{
 	Catches:    []string{"LIKE-I3"},
 	Control:    "the same recompute without the watermark once the counter has applied every like: nothing is pending beside it, no count is doubled",
 	Run:        runLIKE04RecomputeBesideOnlineIncrements,
+	Explore:    recomputeExplore,
 }
 
 // LIKE-01 (TestLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce): 50 users

@@ -174,8 +174,9 @@ var BlockRevokesOnCommit = lab.Experiment{
 	Overlap:    true,
 	Invariants: []string{"social"},
 	Naive:      "a read authorised from the lagging view: the feed page asks the followers view, not the truth table, whether the reader follows the author, and the view has not applied the block yet",
-	Catches:    []string{"FEED-I1"},
+	Catches:    []string{"FEED-I1", "REL-I2"},
 	Control:    "the same view-authorised read after the view has applied the block: nothing is served",
+	Explore:    followBlockExplore,
 	Run: func(x *lab.X) {
 		if x.Naive {
 			naiveViewRead(x)

@@ -152,6 +152,7 @@ var ProcessingLeaseTakenOver = lab.Experiment{
 	Naive:      "a run that publishes in a transaction of its own, before its fenced completion: runner A, superseded, wakes first and publishes; its completion is refused, the publish stays",
 	Catches:    []string{"UP-F3"},
 	Control:    "the same naive run alone: no lease lapses, no takeover",
+	Explore:    takeoverExplore,
 	Run: func(x *lab.X) {
 		if x.Naive {
 			naiveTakeover(x)
