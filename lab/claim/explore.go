@@ -52,7 +52,9 @@ func exploreTwoClaimers(x *lab.X) {
 		a.Step("read")
 		var fence int64
 		var state string
-		if err := db.QueryRow(ctx, `SELECT state, fence FROM job WHERE id = $1`, id).Scan(&state, &fence); err != nil {
+		// job_all: once the other claimer has completed it, the job is in
+		// job_history (finished jobs leave the live queue).
+		if err := db.QueryRow(ctx, `SELECT state, fence FROM job_all WHERE id = $1`, id).Scan(&state, &fence); err != nil {
 			x.Error(a.Name, "read the job", err)
 			return
 		}
