@@ -40,7 +40,7 @@ var Experiments = []lab.Experiment{OutboxRedelivery, OutboxTwoProcesses}
 var OutboxRedelivery = lab.Experiment{
 	ID:         "outbox/redelivery",
 	Test:       "TestOutboxRedeliveryAppliesEachEventOnce",
-	Claim:      "a consumer that crashes mid-batch, and a stream delivered twice, still apply each event exactly once",
+	Claim:      "a consumer whose batch dies before its commit (a failure injected in the process; outbox/two-processes is the real SIGKILL), and a stream delivered twice, still apply each event exactly once",
 	Invariants: []string{"outbox"},
 	Naive:      "apply the batch in one transaction and save the position in another, with no inbox: a crash in between redelivers the batch",
 	Catches:    []string{"OUTBOX-I3"},
