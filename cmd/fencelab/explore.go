@@ -29,26 +29,12 @@ func labExploreTo(out io.Writer, args []string) error {
 	parallel := fs.Int("parallel", 2, "schedules run at once in an exhaustive exploration (each on its own database)")
 	url := fs.String("database-url", "", "a PostgreSQL server to make scratch databases on (default: a throwaway local cluster)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "overall time limit")
-	var id string
-	rest := args
-	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		id, rest = rest[0], rest[1:]
+	e, err := parseExperimentArgs(fs, args, "lab explore", "marks the explorable ones")
+	if err != nil {
+		return err
 	}
-	if err := fs.Parse(rest); err != nil {
-		return errUsage
-	}
-	if id == "" && fs.NArg() > 0 {
-		id = fs.Arg(0)
-	}
-	if id == "" {
-		fmt.Fprint(os.Stderr, "fencelab lab explore: which experiment? `fencelab lab list` marks the explorable ones\n")
-		return errUsage
-	}
-	e, ok := lab.Find(labExperiments(), id)
+	id := e.ID
 	switch {
-	case !ok:
-		fmt.Fprintf(os.Stderr, "fencelab lab explore: no experiment %q; `fencelab lab list` shows them\n", id)
-		return errUsage
 	case e.Explore == nil:
 		fmt.Fprintf(os.Stderr, "fencelab lab explore: %s declares no actors to schedule; explorable: %s\n", id, strings.Join(explorable(), ", "))
 		return errUsage

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -139,6 +140,34 @@ func labList(args []string) error {
 
 func labRun(args []string) error { return labRunTo(os.Stdout, args) }
 
+// parseExperimentArgs parses a `lab run`/`lab explore` command line: the
+// experiment's ID, before or after the flags (lab run points/x --naive),
+// and the flags. A missing or unknown ID is a usage error, said on stderr;
+// listHint ends the message ("shows them", "marks the explorable ones").
+func parseExperimentArgs(fs *flag.FlagSet, args []string, cmd, listHint string) (lab.Experiment, error) {
+	var id string
+	rest := args
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		id, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return lab.Experiment{}, errUsage
+	}
+	if id == "" && fs.NArg() > 0 {
+		id = fs.Arg(0)
+	}
+	if id == "" {
+		fmt.Fprintf(os.Stderr, "fencelab %s: which experiment? `fencelab lab list` %s\n", cmd, listHint)
+		return lab.Experiment{}, errUsage
+	}
+	e, ok := lab.Find(labExperiments(), id)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "fencelab %s: no experiment %q; `fencelab lab list` shows them\n", cmd, id)
+		return lab.Experiment{}, errUsage
+	}
+	return e, nil
+}
+
 func labRunTo(out io.Writer, args []string) error {
 	fs := newFlags("lab run", "lab run ID [--naive] [--control] [--json] [--database-url URL]")
 	naive := fs.Bool("naive", false, "run the naive version (the one the invariant catches)")
@@ -147,27 +176,12 @@ func labRunTo(out io.Writer, args []string) error {
 	url := fs.String("database-url", "", "a PostgreSQL server to make scratch databases on (default: a throwaway local cluster)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "overall time limit")
 	schedule := fs.String("schedule", "", "run the experiment's actors under this schedule (\"A,B,B,A\", as lab explore prints it)")
-	// Accept flags after the ID too (lab run points/x --naive).
-	var id string
-	rest := args
-	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		id, rest = rest[0], rest[1:]
+	e, err := parseExperimentArgs(fs, args, "lab run", "shows them")
+	if err != nil {
+		return err
 	}
-	if err := fs.Parse(rest); err != nil {
-		return errUsage
-	}
-	if id == "" && fs.NArg() > 0 {
-		id = fs.Arg(0)
-	}
-	if id == "" {
-		fmt.Fprint(os.Stderr, "fencelab lab run: which experiment? `fencelab lab list` shows them\n")
-		return errUsage
-	}
-	e, ok := lab.Find(labExperiments(), id)
+	id := e.ID
 	switch {
-	case !ok:
-		fmt.Fprintf(os.Stderr, "fencelab lab run: no experiment %q; `fencelab lab list` shows them\n", id)
-		return errUsage
 	case *naive && e.Naive == "":
 		fmt.Fprintf(os.Stderr, "fencelab lab run: %s has no naive version\n", id)
 		return errUsage
