@@ -13,7 +13,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,12 +23,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/program"
 )
@@ -271,7 +270,9 @@ func assertInvariants(t *testing.T, c *cluster, names ...string) {
 	for {
 		var lost []string
 		for _, r := range program.Invariants().Run(context.Background(), c.db, names...) {
-			if r.Err != nil && connectionLost(r.Err) {
+			// pg.MapError's classification: the connection's failure,
+			// not the query's (a terminated session, a failed connect).
+			if r.Err != nil && errors.Is(pg.MapError(r.Err), pg.ErrUnavailable) {
 				lost = append(lost, fmt.Sprintf("%s: %v", r.ID, r.Err))
 			}
 		}
@@ -282,17 +283,4 @@ func assertInvariants(t *testing.T, c *cluster, names ...string) {
 		time.Sleep(time.Second)
 	}
 	e2etest.Assert(t, c.db, names...)
-}
-
-// connectionLost reports whether err is the connection's failure rather
-// than the query's: a terminated session, a failed connect, a closed pool
-// connection.
-func connectionLost(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
-	}
-	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "failed to connect")
 }
