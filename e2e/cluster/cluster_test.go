@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/e2e/e2etest"
@@ -266,21 +267,29 @@ func (c *cluster) group(t *testing.T, name string) int {
 // that ran and found rows fails at once.
 func assertInvariants(t *testing.T, c *cluster, names ...string) {
 	t.Helper()
+	reg := program.Invariants()
+	require.NotEmpty(t, reg.Select(names...), "no invariants registered for %v", names)
 	deadline := time.Now().Add(time.Minute)
 	for {
+		results := reg.Run(context.Background(), c.db, names...)
 		var lost []string
-		for _, r := range program.Invariants().Run(context.Background(), c.db, names...) {
+		var sb strings.Builder
+		for _, r := range results {
 			// pg.MapError's classification: the connection's failure,
 			// not the query's (a terminated session, a failed connect).
 			if r.Err != nil && errors.Is(pg.MapError(r.Err), pg.ErrUnavailable) {
 				lost = append(lost, fmt.Sprintf("%s: %v", r.ID, r.Err))
 			}
+			if !r.Holds() {
+				invariant.Format(&sb, r)
+			}
 		}
-		if len(lost) == 0 || time.Now().After(deadline) {
-			break
+		if len(lost) > 0 && time.Now().Before(deadline) {
+			t.Logf("invariant checks lost their connection (%d), trying again: %s", len(lost), lost[0])
+			time.Sleep(time.Second)
+			continue
 		}
-		t.Logf("invariant checks lost their connection (%d), trying again: %s", len(lost), lost[0])
-		time.Sleep(time.Second)
+		require.Zero(t, sb.Len(), "invariants violated:\n%s", sb.String())
+		return
 	}
-	e2etest.Assert(t, c.db, names...)
 }
