@@ -48,6 +48,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/program"
 )
 
@@ -198,6 +199,9 @@ eval "$("$FENCELAB_BIN" env)"
 
 // TestDocsExamplesRunInOrder is the newcomer path: dev, every documented
 // command in order, the invariants, dev again.
+// TestMain removes what e2etest made (the binary, when this process built it).
+func TestMain(m *testing.M) { e2etest.Main(m) }
+
 func TestDocsExamplesRunInOrder(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "jq", "psql", "sha256sum", "split", "awk"} {
 		_, err := exec.LookPath(tool)
@@ -234,18 +238,9 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	scratch := scratchDir(t)
 	dataDir, work := filepath.Join(scratch, "data"), filepath.Join(scratch, "work")
 	require.NoError(t, os.MkdirAll(work, 0o755))
-	// ./test builds the binary once for every package
-	// (FENCELAB_TEST_BINARY); plain go test builds it here.
-	bin := os.Getenv("FENCELAB_TEST_BINARY")
 	phase := time.Now()
-	if bin == "" {
-		bin = filepath.Join(scratch, "fencelab")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/fencelab")
-		build.Dir = root
-		out, err := build.CombinedOutput()
-		require.NoErrorf(t, err, "go build: %s", out)
-		t.Logf("go build: %v", time.Since(phase).Round(100*time.Millisecond))
-	}
+	bin := e2etest.Binary(t) // ./test's one build (FENCELAB_TEST_BINARY), else built here
+	t.Logf("the binary: %v", time.Since(phase).Round(100*time.Millisecond))
 
 	addr := freeAddr(t)
 	// A port of its own for the dev cluster (dev keeps it in pg-port): two
