@@ -197,11 +197,11 @@ curl() {
 eval "$("$FENCELAB_BIN" env)"
 `
 
-// TestDocsExamplesRunInOrder is the newcomer path: dev, every documented
-// command in order, the invariants, dev again.
 // TestMain removes what e2etest made (the binary, when this process built it).
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
+// TestDocsExamplesRunInOrder is the newcomer path: dev, every documented
+// command in order, the invariants, dev again.
 func TestDocsExamplesRunInOrder(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "jq", "psql", "sha256sum", "split", "awk"} {
 		_, err := exec.LookPath(tool)
