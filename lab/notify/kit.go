@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
@@ -147,11 +145,7 @@ func (l Lab) DueNow(t lab.T, jobID int64) {
 // History is a job's events as "event:fence".
 func (l Lab) History(t lab.T, jobID int64) []string {
 	t.Helper()
-	rows, err := l.Pool.Query(context.Background(), `SELECT event || ':' || fence FROM job_event WHERE job_id = $1 ORDER BY id`, jobID)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return out
+	return lab.JobHistory(t, l.Pool, jobID)
 }
 
 // LabCalls summarises a task's attempts as "op:outcome@fence".
