@@ -68,6 +68,16 @@ func (l Lab) Prefs(t lab.T, user string, channels map[string]bool) {
 
 var AllChannels = map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true, notify.ChannelPush: true}
 
+// Shipped is the start of the timelines that deliver one event on every
+// channel: user-0042 turns all three channels on and the service submits
+// the order_shipped event under eventKey; the notification comes back
+// with its three tasks.
+func (l Lab) Shipped(t lab.T, eventKey string) notify.Notification {
+	t.Helper()
+	l.Prefs(t, "user-0042", AllChannels)
+	return l.Submit(t, LabEvent("user-0042", eventKey))
+}
+
 // LabEvent is the experiments' order_shipped event.
 func LabEvent(user, key string) notify.EventRequest {
 	return notify.EventRequest{UserID: user, EventKey: key, Template: "order_shipped",
