@@ -69,46 +69,40 @@ func runFiveHundredBuyers(x *lab.X) {
 		err      error
 	}
 	out := make([]outcome, buyers)
-	gate := make(chan struct{})
-	var ready, done sync.WaitGroup
+	// Every buyer's token is minted before the start, so the crowd released
+	// together is 500 requests, not 500 token signings.
+	toks := make([]string, buyers)
 	for i := range buyers {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			actor := fmt.Sprintf("buyer-%03d", i+1)
-			tok := a.Token(x, fmt.Sprintf("user-%04d", i+1), httpx.RoleUser)
-			key := fmt.Sprintf("fs01-%04d", i+1)
-			ready.Done()
-			<-gate
-			for {
-				r, err := a.Send(context.Background(), lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
-					Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
-				if err == nil && r.Status == http.StatusServiceUnavailable && r.Code() == "overloaded" && r.Header.Get("Retry-After") != "" {
-					out[i].overload++
-					time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
-					continue
-				}
-				out[i].status, out[i].code, out[i].err = r.Status, r.Code(), err
-				step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
-				switch {
-				case err != nil:
-					step.Outcome, step.Note = "transport error", err.Error()
-				case r.Status == http.StatusCreated:
-					var res reserve.Reservation
-					r.JSON(x, &res)
-					step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
-				default:
-					step.Outcome = r.Code()
-				}
-				x.Step(step)
-				return
-			}
-		}()
+		toks[i] = a.Token(x, fmt.Sprintf("user-%04d", i+1), httpx.RoleUser)
 	}
-	ready.Wait()
-	close(gate)
-	done.Wait()
+	lab.AtOnce(buyers, func(i int) {
+		actor := fmt.Sprintf("buyer-%03d", i+1)
+		tok := toks[i]
+		key := fmt.Sprintf("fs01-%04d", i+1)
+		for {
+			r, err := a.Send(context.Background(), lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
+				Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
+			if err == nil && r.Status == http.StatusServiceUnavailable && r.Code() == "overloaded" && r.Header.Get("Retry-After") != "" {
+				out[i].overload++
+				time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
+				continue
+			}
+			out[i].status, out[i].code, out[i].err = r.Status, r.Code(), err
+			step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
+			switch {
+			case err != nil:
+				step.Outcome, step.Note = "transport error", err.Error()
+			case r.Status == http.StatusCreated:
+				var res reserve.Reservation
+				r.JSON(x, &res)
+				step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
+			default:
+				step.Outcome = r.Code()
+			}
+			x.Step(step)
+			return
+		}
+	})
 
 	held, soldOut, overloaded := 0, 0, 0
 	for i, o := range out {
@@ -290,22 +284,12 @@ func runReleaseRacesItself(x *lab.X) {
 
 	holdAll(1)
 	results := make(chan int, 3)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, run := range []func() int{
+	runs := []func() int{
 		func() int { return releaseByAdmin("admin-1") },
 		func() int { return releaseByAdmin("admin-2") },
 		func() int { return releaseByJob("worker", "fs05-b") },
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results <- run()
-		}()
 	}
-	close(start)
-	wg.Wait()
+	lab.AtOnce(len(runs), func(i int) { results <- runs[i]() })
 	close(results)
 	sum := 0
 	for n := range results {

@@ -56,22 +56,10 @@ var HundredCreatorsOneAlias = lab.Experiment{
 			targets[i] = fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
 		}
 		results, errs := make([]lab.Response, n), make([]error, n)
-		gate := make(chan struct{})
-		var ready, done sync.WaitGroup
-		for i := range n {
-			ready.Add(1)
-			done.Add(1)
-			go func() {
-				defer done.Done()
-				ready.Done()
-				<-gate
-				results[i], errs[i] = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/shortlink/links", Token: tokens[i],
-					Body: shortlink.CreateRequest{Target: targets[i], Alias: "launch"}})
-			}()
-		}
-		ready.Wait()
-		close(gate)
-		done.Wait()
+		lab.AtOnce(n, func(i int) {
+			results[i], errs[i] = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/shortlink/links", Token: tokens[i],
+				Body: shortlink.CreateRequest{Target: targets[i], Alias: "launch"}})
+		})
 
 		winner := -1
 		for i, r := range results {
