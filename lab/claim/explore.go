@@ -170,23 +170,12 @@ func exploreExpiredOwner(x *lab.X) {
 			}
 		case "clock":
 			a.Step("lapse")
-			tag, err := db.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 millisecond' WHERE id = $1 AND state = 'running'`, id)
-			if err != nil {
-				x.Error(a.Name, "lapse the lease", err)
-				return
-			}
-			if tag.RowsAffected() == 0 {
-				a.Say("lapse the job's lease", "no running job", "")
-				return
-			}
 			c := claim.NewClient(db, claim.Options{Owner: "recovery"})
 			require.NoError(x, c.Register(workflow.NewKind(l.tool.Client())))
-			if _, err := c.RecoverExpired(ctx, 100, time.Microsecond); err != nil {
-				x.Error(a.Name, "recover the expired job", err)
-				return
-			}
-			if _, err := db.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, id); err != nil { // the resolver's turn, now
-				x.Error(a.Name, "make the job due", err)
+			if _, ok := a.LapseJob(db, id, func(ctx context.Context) (int, error) {
+				rec, err := c.RecoverExpired(ctx, 100, time.Microsecond)
+				return len(rec), err
+			}); !ok {
 				return
 			}
 			res, err := c.ResolveUnknown(ctx, 100, 2)
