@@ -468,46 +468,41 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 	const key = "wf-0000"
 	id := l.enqueue(x, enq, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 	tool := l.tool.Client()
-	var (
-		wg   sync.WaitGroup
-		read sync.WaitGroup // both have read before either writes
-	)
+	var read sync.WaitGroup // both have read before either writes
 	claimers := []string{"claimer-a", "claimer-b"}
 	if x.Control {
 		claimers = claimers[:1] // one claimer: nothing races it
 	}
 	read.Add(len(claimers))
-	for _, owner := range claimers {
-		wg.Go(func() {
-			var fence int64
-			err := l.pool.QueryRow(ctx, `SELECT fence FROM job_all WHERE id = $1 AND state = 'ready'`, id).Scan(&fence)
-			read.Done()
-			read.Wait()
-			if err != nil {
-				x.Error(owner, "read the ready job", err)
-				return
-			}
-			fence++
-			_, err = l.pool.Exec(ctx, naiveClaimSQL, id, owner, fence)
-			if err != nil {
-				x.Error(owner, "claim", err)
-				return
-			}
-			x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("read job %d ready at fence %d, write it running as mine", id, fence-1), Outcome: lab.Accepted, Fence: fence})
-			_, err = tool.Create(ctx, fakeprovider.CreateRequest{Key: workflow.IdempotencyKey(key), Reference: key})
-			if err != nil {
-				x.Error(owner, "call the tool", err)
-				return
-			}
-			_, err = l.pool.Exec(ctx, naiveCompleteSQL, id, owner)
-			if err != nil {
-				x.Error(owner, "complete the job", err)
-				return
-			}
-			x.Step(lab.Step{Actor: owner, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: fence})
-		})
-	}
-	wg.Wait()
+	lab.AtOnce(len(claimers), func(i int) {
+		owner := claimers[i]
+		var fence int64
+		err := l.pool.QueryRow(ctx, `SELECT fence FROM job_all WHERE id = $1 AND state = 'ready'`, id).Scan(&fence)
+		read.Done()
+		read.Wait()
+		if err != nil {
+			x.Error(owner, "read the ready job", err)
+			return
+		}
+		fence++
+		_, err = l.pool.Exec(ctx, naiveClaimSQL, id, owner, fence)
+		if err != nil {
+			x.Error(owner, "claim", err)
+			return
+		}
+		x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("read job %d ready at fence %d, write it running as mine", id, fence-1), Outcome: lab.Accepted, Fence: fence})
+		_, err = tool.Create(ctx, fakeprovider.CreateRequest{Key: workflow.IdempotencyKey(key), Reference: key})
+		if err != nil {
+			x.Error(owner, "call the tool", err)
+			return
+		}
+		_, err = l.pool.Exec(ctx, naiveCompleteSQL, id, owner)
+		if err != nil {
+			x.Error(owner, "complete the job", err)
+			return
+		}
+		x.Step(lab.Step{Actor: owner, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: fence})
+	})
 	claims := l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d claims, %d completions of job %d; the tool was called %d times",
 		claims, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'succeeded'`, id), id, l.tool.Posts())})

@@ -137,53 +137,48 @@ func runFiveHundredBuyers(x *lab.X) {
 // database: the product's hold is one guarded statement (FS-R1).
 func naiveHolds(x *lab.X, a *lab.App, buyers int) {
 	ctx := context.Background()
-	var wg, read sync.WaitGroup
+	var read sync.WaitGroup
 	read.Add(buyers)
-	for i := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			actor := fmt.Sprintf("buyer-%03d", i+1)
-			var available int
-			err := a.Pool.QueryRow(ctx, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU).Scan(&available)
-			read.Done()
-			read.Wait() // everyone has looked before anyone writes
-			if err != nil {
-				x.Error(actor, "read available", err)
-				return
-			}
-			if available < 1 {
-				x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read available %d", available), Outcome: "sold_out"})
-				return
-			}
-			tx, err := a.Pool.Begin(ctx)
-			if err != nil {
-				x.Error(actor, "begin", err)
-				return
-			}
-			defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-			var id int64
-			_, err = tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, labSKU, available-1)
-			if err == nil {
-				err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
+	lab.AtOnce(buyers, func(i int) {
+		actor := fmt.Sprintf("buyer-%03d", i+1)
+		var available int
+		err := a.Pool.QueryRow(ctx, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU).Scan(&available)
+		read.Done()
+		read.Wait() // everyone has looked before anyone writes
+		if err != nil {
+			x.Error(actor, "read available", err)
+			return
+		}
+		if available < 1 {
+			x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read available %d", available), Outcome: "sold_out"})
+			return
+		}
+		tx, err := a.Pool.Begin(ctx)
+		if err != nil {
+			x.Error(actor, "begin", err)
+			return
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+		var id int64
+		_, err = tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, labSKU, available-1)
+		if err == nil {
+			err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
 				                        VALUES ($1, $2, $3, 'HELD', now() + interval '5 minutes') RETURNING id`,
-					labSKU, fmt.Sprintf("user-%04d", i+1), fmt.Sprintf("naive-%04d", i+1)).Scan(&id)
-			}
-			if err == nil {
-				_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, labSKU, id)
-			}
-			if err == nil {
-				err = tx.Commit(ctx)
-			}
-			action := fmt.Sprintf("read available %d, write %d, insert hold", available, available-1)
-			if err != nil {
-				x.Error(actor, action, err)
-				return
-			}
-			x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", id)})
-		}()
-	}
-	wg.Wait()
+				labSKU, fmt.Sprintf("user-%04d", i+1), fmt.Sprintf("naive-%04d", i+1)).Scan(&id)
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, labSKU, id)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		action := fmt.Sprintf("read available %d, write %d, insert hold", available, available-1)
+		if err != nil {
+			x.Error(actor, action, err)
+			return
+		}
+		x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", id)})
+	})
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d HELD on %d units, available %d",
 		a.Count(x, `SELECT count(*) FROM flashsale_reservation WHERE state = 'HELD'`), labUnits,
 		a.Count(x, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU))})
