@@ -970,24 +970,15 @@ func runLostHeartbeat(x *lab.X) {
 	go func() {
 		done <- w.Work(ctx, claim.PoolOptions{Workers: 1, Lease: 300 * time.Millisecond, NoListen: true, PollInterval: 10 * time.Millisecond})
 	}()
-	select {
-	case got := <-started:
-		require.Equal(x, id, got)
-	case <-time.After(30 * time.Second):
-		x.Fatalf("the job never started")
-	}
+	require.Equal(x, id, lab.WaitOrTimeout(x, started, "the job never started"))
 	x.Step(lab.Step{Actor: "worker-1", Action: fmt.Sprintf("claim job %d, run a long handler (lease 300ms, heartbeats)", id), Outcome: lab.Accepted, Fence: 1})
 	// Another party takes the job over (as a recovery would): the fence moves.
 	_, err := l.pool.Exec(context.Background(), `UPDATE job SET fence = fence + 1 WHERE id = $1`, id)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "another party takes the job over: the fence moves", Fence: 2})
-	select {
-	case cause := <-stopped:
-		require.True(x, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
-		x.Step(lab.Step{Actor: "worker-1", Action: "heartbeat: the fence moved; cancel the handler", Outcome: "cancelled", Fence: 1, Note: cause.Error()})
-	case <-time.After(30 * time.Second):
-		x.Fatalf("the handler was not cancelled")
-	}
+	cause := lab.WaitOrTimeout(x, stopped, "the handler was not cancelled")
+	require.True(x, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
+	x.Step(lab.Step{Actor: "worker-1", Action: "heartbeat: the fence moved; cancel the handler", Outcome: "cancelled", Fence: 1, Note: cause.Error()})
 	cancel()
 	require.NoError(x, <-done)
 	h := l.history(x, id)

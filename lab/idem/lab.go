@@ -516,11 +516,7 @@ func (d *idemDemo) stall(x *lab.X, point, key string) (<-chan lab.Response, *fau
 		}
 		done <- r
 	}()
-	select {
-	case <-gate.Reached():
-	case <-time.After(30 * time.Second):
-		x.Fatalf("A never reached %s", point)
-	}
+	lab.WaitOrTimeout(x, gate.Reached(), "A never reached %s", point)
 	var fence int64
 	require.NoError(x, d.pool.QueryRow(context.Background(),
 		`SELECT fence FROM idem_request WHERE key = $1 AND state = 'in_flight'`, key).Scan(&fence))

@@ -235,11 +235,8 @@ func runLostResponse(x *lab.X) {
 		_, err := l.Posting(reqCtx, "debits", tok, "acct-0042", key, 30, "prize-17")
 		first <- err
 	}()
-	select {
-	case <-gate.Reached(): // committed; the response is not written yet
-	case <-time.After(30 * time.Second):
-		x.Fatalf("the debit never reached the after-commit point")
-	}
+	// Reached: committed; the response is not written yet.
+	lab.WaitOrTimeout(x, gate.Reached(), "the debit never reached the after-commit point")
 	require.Equal(x, 1, l.TxnsOf(x, "user-0042", key), "the debit committed before the response was lost")
 	x.Step(lab.Step{Actor: "client", Action: "debit 30, key " + key, Outcome: "committed", Note: "the server holds the response"})
 	giveUp() // the client's timeout: it never sees the answer
@@ -414,11 +411,7 @@ func runSameKeyConcurrently(x *lab.X) {
 			}
 			first <- r
 		}()
-		select {
-		case <-gate.Reached():
-		case <-time.After(30 * time.Second):
-			x.Fatalf("the first request never claimed its key")
-		}
+		lab.WaitOrTimeout(x, gate.Reached(), "the first request never claimed its key")
 		x.Step(lab.Step{Actor: "client-1", Action: "debit 30, key " + key + ": claim the key; held before the effect", Outcome: "paused"})
 		second := l.Debit(x, tok, "acct-0042", key, 30)
 		require.Equal(x, http.StatusConflict, second.Status, string(second.Body))
