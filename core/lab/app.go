@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/httpx"
+	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/promx"
 )
 
@@ -197,4 +199,21 @@ func (a *App) Count(t T, sql string, args ...any) int {
 		t.Fatalf("lab: count: %v\n%s", err, sql)
 	}
 	return n
+}
+
+// JobHistory is a claim-engine job's events as "event:fence", oldest
+// first: how the claim and notification chapters show a job's life (one
+// claim per fence, CLAIM-I3; a completion only under the current fence,
+// CLAIM-I4) and assert on it.
+func JobHistory(t T, db pg.Querier, jobID int64) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT event || ':' || fence FROM job_event WHERE job_id = $1 ORDER BY id`, jobID)
+	if err != nil {
+		t.Fatalf("lab: job %d's events: %v", jobID, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("lab: job %d's events: %v", jobID, err)
+	}
+	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/faults"
+	"github.com/fencelab/fencelab/core/pg"
 )
 
 // Explore declares an experiment's actors and their steps, and the body
@@ -172,6 +173,35 @@ func (a *Actor) Pool(url string) *pgxpool.Pool {
 // Say records a step of the timeline by this actor.
 func (a *Actor) Say(action, outcome, note string) {
 	a.X.Step(Step{Actor: a.Name, Action: action, Outcome: outcome, Note: note})
+}
+
+// LapseJob is a clock actor's move on a claim-engine job: the running
+// job's lease is made to have lapsed (set with SQL: the exact boundary,
+// never a sleep), recover re-queues it as the product's recovery does
+// and returns how many jobs it re-queued, and the job is made due now
+// (the re-dispatch jitter skipped), so the schedule's next claimer finds
+// it. ok is false when there was no running job to lapse (said in the
+// timeline) or a statement failed (reported with X.Error).
+func (a *Actor) LapseJob(db pg.Querier, id int64, recover func(context.Context) (int, error)) (recovered int, ok bool) {
+	ctx := a.Context()
+	tag, err := db.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 second' WHERE id = $1 AND state = 'running'`, id)
+	if err != nil {
+		a.X.Error(a.Name, "lapse the lease", err)
+		return 0, false
+	}
+	if tag.RowsAffected() == 0 {
+		a.Say("lapse the job's lease", "no running job", "")
+		return 0, false
+	}
+	if recovered, err = recover(ctx); err != nil {
+		a.X.Error(a.Name, "recover the expired job", err)
+		return 0, false
+	}
+	if _, err := db.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, id); err != nil {
+		a.X.Error(a.Name, "make the job due", err)
+		return 0, false
+	}
+	return recovered, true
 }
 
 // AppName is the application_name of an actor's sessions.

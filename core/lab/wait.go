@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fencelab/fencelab/core/pg"
@@ -145,4 +146,32 @@ func (a *Async[V]) Result(t T) (V, error) {
 // at a fault point); Wait on the result fails the test on a transport error.
 func (a *App) Go(r Req) *Async[Response] {
 	return Go(func() (Response, error) { return a.Send(context.Background(), r) })
+}
+
+// AtOnce runs fn(0) … fn(n-1) on n goroutines released together: every
+// goroutine is started and parked at one gate, the gate opens once all of
+// them are parked, and AtOnce returns when every fn has returned. It is the
+// one start line of the experiments whose claim is about actors arriving
+// at the same moment ("released together", "at once"): no actor gets a
+// head start from being launched first. Whether their statements really
+// overlapped at the database is for Experiment.Overlap to check, not for
+// the gate. fn runs on its own goroutine: it records what it saw (a slice
+// slot, lab.Errors) for the caller to judge; a FailNow inside it ends that
+// goroutine only, and AtOnce still returns.
+func AtOnce(n int, fn func(i int)) {
+	gate := make(chan struct{})
+	var ready, done sync.WaitGroup
+	ready.Add(n)
+	done.Add(n)
+	for i := range n {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gate
+			fn(i)
+		}()
+	}
+	ready.Wait()
+	close(gate)
+	done.Wait()
 }

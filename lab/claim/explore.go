@@ -95,14 +95,7 @@ func naiveClaimRun(x *lab.X, a *lab.Actor, l claimLab, id int64, owner, key, sta
 		return
 	}
 	fence++
-	if _, err := db.Exec(ctx, `
-		WITH claimed AS (
-		    UPDATE job SET state = 'running', owner = $2, fence = $3, attempts = attempts + 1,
-		                   lease_until = now() + interval '1 minute', updated_at = now()
-		     WHERE id = $1
-		    RETURNING id, fence, owner, state)
-		INSERT INTO job_event (job_id, event, fence, owner, state)
-		SELECT id, 'claimed', fence, owner, state FROM claimed`, id, owner, fence); err != nil {
+	if _, err := db.Exec(ctx, naiveClaimSQL, id, owner, fence); err != nil {
 		x.Error(a.Name, "claim", err)
 		return
 	}
@@ -112,13 +105,7 @@ func naiveClaimRun(x *lab.X, a *lab.Actor, l claimLab, id int64, owner, key, sta
 		x.Error(a.Name, "call the tool", err)
 		return
 	}
-	if _, err := db.Exec(ctx, `
-		WITH done AS (
-		    UPDATE job SET state = 'succeeded', lease_until = NULL, updated_at = now()
-		     WHERE id = $1
-		    RETURNING id, fence, state)
-		INSERT INTO job_event (job_id, event, fence, owner, state)
-		SELECT id, 'succeeded', fence, $2, state FROM done`, id, owner); err != nil {
+	if _, err := db.Exec(ctx, naiveCompleteSQL, id, owner); err != nil {
 		x.Error(a.Name, "complete the job", err)
 		return
 	}
@@ -183,23 +170,12 @@ func exploreExpiredOwner(x *lab.X) {
 			}
 		case "clock":
 			a.Step("lapse")
-			tag, err := db.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 millisecond' WHERE id = $1 AND state = 'running'`, id)
-			if err != nil {
-				x.Error(a.Name, "lapse the lease", err)
-				return
-			}
-			if tag.RowsAffected() == 0 {
-				a.Say("lapse the job's lease", "no running job", "")
-				return
-			}
 			c := claim.NewClient(db, claim.Options{Owner: "recovery"})
 			require.NoError(x, c.Register(workflow.NewKind(l.tool.Client())))
-			if _, err := c.RecoverExpired(ctx, 100, time.Microsecond); err != nil {
-				x.Error(a.Name, "recover the expired job", err)
-				return
-			}
-			if _, err := db.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, id); err != nil { // the resolver's turn, now
-				x.Error(a.Name, "make the job due", err)
+			if _, ok := a.LapseJob(db, id, func(ctx context.Context) (int, error) {
+				rec, err := c.RecoverExpired(ctx, 100, time.Microsecond)
+				return len(rec), err
+			}); !ok {
 				return
 			}
 			res, err := c.ResolveUnknown(ctx, 100, 2)

@@ -92,11 +92,7 @@ func (l claimLab) job(x *lab.X, id int64) jobRow {
 // history is a job's events as "event:fence".
 func (l claimLab) history(x *lab.X, id int64) []string {
 	x.Helper()
-	rows, err := l.pool.Query(context.Background(), `SELECT event || ':' || fence FROM job_event WHERE job_id = $1 ORDER BY id`, id)
-	require.NoError(x, err)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(x, err)
-	return out
+	return lab.JobHistory(x, l.pool, id)
 }
 
 func (l claimLab) count(x *lab.X, sql string, args ...any) int {
@@ -353,21 +349,16 @@ func runTwoClaimers(x *lab.X) {
 	for i := range rounds {
 		key := fmt.Sprintf("wf-%04d", i)
 		id := l.enqueue(x, a, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
-		start := make(chan struct{})
 		got := make([][]*claim.Job, 2)
 		errs := make([]error, 2)
 		ivs := make([]lab.Interval, 2) // each claim call bracketed by the database's clock
-		var wg sync.WaitGroup
-		for n, c := range []*claim.Client{a, b} {
-			wg.Go(func() {
-				<-start
-				ivs[n] = lab.Interval{Actor: c.Owner(), From: x.DBNow(l.pool)}
-				got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
-				ivs[n].To = x.DBNow(l.pool)
-			})
-		}
-		close(start)
-		wg.Wait()
+		claimers := []*claim.Client{a, b}
+		lab.AtOnce(len(claimers), func(n int) {
+			c := claimers[n]
+			ivs[n] = lab.Interval{Actor: c.Owner(), From: x.DBNow(l.pool)}
+			got[n], errs[n] = c.Claim(ctx, claim.ClaimParams{Kinds: []string{workflow.KindName}, Limit: 1})
+			ivs[n].To = x.DBNow(l.pool)
+		})
 		if overlapped == nil || ivs[0].From.Before(ivs[1].To) && ivs[1].From.Before(ivs[0].To) && !overlapsSeen {
 			overlapped = ivs
 			overlapsSeen = ivs[0].From.Before(ivs[1].To) && ivs[1].From.Before(ivs[0].To)
@@ -438,6 +429,32 @@ func other(owner string) string {
 	return "claimer-a"
 }
 
+// naiveClaimSQL is the naive claimer's write ($1 job, $2 owner, $3 the
+// fence it read plus one): the job is made running as the owner's with no
+// re-check of its state and no SKIP LOCKED, so two claimers that read the
+// same ready row both write it theirs (CLAIM-I3 catches the two claims of
+// one fence). The timeline (naiveClaimers) and the explored schedules
+// (naiveClaimRun) run this one statement.
+const naiveClaimSQL = `
+	WITH claimed AS (
+	    UPDATE job SET state = 'running', owner = $2, fence = $3, attempts = attempts + 1,
+	                   lease_until = now() + interval '1 minute', updated_at = now()
+	     WHERE id = $1
+	    RETURNING id, fence, owner, state)
+	INSERT INTO job_event (job_id, event, fence, owner, state)
+	SELECT id, 'claimed', fence, owner, state FROM claimed`
+
+// naiveCompleteSQL is the naive claimer's completion ($1 job, $2 owner):
+// not conditional on the fence it claimed under, so both naive owners
+// complete (CLAIM-I4).
+const naiveCompleteSQL = `
+	WITH done AS (
+	    UPDATE job SET state = 'succeeded', lease_until = NULL, updated_at = now()
+	     WHERE id = $1
+	    RETURNING id, fence, state)
+	INSERT INTO job_event (job_id, event, fence, owner, state)
+	SELECT id, 'succeeded', fence, $2, state FROM done`
+
 // naiveClaimers is the read-then-write claim, done by the experiment on its
 // scratch database (the product's claim is one UPDATE … FOR UPDATE SKIP
 // LOCKED that re-checks the state): both claimers read the ready job before
@@ -451,59 +468,41 @@ func naiveClaimers(x *lab.X, l claimLab, enq *claim.Client) {
 	const key = "wf-0000"
 	id := l.enqueue(x, enq, claim.NewJob{Kind: workflow.KindName, BusinessKey: key})
 	tool := l.tool.Client()
-	var (
-		wg   sync.WaitGroup
-		read sync.WaitGroup // both have read before either writes
-	)
+	var read sync.WaitGroup // both have read before either writes
 	claimers := []string{"claimer-a", "claimer-b"}
 	if x.Control {
 		claimers = claimers[:1] // one claimer: nothing races it
 	}
 	read.Add(len(claimers))
-	for _, owner := range claimers {
-		wg.Go(func() {
-			var fence int64
-			err := l.pool.QueryRow(ctx, `SELECT fence FROM job_all WHERE id = $1 AND state = 'ready'`, id).Scan(&fence)
-			read.Done()
-			read.Wait()
-			if err != nil {
-				x.Error(owner, "read the ready job", err)
-				return
-			}
-			fence++
-			_, err = l.pool.Exec(ctx, `
-				WITH claimed AS (
-				    UPDATE job SET state = 'running', owner = $2, fence = $3, attempts = attempts + 1,
-				                   lease_until = now() + interval '1 minute', updated_at = now()
-				     WHERE id = $1
-				    RETURNING id, fence, owner, state)
-				INSERT INTO job_event (job_id, event, fence, owner, state)
-				SELECT id, 'claimed', fence, owner, state FROM claimed`, id, owner, fence)
-			if err != nil {
-				x.Error(owner, "claim", err)
-				return
-			}
-			x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("read job %d ready at fence %d, write it running as mine", id, fence-1), Outcome: lab.Accepted, Fence: fence})
-			_, err = tool.Create(ctx, fakeprovider.CreateRequest{Key: workflow.IdempotencyKey(key), Reference: key})
-			if err != nil {
-				x.Error(owner, "call the tool", err)
-				return
-			}
-			_, err = l.pool.Exec(ctx, `
-				WITH done AS (
-				    UPDATE job SET state = 'succeeded', lease_until = NULL, updated_at = now()
-				     WHERE id = $1
-				    RETURNING id, fence, state)
-				INSERT INTO job_event (job_id, event, fence, owner, state)
-				SELECT id, 'succeeded', fence, $2, state FROM done`, id, owner)
-			if err != nil {
-				x.Error(owner, "complete the job", err)
-				return
-			}
-			x.Step(lab.Step{Actor: owner, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: fence})
-		})
-	}
-	wg.Wait()
+	lab.AtOnce(len(claimers), func(i int) {
+		owner := claimers[i]
+		var fence int64
+		err := l.pool.QueryRow(ctx, `SELECT fence FROM job_all WHERE id = $1 AND state = 'ready'`, id).Scan(&fence)
+		read.Done()
+		read.Wait()
+		if err != nil {
+			x.Error(owner, "read the ready job", err)
+			return
+		}
+		fence++
+		_, err = l.pool.Exec(ctx, naiveClaimSQL, id, owner, fence)
+		if err != nil {
+			x.Error(owner, "claim", err)
+			return
+		}
+		x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("read job %d ready at fence %d, write it running as mine", id, fence-1), Outcome: lab.Accepted, Fence: fence})
+		_, err = tool.Create(ctx, fakeprovider.CreateRequest{Key: workflow.IdempotencyKey(key), Reference: key})
+		if err != nil {
+			x.Error(owner, "call the tool", err)
+			return
+		}
+		_, err = l.pool.Exec(ctx, naiveCompleteSQL, id, owner)
+		if err != nil {
+			x.Error(owner, "complete the job", err)
+			return
+		}
+		x.Step(lab.Step{Actor: owner, Action: "call the tool, complete the job", Outcome: lab.Accepted, Fence: fence})
+	})
 	claims := l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'claimed'`, id)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d claims, %d completions of job %d; the tool was called %d times",
 		claims, l.count(x, `SELECT count(*) FROM job_event WHERE job_id = $1 AND event = 'succeeded'`, id), id, l.tool.Posts())})
@@ -824,30 +823,24 @@ func runRecoverExpired(x *lab.X) {
 	recoverers := []*claim.Client{l.worker(x, "recoverer-1", pure, effect), l.worker(x, "recoverer-2", pure, effect)}
 	got := make([][]claim.Recovered, 2)
 	errs := make([]error, 2)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, r := range recoverers {
-		wg.Go(func() {
-			<-start
-			for {
-				rec, err := r.RecoverExpired(ctx, batch, time.Second)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				if len(rec) == 0 {
-					return
-				}
-				if len(rec) > batch {
-					errs[i] = fmt.Errorf("a batch of %d > %d", len(rec), batch)
-					return
-				}
-				got[i] = append(got[i], rec...)
+	lab.AtOnce(len(recoverers), func(i int) {
+		r := recoverers[i]
+		for {
+			rec, err := r.RecoverExpired(ctx, batch, time.Second)
+			if err != nil {
+				errs[i] = err
+				return
 			}
-		})
-	}
-	close(start)
-	wg.Wait()
+			if len(rec) == 0 {
+				return
+			}
+			if len(rec) > batch {
+				errs[i] = fmt.Errorf("a batch of %d > %d", len(rec), batch)
+				return
+			}
+			got[i] = append(got[i], rec...)
+		}
+	})
 	require.NoError(x, errors.Join(errs...))
 	seen := map[int64]int{}
 	for i, rec := range got {
@@ -977,24 +970,15 @@ func runLostHeartbeat(x *lab.X) {
 	go func() {
 		done <- w.Work(ctx, claim.PoolOptions{Workers: 1, Lease: 300 * time.Millisecond, NoListen: true, PollInterval: 10 * time.Millisecond})
 	}()
-	select {
-	case got := <-started:
-		require.Equal(x, id, got)
-	case <-time.After(30 * time.Second):
-		x.Fatalf("the job never started")
-	}
+	require.Equal(x, id, lab.WaitOrTimeout(x, started, "the job never started"))
 	x.Step(lab.Step{Actor: "worker-1", Action: fmt.Sprintf("claim job %d, run a long handler (lease 300ms, heartbeats)", id), Outcome: lab.Accepted, Fence: 1})
 	// Another party takes the job over (as a recovery would): the fence moves.
 	_, err := l.pool.Exec(context.Background(), `UPDATE job SET fence = fence + 1 WHERE id = $1`, id)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "another party takes the job over: the fence moves", Fence: 2})
-	select {
-	case cause := <-stopped:
-		require.True(x, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
-		x.Step(lab.Step{Actor: "worker-1", Action: "heartbeat: the fence moved; cancel the handler", Outcome: "cancelled", Fence: 1, Note: cause.Error()})
-	case <-time.After(30 * time.Second):
-		x.Fatalf("the handler was not cancelled")
-	}
+	cause := lab.WaitOrTimeout(x, stopped, "the handler was not cancelled")
+	require.True(x, errors.Is(cause, claim.ErrStaleFence), "cause: %v", cause)
+	x.Step(lab.Step{Actor: "worker-1", Action: "heartbeat: the fence moved; cancel the handler", Outcome: "cancelled", Fence: 1, Note: cause.Error()})
 	cancel()
 	require.NoError(x, <-done)
 	h := l.history(x, id)

@@ -6,11 +6,8 @@ package idem
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"net/http"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/lab/require"
@@ -73,20 +70,7 @@ func exploreSameKey(x *lab.X) {
 			a.Say("debit 30, key "+key, "found", "the key is recorded: nothing to do")
 			return
 		}
-		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			status, resp, err := debit(ctx, tx, idemUser, key, 30, "prize-17")
-			if err != nil {
-				return err
-			}
-			body, err := json.Marshal(resp)
-			if err != nil {
-				return err
-			}
-			_, err = tx.Exec(ctx, `INSERT INTO idem_request (scope, subject, key, fingerprint, state, status, content_type, body, finished_at)
-			                       VALUES ($1, $2, $3, $4, 'done', $5, 'application/json', $6, now())`,
-				idemScope, idemUser, key, fp[:], status, body)
-			return err
-		})
+		err := naiveDebitAndRecord(ctx, db, key, fp[:])
 		if err != nil {
 			x.Error(a.Name, "debit 30, record the key", err)
 			return

@@ -124,6 +124,36 @@ func debit(ctx context.Context, tx pgx.Tx, owner, key string, amount int64, reas
 	return http.StatusCreated, map[string]any{"effect_id": id, "balance": balance, "amount": amount, "reason": reason}, nil
 }
 
+// debit30 runs the demo's debit of 30 for key in tx and returns what a
+// finished record keeps of it: the status and the JSON body.
+func debit30(ctx context.Context, tx pgx.Tx, key string) (int, []byte, error) {
+	status, resp, err := debit(ctx, tx, idemUser, key, 30, "prize-17")
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := json.Marshal(resp)
+	return status, body, err
+}
+
+// naiveDebitAndRecord is the "then" of the naive check-then-insert: a copy
+// whose look found no record runs the debit and inserts the key's record,
+// finished, in one transaction. On records without their primary key
+// nothing stops two copies that both looked first from doing it twice:
+// two records and two effects for one key (IDEM-I1). The timeline
+// (naiveSameKey) and the explored schedules run this one write.
+func naiveDebitAndRecord(ctx context.Context, db *pgxpool.Pool, key string, fp []byte) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		status, body, err := debit30(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO idem_request (scope, subject, key, fingerprint, state, status, content_type, body, finished_at)
+		                       VALUES ($1, $2, $3, $4, 'done', $5, 'application/json', $6, now())`,
+			idemScope, idemUser, key, fp, status, body)
+		return err
+	})
+}
+
 func (d *idemDemo) send(ctx context.Context, key string) (lab.Response, error) {
 	a := lab.App{URL: d.url, Client: http.DefaultClient}
 	return a.Send(ctx, lab.Req{Method: "POST", Path: "/demo/accounts/" + idemUser + "/debits", Body: body30,
@@ -182,20 +212,10 @@ func runIdemConcurrentSameKey(x *lab.X) {
 		naiveSameKey(x, d, n, key)
 		return
 	}
-	var (
-		start   = make(chan struct{})
-		wg      sync.WaitGroup
-		replies = make([]lab.Response, clients)
-		errs    = make([]error, clients)
-	)
-	for i := range clients {
-		wg.Go(func() {
-			<-start
-			replies[i], errs[i] = d.send(context.Background(), key)
-		})
-	}
-	close(start)
-	wg.Wait()
+	replies, errs := make([]lab.Response, clients), make([]error, clients)
+	lab.AtOnce(clients, func(i int) {
+		replies[i], errs[i] = d.send(context.Background(), key)
+	})
 	require.NoError(x, errors.Join(errs...))
 	var first *lab.Response
 	inFlight, replays := 0, 0
@@ -244,50 +264,31 @@ func naiveSameKey(x *lab.X, d *idemDemo, clients int, key string) {
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "the naive schema: idem_request's primary key (scope, subject, key) dropped"})
 	fp := sha256.Sum256([]byte(body30))
-	var (
-		wg   sync.WaitGroup
-		read sync.WaitGroup // every copy has looked the key up before any writes
-	)
+	var read sync.WaitGroup // every copy has looked the key up before any writes
 	read.Add(clients)
-	for i := range clients {
-		wg.Go(func() {
-			actor := fmt.Sprintf("client-%02d", i+1)
-			var seen int
-			err := d.pool.QueryRow(ctx, `SELECT count(*) FROM idem_request WHERE scope = $1 AND subject = $2 AND key = $3`,
-				idemScope, idemUser, key).Scan(&seen)
-			read.Done()
-			read.Wait()
-			if err != nil {
-				x.Error(actor, "look up key "+key, err)
-				return
-			}
-			if seen > 0 {
-				x.Step(lab.Step{Actor: actor, Action: "look up key " + key, Outcome: "found"})
-				return
-			}
-			err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-				status, resp, err := debit(ctx, tx, idemUser, key, 30, "prize-17")
-				if err != nil {
-					return err
-				}
-				body, err := json.Marshal(resp)
-				if err != nil {
-					return err
-				}
-				_, err = tx.Exec(ctx, `INSERT INTO idem_request (scope, subject, key, fingerprint, state, status, content_type, body, finished_at)
-				                       VALUES ($1, $2, $3, $4, 'done', $5, 'application/json', $6, now())`,
-					idemScope, idemUser, key, fp[:], status, body)
-				return err
-			})
-			const action = "look up key: none; debit 30, record the key"
-			if err != nil {
-				x.Error(actor, action, err)
-				return
-			}
-			x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted})
-		})
-	}
-	wg.Wait()
+	lab.AtOnce(clients, func(i int) {
+		actor := fmt.Sprintf("client-%02d", i+1)
+		var seen int
+		err := d.pool.QueryRow(ctx, `SELECT count(*) FROM idem_request WHERE scope = $1 AND subject = $2 AND key = $3`,
+			idemScope, idemUser, key).Scan(&seen)
+		read.Done()
+		read.Wait()
+		if err != nil {
+			x.Error(actor, "look up key "+key, err)
+			return
+		}
+		if seen > 0 {
+			x.Step(lab.Step{Actor: actor, Action: "look up key " + key, Outcome: "found"})
+			return
+		}
+		err = naiveDebitAndRecord(ctx, d.pool, key, fp[:])
+		const action = "look up key: none; debit 30, record the key"
+		if err != nil {
+			x.Error(actor, action, err)
+			return
+		}
+		x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted})
+	})
 	n, balance := d.effects(x, key)
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d effect rows for one key, balance %d", n, balance)})
 	x.Figure("requests", clients)
@@ -441,11 +442,7 @@ func naiveCrashedRequest(x *lab.X, d *idemDemo) {
 	// holds the key by now.
 	finish := func(actor string, record int64) {
 		err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-			status, resp, err := debit(ctx, tx, idemUser, key, 30, "prize-17")
-			if err != nil {
-				return err
-			}
-			body, err := json.Marshal(resp)
+			status, body, err := debit30(ctx, tx, key)
 			if err != nil {
 				return err
 			}
@@ -519,11 +516,7 @@ func (d *idemDemo) stall(x *lab.X, point, key string) (<-chan lab.Response, *fau
 		}
 		done <- r
 	}()
-	select {
-	case <-gate.Reached():
-	case <-time.After(30 * time.Second):
-		x.Fatalf("A never reached %s", point)
-	}
+	lab.WaitOrTimeout(x, gate.Reached(), "A never reached %s", point)
 	var fence int64
 	require.NoError(x, d.pool.QueryRow(context.Background(),
 		`SELECT fence FROM idem_request WHERE key = $1 AND state = 'in_flight'`, key).Scan(&fence))

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -123,6 +124,17 @@ const EnvLabDatabaseURL = "FENCELAB_LAB_DATABASE_URL"
 func Deps(a *lab.App) app.Deps {
 	return app.Deps{Config: app.Defaults(), Pool: a.Pool, Log: slog.Default(), Metrics: prometheus.NewRegistry(),
 		Auth: a.Auth, Faults: a.Faults, Jobs: a.Jobs}
+}
+
+// ActorDeps is Deps for a service an explored actor builds (lab.Explore):
+// the same parts on the actor's own pool, whose sessions the schedule
+// pauses and orders, so the service's statements are the actor's. The
+// pool is returned too, for the actor's own SQL.
+func ActorDeps(a *lab.Actor, on *lab.App) (app.Deps, *pgxpool.Pool) {
+	db := a.Pool(on.DBURL)
+	d := Deps(on)
+	d.Pool = db
+	return d, db
 }
 
 // ChildEnv is the environment of a fencelab child process on dbURL, with
@@ -266,7 +278,10 @@ func (c *Cluster) DatabaseOn(t lab.T, s *pgserver.Server) string {
 	return u
 }
 
-func exec(s *pgserver.Server, sql string) error {
+// onServer runs fn on a connection to s's maintenance database, within a
+// minute: creating and dropping the lab's databases, which cannot be done
+// from a connection to them.
+func onServer(s *pgserver.Server, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.URL(""))
@@ -274,19 +289,20 @@ func exec(s *pgserver.Server, sql string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	return err
+	return fn(ctx, conn)
+}
+
+func exec(s *pgserver.Server, sql string) error {
+	return onServer(s, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, sql)
+		return err
+	})
 }
 
 func queryRow(s *pgserver.Server, sql string, dest ...any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.URL(""))
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	return conn.QueryRow(ctx, sql).Scan(dest...)
+	return onServer(s, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, sql).Scan(dest...)
+	})
 }
 
 func dropDatabase(s *pgserver.Server, name string) error {

@@ -51,7 +51,7 @@ func explorePausedHolder(x *lab.X) {
 	x.StepAt(app.Faults, faults.BeforeWrite, "write")
 	x.Interleave(func(a *lab.Actor) {
 		ctx := a.Context()
-		db := a.Pool(app.DBURL)
+		d, db := labenv.ActorDeps(a, app)
 		if a.Name == "clock" {
 			a.Step("expire")
 			var fence int64
@@ -71,8 +71,6 @@ func explorePausedHolder(x *lab.X) {
 		if x.Naive {
 			out = unfencedOutput{db}
 		}
-		d := labenv.Deps(app)
-		d.Pool = db
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 		svc, err := report.NewService(d, report.Config{Holder: holder, TTL: time.Hour, Interval: time.Minute, Output: out})
 		require.NoError(x, err)

@@ -68,9 +68,7 @@ func exploreRecompute(x *lab.X) {
 	x.StepAt(l.Faults, like.PointRecounted, "commit")
 	x.Interleave(func(a *lab.Actor) {
 		ctx := a.Context()
-		db := a.Pool(l.DBURL)
-		d := labenv.Deps(l.App)
-		d.Pool = db
+		d, db := labenv.ActorDeps(a, l.App)
 		svc, err := like.NewService(d, like.Config{})
 		require.NoError(x, err)
 		switch a.Name {

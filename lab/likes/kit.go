@@ -140,6 +140,16 @@ type Sampler struct {
 	Stop          func()
 }
 
+// StormOnTen is the storm experiments' setting: ten liked items, a storm
+// of 50 users over them (not yet running) and the LIKE-I4 bound sampled
+// from now on, so every moment of the storm is judged.
+func (l *Lab) StormOnTen(t lab.T) ([]int64, *Storm, *Sampler) {
+	t.Helper()
+	ids := l.Items(t, 10)
+	s := l.NewStorm(t, 50, ids)
+	return ids, s, l.SampleBound(t)
+}
+
 func (l *Lab) SampleBound(t lab.T) *Sampler {
 	t.Helper()
 	s := &Sampler{}

@@ -232,9 +232,7 @@ var RecomputeBesideIncrements = lab.Experiment{
 func runLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(x *lab.X) {
 	t := x
 	l := StartLab(x, lab.Options{})
-	ids := l.Items(t, 10)
-	s := l.NewStorm(t, 50, ids)
-	bound := l.SampleBound(t)
+	ids, s, bound := l.StormOnTen(t)
 	stop1 := Running(t, l.Counter(t, "runner-1"))
 	stop2 := Running(t, l.Counter(t, "runner-2"))
 
@@ -278,9 +276,7 @@ func runLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(x *lab.X) {
 func runLIKE02CounterProcessKilledMidBatch(x *lab.X) {
 	t := x
 	l := StartLab(x, lab.Options{})
-	ids := l.Items(t, 10)
-	s := l.NewStorm(t, 50, ids)
-	bound := l.SampleBound(t)
+	ids, s, bound := l.StormOnTen(t)
 	s.Run(t, 2, 30) // the backlog
 
 	stormDone := make(chan struct{})
@@ -380,9 +376,7 @@ func runLIKE03DatabaseStoppedImmediatelyMidStorm(x *lab.X) {
 		sep = "&"
 	}
 	l := StartLab(x, lab.Options{DBURL: url + sep + "synchronous_commit=on", Tasks: true})
-	ids := l.Items(t, 10)
-	s := l.NewStorm(t, 50, ids)
-	bound := l.SampleBound(t)
+	ids, s, bound := l.StormOnTen(t)
 
 	stormDone := make(chan struct{})
 	go func() { defer close(stormDone); s.Run(t, 4, 60) }()
@@ -430,9 +424,7 @@ func runLIKE04RecomputeBesideOnlineIncrements(x *lab.X) {
 	l := StartLab(x, lab.Options{
 		Settings: map[string]string{like.EnvRecomputeChunk: "3"},
 	})
-	ids := l.Items(t, 10)
-	s := l.NewStorm(t, 50, ids)
-	bound := l.SampleBound(t)
+	ids, s, bound := l.StormOnTen(t)
 	stopCounter := Running(t, l.Counter(t, "runner-1"))
 	admin := l.Token(t, "admin-1", httpx.RoleAdmin)
 	ctx := context.Background()

@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/fakeprovider"
 	"github.com/fencelab/fencelab/core/httpx"
@@ -69,6 +67,16 @@ func (l Lab) Prefs(t lab.T, user string, channels map[string]bool) {
 }
 
 var AllChannels = map[string]bool{notify.ChannelEmail: true, notify.ChannelSMS: true, notify.ChannelPush: true}
+
+// Shipped is the start of the timelines that deliver one event on every
+// channel: user-0042 turns all three channels on and the service submits
+// the order_shipped event under eventKey; the notification comes back
+// with its three tasks.
+func (l Lab) Shipped(t lab.T, eventKey string) notify.Notification {
+	t.Helper()
+	l.Prefs(t, "user-0042", AllChannels)
+	return l.Submit(t, LabEvent("user-0042", eventKey))
+}
 
 // LabEvent is the experiments' order_shipped event.
 func LabEvent(user, key string) notify.EventRequest {
@@ -147,11 +155,7 @@ func (l Lab) DueNow(t lab.T, jobID int64) {
 // History is a job's events as "event:fence".
 func (l Lab) History(t lab.T, jobID int64) []string {
 	t.Helper()
-	rows, err := l.Pool.Query(context.Background(), `SELECT event || ':' || fence FROM job_event WHERE job_id = $1 ORDER BY id`, jobID)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return out
+	return lab.JobHistory(t, l.Pool, jobID)
 }
 
 // LabCalls summarises a task's attempts as "op:outcome@fence".

@@ -45,24 +45,17 @@ var SameEventFiftyTimes = lab.Experiment{
 		ev := LabEvent("user-0042", "order:ord-1001:shipped")
 
 		const n = 50
-		start := make(chan struct{})
 		statuses := make([]int, n)
 		got := make([]notify.Notification, n)
-		var wg sync.WaitGroup
 		errs := lab.NewErrors(n)
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				r, err := l.Send(context.Background(), lab.Req{Method: "POST", Path: "/notify/events", Token: l.Svc, Body: ev})
-				if err == nil {
-					statuses[i] = r.Status
-					err = json.Unmarshal(r.Body, &got[i])
-				}
-				errs.Add(err)
-			})
-		}
-		close(start)
-		wg.Wait()
+		lab.AtOnce(n, func(i int) {
+			r, err := l.Send(context.Background(), lab.Req{Method: "POST", Path: "/notify/events", Token: l.Svc, Body: ev})
+			if err == nil {
+				statuses[i] = r.Status
+				err = json.Unmarshal(r.Body, &got[i])
+			}
+			errs.Add(err)
+		})
 		errs.Check(t) // on the test goroutine
 
 		created := 0
@@ -98,8 +91,7 @@ var SameEventFiftyTimes = lab.Experiment{
 		require.Equal(t, 1, l.Push().Posts())
 		require.Equal(t, 0, l.Sms().Posts(), "sms is off: no task, no message")
 		require.Equal(t, 2, l.Count(t, `SELECT count(*) FROM notify_task`), "a resubmission after delivery adds nothing")
-		x.Assert(l.Pool, "notify")
-		x.Assert(l.Pool, "claim")
+		x.Assert(l.Pool, "notify", "claim")
 	},
 }
 
@@ -124,8 +116,7 @@ var CommitThenDrop = lab.Experiment{
 			return
 		}
 		ctx := context.Background()
-		l.Prefs(t, "user-0042", AllChannels)
-		n := l.Submit(t, LabEvent("user-0042", "order:ord-1002:shipped"))
+		n := l.Shipped(t, "order:ord-1002:shipped")
 		for _, srv := range l.Channels {
 			srv.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: 1, DropResponse: true})
 		}
@@ -204,8 +195,7 @@ var CommitThenDrop = lab.Experiment{
 		require.Equal(t, "admin-0001", push.Decisions[0].DecidedBy)
 		require.Equal(t, "push console shows push_1 delivered", push.Decisions[0].Reason)
 		require.Equal(t, 1, l.Push().Posts(), "still exactly one send")
-		x.Assert(l.Pool, "notify")
-		x.Assert(l.Pool, "claim")
+		x.Assert(l.Pool, "notify", "claim")
 	},
 }
 
@@ -223,8 +213,7 @@ var StalledWorkerSuperseded = lab.Experiment{
 		t := x
 		l := StartLab(x, lab.Options{})
 		ctx := context.Background()
-		l.Prefs(t, "user-0042", AllChannels)
-		n := l.Submit(t, LabEvent("user-0042", "order:ord-1003:shipped"))
+		n := l.Shipped(t, "order:ord-1003:shipped")
 		resolver := l.Jobs.Owner()
 
 		for _, ch := range notify.Channels {
@@ -287,8 +276,7 @@ var StalledWorkerSuperseded = lab.Experiment{
 				require.Equal(t, 1, srv.Posts())
 			}
 		}
-		x.Assert(l.Pool, "notify")
-		x.Assert(l.Pool, "claim")
+		x.Assert(l.Pool, "notify", "claim")
 	},
 }
 
@@ -305,8 +293,7 @@ var PreferenceOffCancels = lab.Experiment{
 		t := x
 		l := StartLab(x, lab.Options{})
 		ctx := context.Background()
-		l.Prefs(t, "user-0042", AllChannels)
-		n := l.Submit(t, LabEvent("user-0042", "order:ord-1004:shipped"))
+		n := l.Shipped(t, "order:ord-1004:shipped")
 		require.Len(t, n.Tasks, 3)
 		l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true}) // sms and push off
 
@@ -334,8 +321,7 @@ var PreferenceOffCancels = lab.Experiment{
 			require.Empty(t, l.Channels[name].Effects(), name)
 		}
 		require.Len(t, l.Email().Effects(), 1)
-		x.Assert(l.Pool, "notify")
-		x.Assert(l.Pool, "claim")
+		x.Assert(l.Pool, "notify", "claim")
 	},
 }
 

@@ -105,6 +105,16 @@ func (l *Lab) Order(t lab.T, tok string, reservationID int64) order.Order {
 	return o
 }
 
+// Ordered is a buyer's first two requests: sub holds a unit of sku under
+// key and orders it. It returns sub's token, the hold and the CREATED
+// order, the starting point of every timeline in this chapter.
+func (l *Lab) Ordered(t lab.T, sub, sku, key string) (string, reserve.Reservation, order.Order) {
+	t.Helper()
+	tok := l.User(t, sub)
+	res := l.Reserve(t, tok, sku, key)
+	return tok, res, l.Order(t, tok, res.ID)
+}
+
 func CreateReq(tok string, reservationID int64, headers map[string]string) lab.Req {
 	return lab.Req{Method: http.MethodPost, Path: "/flashsale/orders", Token: tok, Headers: headers,
 		Body: order.CreateRequest{ReservationID: reservationID}}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/fencelab/fencelab/core/claim"
@@ -43,9 +42,7 @@ var ChargeAnswerLost = lab.Experiment{
 			naiveChargeAnswerLost(x, l)
 			return
 		}
-		tok := l.User(t, "user-0042")
-		res := l.Reserve(t, tok, labSKU, "ord01-0042")
-		o := l.Order(t, tok, res.ID)
+		tok, res, o := l.Ordered(t, "user-0042", labSKU, "ord01-0042")
 
 		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, DropResponse: true, Times: 1})
 		r := l.Do(t, PayReq(tok, o.ID))
@@ -117,9 +114,7 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 		const rounds = 4
 		for i := range rounds {
 			sub := "user-00" + itoa(int64(42+i))
-			tok := l.User(t, sub)
-			res := l.Reserve(t, tok, labSKU, "ord02-"+sub)
-			o := l.Order(t, tok, res.ID)
+			tok, res, o := l.Ordered(t, sub, labSKU, "ord02-"+sub)
 			ch := l.PayPending(t, tok, o.ID)
 
 			got, restore := l.Capture(t)
@@ -142,18 +137,11 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 			rand.Shuffle(len(sends), func(a, b int) { sends[a], sends[b] = sends[b], sends[a] })
 
 			answers := make([]order.CallbackAnswer, len(sends))
-			gate := make(chan struct{})
-			var wg sync.WaitGroup
-			for k, d := range sends {
-				wg.Go(func() {
-					<-gate
-					r := l.Callback(t, d.Body, d.Signature)
-					require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-					r.JSON(t, &answers[k])
-				})
-			}
-			close(gate)
-			wg.Wait()
+			lab.AtOnce(len(sends), func(k int) {
+				r := l.Callback(t, sends[k].Body, sends[k].Signature)
+				require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+				r.JSON(t, &answers[k])
+			})
 
 			firsts := 0
 			for k, a := range answers {
@@ -198,9 +186,8 @@ var LateSuccessUnitResold = lab.Experiment{
 		t := x
 		l := StartLab(x, lab.Options{})
 		l.AddSKU(t, "sku-lab-02", 1)
-		tok, other := l.User(t, "user-0042"), l.User(t, "user-0043")
-		res := l.Reserve(t, tok, "sku-lab-02", "ord03-0042")
-		o := l.Order(t, tok, res.ID)
+		tok, res, o := l.Ordered(t, "user-0042", "sku-lab-02", "ord03-0042")
+		other := l.User(t, "user-0043")
 		ch := l.PayPending(t, tok, o.ID)
 
 		l.ExpireHold(t, res.ID)
@@ -262,9 +249,7 @@ var LateSuccessUnitFree = lab.Experiment{
 		t := x
 		l := StartLab(x, lab.Options{})
 		l.AddSKU(t, "sku-lab-02", 1)
-		tok := l.User(t, "user-0042")
-		res := l.Reserve(t, tok, "sku-lab-02", "ord04-0042")
-		o := l.Order(t, tok, res.ID)
+		tok, res, o := l.Ordered(t, "user-0042", "sku-lab-02", "ord04-0042")
 		ch := l.PayPending(t, tok, o.ID)
 		l.ExpireHold(t, res.ID)
 		require.Equal(t, 1, l.Count(t, `SELECT available FROM flashsale_sku WHERE sku = 'sku-lab-02'`))
@@ -307,9 +292,7 @@ var ForgedCallbacks = lab.Experiment{
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})
-		tok := l.User(t, "user-0042")
-		res := l.Reserve(t, tok, labSKU, "ord05-0042")
-		o := l.Order(t, tok, res.ID)
+		tok, _, o := l.Ordered(t, "user-0042", labSKU, "ord05-0042")
 		ch := l.PayPending(t, tok, o.ID)
 
 		paid := ch
@@ -397,11 +380,9 @@ var LateLandingCharge = lab.Experiment{
 		l := StartLab(x, lab.Options{Settings: map[string]string{order.EnvCallTimeout: "200ms", order.EnvPayURL: slow.URL()}})
 		slow.To(l.Pay.URL())
 		l.AddSKU(t, "sku-lab-02", 1)
-		tok, tok2, other := l.User(t, "user-0042"), l.User(t, "user-0043"), l.User(t, "user-0044")
-		res := l.Reserve(t, tok, labSKU, "ord-late-0042")
-		o := l.Order(t, tok, res.ID)
-		res2 := l.Reserve(t, tok2, "sku-lab-02", "ord-late-0043")
-		o2 := l.Order(t, tok2, res2.ID)
+		tok, res, o := l.Ordered(t, "user-0042", labSKU, "ord-late-0042")
+		tok2, res2, o2 := l.Ordered(t, "user-0043", "sku-lab-02", "ord-late-0043")
+		other := l.User(t, "user-0044")
 
 		for _, p := range []struct {
 			tok string
@@ -476,9 +457,7 @@ var ReconcileCloses = lab.Experiment{
 	Run: func(x *lab.X) {
 		t := x
 		l := StartLab(x, lab.Options{})
-		tok, tok2 := l.User(t, "user-0042"), l.User(t, "user-0043")
-		res := l.Reserve(t, tok, labSKU, "ord-close-0042")
-		o := l.Order(t, tok, res.ID)
+		tok, res, o := l.Ordered(t, "user-0042", labSKU, "ord-close-0042")
 		ch := l.PayPending(t, tok, o.ID)
 		_, err := l.Pool.Exec(t.Context(), `UPDATE flashsale_reservation SET expires_at = now() - interval '1 second' WHERE id = $1`, res.ID)
 		require.NoError(t, err)
@@ -491,8 +470,7 @@ var ReconcileCloses = lab.Experiment{
 		require.Equal(t, reserve.StateReleased, l.Reservation(t, res.ID).State)
 		require.Error(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded), "a closed charge can no longer be paid")
 
-		res2 := l.Reserve(t, tok2, labSKU, "ord-refused-0043")
-		o2 := l.Order(t, tok2, res2.ID)
+		tok2, res2, o2 := l.Ordered(t, "user-0043", labSKU, "ord-refused-0043")
 		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Status: http.StatusPaymentRequired, Times: 1})
 		r := l.Do(t, PayReq(tok2, o2.ID))
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
@@ -503,10 +481,9 @@ var ReconcileCloses = lab.Experiment{
 
 		// A 503 is not a refusal of the payment: the order stays PAYING and the
 		// query settles it.
-		res3 := l.Reserve(t, l.User(t, "user-0044"), labSKU, "ord-503-0044")
-		o3 := l.Order(t, l.User(t, "user-0044"), res3.ID)
+		tok3, res3, o3 := l.Ordered(t, "user-0044", labSKU, "ord-503-0044")
 		l.Pay.Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Status: http.StatusServiceUnavailable, Times: 1})
-		r = l.Do(t, PayReq(l.User(t, "user-0044"), o3.ID))
+		r = l.Do(t, PayReq(tok3, o3.ID))
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
 		require.Equal(t, reserve.StateHeld, l.Reservation(t, res3.ID).State)
 		require.Equal(t, map[string]int{"closed": 1}, l.Reconcile(t).Outcomes, "the channel has no charge: closed on its word")

@@ -49,9 +49,7 @@ const naiveCallbackWindow = 5 * time.Minute
 // product's move minus its state condition, the unit confirmed and an
 // order_paid event appended as the product's success does.
 func naiveSuccessDeliveries(x *lab.X, l *Lab) {
-	tok := l.User(x, "user-0042")
-	res := l.Reserve(x, tok, labSKU, "ord02-naive")
-	o := l.Order(x, tok, res.ID)
+	tok, _, o := l.Ordered(x, "user-0042", labSKU, "ord02-naive")
 	ch := l.PayPending(x, tok, o.ID)
 
 	ctx := context.Background()

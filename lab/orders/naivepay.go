@@ -132,9 +132,7 @@ SELECT o.reservation_id, e.id, e.status, clock_timestamp()
 // money is taken. ORD-O2 reports the move that gave the order up on a
 // report that said nothing definite.
 func naiveChargeAnswerLost(x *lab.X, l *Lab) {
-	tok := l.User(x, "user-0042")
-	res := l.Reserve(x, tok, labSKU, "ord01-naive")
-	o := l.Order(x, tok, res.ID)
+	tok, res, o := l.Ordered(x, "user-0042", labSKU, "ord01-naive")
 
 	srv := httptest.NewServer(&naivePayHandler{x: x, l: l})
 	x.Cleanup(srv.Close)

@@ -70,63 +70,54 @@ func runConcurrentDebits(x *lab.X) {
 	}
 	tok := a.Token(x, "user-0042", httpx.RoleUser)
 	var (
-		wg      sync.WaitGroup
 		mu      sync.Mutex
 		outcome = map[string]int{}
-		release = make(chan struct{})
 	)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-release // all at once
-			actor := fmt.Sprintf("client-%03d", i+1)
-			key := "k-" + rand.Text()
-			// A 503 overloaded is the admission limiter shedding the request
-			// before it reached the handler (Retry-After): the client retries
-			// it with the same key, as the contract says, until it gets the
-			// debit's own answer. Only those answers are the claim's.
-			var (
-				r        lab.Response
-				err      error
-				overload int
-			)
-			for {
-				r, err = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/points/accounts/" + account + "/debits",
-					Token: tok, Body: points.PostingRequest{Amount: amount, Reason: "prize-17"},
-					Headers: map[string]string{idem.Header: key}})
-				if err != nil || r.Status != http.StatusServiceUnavailable || r.Code() != "overloaded" || r.Header.Get("Retry-After") == "" {
-					break
-				}
-				overload++
-				time.Sleep(time.Duration(10+mrand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
+	lab.AtOnce(clients, func(i int) {
+		actor := fmt.Sprintf("client-%03d", i+1)
+		key := "k-" + rand.Text()
+		// A 503 overloaded is the admission limiter shedding the request
+		// before it reached the handler (Retry-After): the client retries
+		// it with the same key, as the contract says, until it gets the
+		// debit's own answer. Only those answers are the claim's.
+		var (
+			r        lab.Response
+			err      error
+			overload int
+		)
+		for {
+			r, err = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/points/accounts/" + account + "/debits",
+				Token: tok, Body: points.PostingRequest{Amount: amount, Reason: "prize-17"},
+				Headers: map[string]string{idem.Header: key}})
+			if err != nil || r.Status != http.StatusServiceUnavailable || r.Code() != "overloaded" || r.Header.Get("Retry-After") == "" {
+				break
 			}
-			step := lab.Step{Actor: actor, Action: fmt.Sprintf("debit %d", amount)}
-			if overload > 0 {
-				step.Action += fmt.Sprintf(" (after %d × 503 overloaded)", overload)
-			}
-			switch {
-			case err != nil:
-				step.Outcome, step.Note = "transport error", err.Error()
-			case r.Status == http.StatusCreated:
-				var txn points.Txn
-				r.JSON(x, &txn)
-				step.Outcome, step.Note = lab.Accepted, fmt.Sprintf("balance %d", txn.Balance)
-			default:
-				step.Outcome, step.Note = lab.Refused, r.Code()
-			}
-			x.Step(step)
-			mu.Lock()
-			if step.Outcome == lab.Accepted {
-				outcome["created"]++
-			} else if step.Note == "insufficient_balance" {
-				outcome["insufficient_balance"]++
-			}
-			mu.Unlock()
-		}()
-	}
-	close(release)
-	wg.Wait()
+			overload++
+			time.Sleep(time.Duration(10+mrand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
+		}
+		step := lab.Step{Actor: actor, Action: fmt.Sprintf("debit %d", amount)}
+		if overload > 0 {
+			step.Action += fmt.Sprintf(" (after %d × 503 overloaded)", overload)
+		}
+		switch {
+		case err != nil:
+			step.Outcome, step.Note = "transport error", err.Error()
+		case r.Status == http.StatusCreated:
+			var txn points.Txn
+			r.JSON(x, &txn)
+			step.Outcome, step.Note = lab.Accepted, fmt.Sprintf("balance %d", txn.Balance)
+		default:
+			step.Outcome, step.Note = lab.Refused, r.Code()
+		}
+		x.Step(step)
+		mu.Lock()
+		if step.Outcome == lab.Accepted {
+			outcome["created"]++
+		} else if step.Note == "insufficient_balance" {
+			outcome["insufficient_balance"]++
+		}
+		mu.Unlock()
+	})
 
 	var balance, version, debits int64
 	require.NoError(x, a.Pool.QueryRow(context.Background(),
@@ -156,59 +147,48 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE points_account DROP CONSTRAINT balance_non_negative`)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "the naive schema: CHECK (balance >= 0) dropped"})
-	var (
-		wg      sync.WaitGroup
-		read    sync.WaitGroup // every client has read before anyone writes
-		release = make(chan struct{})
-	)
+	var read sync.WaitGroup // every client has read before anyone writes
 	read.Add(clients)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			actor := fmt.Sprintf("client-%03d", i+1)
-			<-release
-			var balance int64
-			err := a.Pool.QueryRow(ctx, `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance)
-			read.Done()
-			if err != nil {
-				x.Error(actor, "read balance", err)
-				return
+	lab.AtOnce(clients, func(i int) {
+		actor := fmt.Sprintf("client-%03d", i+1)
+		var balance int64
+		err := a.Pool.QueryRow(ctx, `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance)
+		read.Done()
+		if err != nil {
+			x.Error(actor, "read balance", err)
+			return
+		}
+		read.Wait()
+		if balance < amount {
+			x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read %d, debit %d", balance, amount), Outcome: lab.Refused})
+			return
+		}
+		// The product's debit, ledger and all, minus its guard: the
+		// decision was taken in Go on the balance read above.
+		var after int64
+		err = pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+			var id, version int64
+			var at time.Time
+			err := tx.QueryRow(ctx, naiveDebitStmt.SQL, naiveDebitStmt.Args(pgx.NamedArgs{
+				"account": account, "amount": amount, "client": "user-0042", "key": "k-" + rand.Text(),
+				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
+			})...).Scan(&id, &at, &after, &version)
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = fmt.Errorf("points: naive debit of %s matched no row", account)
 			}
-			read.Wait()
-			if balance < amount {
-				x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read %d, debit %d", balance, amount), Outcome: lab.Refused})
-				return
-			}
-			// The product's debit, ledger and all, minus its guard: the
-			// decision was taken in Go on the balance read above.
-			var after int64
-			err = pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
-				var id, version int64
-				var at time.Time
-				err := tx.QueryRow(ctx, naiveDebitStmt.SQL, naiveDebitStmt.Args(pgx.NamedArgs{
-					"account": account, "amount": amount, "client": "user-0042", "key": "k-" + rand.Text(),
-					"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
-				})...).Scan(&id, &at, &after, &version)
-				if errors.Is(err, pgx.ErrNoRows) {
-					err = fmt.Errorf("points: naive debit of %s matched no row", account)
-				}
-				return err
-			})
-			action := fmt.Sprintf("read %d, debit %d", balance, amount)
-			if err != nil {
-				x.Error(actor, action, err)
-				return
-			}
-			outcome := lab.Accepted
-			if after < 0 {
-				outcome = lab.Violates // observed: the balance it left is negative
-			}
-			x.Step(lab.Step{Actor: actor, Action: action, Outcome: outcome, Note: fmt.Sprintf("balance %d", after)})
-		}()
-	}
-	close(release)
-	wg.Wait()
+			return err
+		})
+		action := fmt.Sprintf("read %d, debit %d", balance, amount)
+		if err != nil {
+			x.Error(actor, action, err)
+			return
+		}
+		outcome := lab.Accepted
+		if after < 0 {
+			outcome = lab.Violates // observed: the balance it left is negative
+		}
+		x.Step(lab.Step{Actor: actor, Action: action, Outcome: outcome, Note: fmt.Sprintf("balance %d", after)})
+	})
 	var balance int64
 	require.NoError(x, a.Pool.QueryRow(ctx, `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: balance %d", balance)})
@@ -255,11 +235,8 @@ func runLostResponse(x *lab.X) {
 		_, err := l.Posting(reqCtx, "debits", tok, "acct-0042", key, 30, "prize-17")
 		first <- err
 	}()
-	select {
-	case <-gate.Reached(): // committed; the response is not written yet
-	case <-time.After(30 * time.Second):
-		x.Fatalf("the debit never reached the after-commit point")
-	}
+	// Reached: committed; the response is not written yet.
+	lab.WaitOrTimeout(x, gate.Reached(), "the debit never reached the after-commit point")
 	require.Equal(x, 1, l.TxnsOf(x, "user-0042", key), "the debit committed before the response was lost")
 	x.Step(lab.Step{Actor: "client", Action: "debit 30, key " + key, Outcome: "committed", Note: "the server holds the response"})
 	giveUp() // the client's timeout: it never sees the answer
@@ -434,11 +411,7 @@ func runSameKeyConcurrently(x *lab.X) {
 			}
 			first <- r
 		}()
-		select {
-		case <-gate.Reached():
-		case <-time.After(30 * time.Second):
-			x.Fatalf("the first request never claimed its key")
-		}
+		lab.WaitOrTimeout(x, gate.Reached(), "the first request never claimed its key")
 		x.Step(lab.Step{Actor: "client-1", Action: "debit 30, key " + key + ": claim the key; held before the effect", Outcome: "paused"})
 		second := l.Debit(x, tok, "acct-0042", key, 30)
 		require.Equal(x, http.StatusConflict, second.Status, string(second.Body))
@@ -552,11 +525,17 @@ func runCorruptedBalance(x *lab.X) {
 	require.Contains(x, out, "1 violated")
 	x.Step(lab.Step{Actor: "admin", Action: "fencelab check points", Outcome: "exit 1", Note: "PTS-I4: acct-0042 drift 29, sys:redemption drift −7"})
 
+	// The admin's recompute, as an operator calls it over HTTP.
+	recompute := func(query string) points.RecomputeReport {
+		r := l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute" + query, Token: l.Admin})
+		require.Equal(x, http.StatusOK, r.Status, string(r.Body))
+		var rep points.RecomputeReport
+		r.JSON(x, &rep)
+		return rep
+	}
+
 	// Recompute without repair reports and changes nothing.
-	r := l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute", Token: l.Admin})
-	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-	var rep points.RecomputeReport
-	r.JSON(x, &rep)
+	rep := recompute("")
 	require.Equal(x, points.RecomputeReport{Checked: 4, Drifted: 2, Accounts: []points.Drift{
 		{AccountID: "acct-0042", Kind: "user", Stored: 999, FromEntries: 970, Drift: 29},
 		{AccountID: "sys:redemption", Kind: "system", Stored: 23, FromEntries: 30, Drift: -7},
@@ -565,10 +544,7 @@ func runCorruptedBalance(x *lab.X) {
 	x.Step(lab.Step{Actor: "admin", Action: "POST /points/admin/recompute", Outcome: "2 drifted", Note: "reported, nothing changed"})
 
 	// One account at a time, with repair.
-	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?account=acct-0042&repair=true", Token: l.Admin})
-	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-	rep = points.RecomputeReport{}
-	r.JSON(x, &rep)
+	rep = recompute("?account=acct-0042&repair=true")
 	require.Equal(x, 1, rep.Checked)
 	require.Equal(x, 1, rep.Repaired)
 	require.Len(x, rep.Accounts, 1)
@@ -578,10 +554,7 @@ func runCorruptedBalance(x *lab.X) {
 	x.Step(lab.Step{Actor: "admin", Action: "recompute acct-0042 with repair", Outcome: "repaired", Note: "999 → 970, from the ledger"})
 
 	// Then everything else.
-	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.Admin})
-	require.Equal(x, http.StatusOK, r.Status, string(r.Body))
-	rep = points.RecomputeReport{}
-	r.JSON(x, &rep)
+	rep = recompute("?repair=true")
 	require.Equal(x, 1, rep.Repaired)
 	require.Equal(x, "sys:redemption", rep.Accounts[0].AccountID)
 	require.EqualValues(x, 30, l.Account(x, points.RedemptionAccount).Balance)
@@ -603,9 +576,7 @@ func runCorruptedBalance(x *lab.X) {
 	x.Step(lab.Step{Actor: "db", Action: "re-read points_repair: " + strings.Join(repairs, "; ")})
 
 	// Nothing left to repair; the binary agrees.
-	r = l.Do(x, lab.Req{Method: "POST", Path: "/points/admin/recompute?repair=true", Token: l.Admin})
-	rep = points.RecomputeReport{}
-	r.JSON(x, &rep)
+	rep = recompute("?repair=true")
 	require.Equal(x, points.RecomputeReport{Checked: 4, Accounts: []points.Drift{}}, rep)
 	out, code = check()
 	require.Equal(x, 0, code, "%s", out)

@@ -53,9 +53,7 @@ func exploreFollowBlock(x *lab.X) {
 	x.StepAt(e.Faults, rel.PointBeforeCommit, "commit")
 	x.Interleave(func(a *lab.Actor) {
 		ctx := a.Context()
-		db := a.Pool(e.DBURL)
-		d := labenv.Deps(e.App)
-		d.Pool = db
+		d, db := labenv.ActorDeps(a, e.App)
 		svc, err := rel.NewService(d)
 		require.NoError(x, err)
 		if a.Name == "B" {

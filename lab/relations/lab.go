@@ -268,21 +268,10 @@ func runREL01DoubleFollowAndUnfollowRacesLeaveOneRowInTheRightState(x *lab.X) {
 		if rng.IntN(2) == 0 {
 			pairOps = ops[rng.IntN(len(ops))]
 		}
-		var (
-			wg    sync.WaitGroup
-			start = make(chan struct{})
-			resps [2]OpResponse
-		)
-		for i, op := range pairOps {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				resps[i] = e.HTTPOp(t, "user-a", op, "user-b")
-			}()
-		}
-		close(start)
-		wg.Wait()
+		var resps [2]OpResponse
+		lab.AtOnce(len(pairOps), func(i int) {
+			resps[i] = e.HTTPOp(t, "user-a", pairOps[i], "user-b")
+		})
 		last := resps[0].Res
 		for _, r := range resps {
 			require.Equal(t, http.StatusOK, r.Status, "round %d", round)

@@ -3,16 +3,11 @@ package relations
 import (
 	"context"
 	"fmt"
-	"math"
 	"net/http"
-	"strings"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
-	"github.com/fencelab/fencelab/core/pg"
+	feedlab "github.com/fencelab/fencelab/lab/feed"
 	"github.com/fencelab/fencelab/lab/labenv"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/feed"
@@ -36,19 +31,7 @@ import (
 var followersSays = "FROM social_post p JOIN " + rel.FollowersView.Table +
 	" v ON v.user_id = p.author AND v.peer_id = @reader::text AND v.active AND p.visibility <> 'SELF'"
 
-var naiveViewPageStmt = pg.MustNamed(replaceGuard(replaceGuard(feed.SQLPagePush,
-	"FROM social_readable_posts(@reader::text) p", followersSays),
-	"f.followee = p.author AND f.state = 'active'", "f.followee = p.author"))
-
-// replaceGuard replaces every occurrence of guard, and panics when the
-// product's statement no longer has it (the naive page would silently be
-// the product's).
-func replaceGuard(s, guard, with string) string {
-	if !strings.Contains(s, guard) {
-		panic("lab/relations: the product's page statement no longer has " + guard)
-	}
-	return strings.ReplaceAll(s, guard, with)
-}
+var naiveViewPageStmt = feedlab.NaivePushPage(followersSays)
 
 // naiveViewRead: user-a follows the owner (private: approved), a
 // followers-only post is pushed into user-a's inbox and both views catch
@@ -92,7 +75,7 @@ func naiveViewRead(x *lab.X) {
 		` WHERE user_id = $1 AND peer_id = $2`, owner, reader).Scan(&viewSays))
 	require.Equal(x, !x.Control, viewSays, "the view lags in the naive run only")
 
-	served := naiveViewPage(x, e, reader)
+	served := feedlab.FirstPage(x, e.Pool, naiveViewPageStmt, reader)
 	logged := e.Count(x, `SELECT count(*) FROM social_feed_served WHERE reader = $1 AND post_id = $2`, reader, post.PostID)
 	outcome := lab.Refused
 	if len(served) > 0 {
@@ -106,33 +89,4 @@ func naiveViewRead(x *lab.X) {
 	}
 	// What the truth table says meanwhile: the product's read refuses.
 	require.Equal(x, http.StatusForbidden, e.Read(x, reader, post.PostID).Status, "AccessCheck on the truth table refuses the blocked reader")
-}
-
-// naiveViewPage reads the reader's first feed page with naiveViewPageStmt
-// as the product's Read runs its statement, and returns the posts served.
-func naiveViewPage(x *lab.X, e *Lab, reader string) []int64 {
-	ctx := context.Background()
-	const limit = 20
-	args := pgx.NamedArgs{
-		"reader": reader, "cursor_at": time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "cursor_id": int64(math.MaxInt64),
-		"top_at": time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), "top_id": int64(0), "seen": int64(math.MaxInt64),
-		"limit": limit, "strategy": feed.Push{}.Name(),
-	}
-	rows, err := e.Pool.Query(ctx, naiveViewPageStmt.SQL, naiveViewPageStmt.Args(args)...)
-	require.NoError(x, err)
-	defer rows.Close()
-	var served []int64
-	for rows.Next() {
-		vals, err := rows.Values()
-		require.NoError(x, err)
-		part, _ := vals[0].(int32)
-		rank, _ := vals[1].(int64)
-		if part == 0 || rank > limit {
-			continue
-		}
-		id, _ := vals[3].(int64)
-		served = append(served, id)
-	}
-	require.NoError(x, rows.Err())
-	return served
 }

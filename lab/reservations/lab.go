@@ -69,46 +69,40 @@ func runFiveHundredBuyers(x *lab.X) {
 		err      error
 	}
 	out := make([]outcome, buyers)
-	gate := make(chan struct{})
-	var ready, done sync.WaitGroup
+	// Every buyer's token is minted before the start, so the crowd released
+	// together is 500 requests, not 500 token signings.
+	toks := make([]string, buyers)
 	for i := range buyers {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			actor := fmt.Sprintf("buyer-%03d", i+1)
-			tok := a.Token(x, fmt.Sprintf("user-%04d", i+1), httpx.RoleUser)
-			key := fmt.Sprintf("fs01-%04d", i+1)
-			ready.Done()
-			<-gate
-			for {
-				r, err := a.Send(context.Background(), lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
-					Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
-				if err == nil && r.Status == http.StatusServiceUnavailable && r.Code() == "overloaded" && r.Header.Get("Retry-After") != "" {
-					out[i].overload++
-					time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
-					continue
-				}
-				out[i].status, out[i].code, out[i].err = r.Status, r.Code(), err
-				step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
-				switch {
-				case err != nil:
-					step.Outcome, step.Note = "transport error", err.Error()
-				case r.Status == http.StatusCreated:
-					var res reserve.Reservation
-					r.JSON(x, &res)
-					step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
-				default:
-					step.Outcome = r.Code()
-				}
-				x.Step(step)
-				return
-			}
-		}()
+		toks[i] = a.Token(x, fmt.Sprintf("user-%04d", i+1), httpx.RoleUser)
 	}
-	ready.Wait()
-	close(gate)
-	done.Wait()
+	lab.AtOnce(buyers, func(i int) {
+		actor := fmt.Sprintf("buyer-%03d", i+1)
+		tok := toks[i]
+		key := fmt.Sprintf("fs01-%04d", i+1)
+		for {
+			r, err := a.Send(context.Background(), lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
+				Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
+			if err == nil && r.Status == http.StatusServiceUnavailable && r.Code() == "overloaded" && r.Header.Get("Retry-After") != "" {
+				out[i].overload++
+				time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
+				continue
+			}
+			out[i].status, out[i].code, out[i].err = r.Status, r.Code(), err
+			step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
+			switch {
+			case err != nil:
+				step.Outcome, step.Note = "transport error", err.Error()
+			case r.Status == http.StatusCreated:
+				var res reserve.Reservation
+				r.JSON(x, &res)
+				step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
+			default:
+				step.Outcome = r.Code()
+			}
+			x.Step(step)
+			return
+		}
+	})
 
 	held, soldOut, overloaded := 0, 0, 0
 	for i, o := range out {
@@ -143,53 +137,48 @@ func runFiveHundredBuyers(x *lab.X) {
 // database: the product's hold is one guarded statement (FS-R1).
 func naiveHolds(x *lab.X, a *lab.App, buyers int) {
 	ctx := context.Background()
-	var wg, read sync.WaitGroup
+	var read sync.WaitGroup
 	read.Add(buyers)
-	for i := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			actor := fmt.Sprintf("buyer-%03d", i+1)
-			var available int
-			err := a.Pool.QueryRow(ctx, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU).Scan(&available)
-			read.Done()
-			read.Wait() // everyone has looked before anyone writes
-			if err != nil {
-				x.Error(actor, "read available", err)
-				return
-			}
-			if available < 1 {
-				x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read available %d", available), Outcome: "sold_out"})
-				return
-			}
-			tx, err := a.Pool.Begin(ctx)
-			if err != nil {
-				x.Error(actor, "begin", err)
-				return
-			}
-			defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-			var id int64
-			_, err = tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, labSKU, available-1)
-			if err == nil {
-				err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
+	lab.AtOnce(buyers, func(i int) {
+		actor := fmt.Sprintf("buyer-%03d", i+1)
+		var available int
+		err := a.Pool.QueryRow(ctx, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU).Scan(&available)
+		read.Done()
+		read.Wait() // everyone has looked before anyone writes
+		if err != nil {
+			x.Error(actor, "read available", err)
+			return
+		}
+		if available < 1 {
+			x.Step(lab.Step{Actor: actor, Action: fmt.Sprintf("read available %d", available), Outcome: "sold_out"})
+			return
+		}
+		tx, err := a.Pool.Begin(ctx)
+		if err != nil {
+			x.Error(actor, "begin", err)
+			return
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+		var id int64
+		_, err = tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, labSKU, available-1)
+		if err == nil {
+			err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
 				                        VALUES ($1, $2, $3, 'HELD', now() + interval '5 minutes') RETURNING id`,
-					labSKU, fmt.Sprintf("user-%04d", i+1), fmt.Sprintf("naive-%04d", i+1)).Scan(&id)
-			}
-			if err == nil {
-				_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, labSKU, id)
-			}
-			if err == nil {
-				err = tx.Commit(ctx)
-			}
-			action := fmt.Sprintf("read available %d, write %d, insert hold", available, available-1)
-			if err != nil {
-				x.Error(actor, action, err)
-				return
-			}
-			x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", id)})
-		}()
-	}
-	wg.Wait()
+				labSKU, fmt.Sprintf("user-%04d", i+1), fmt.Sprintf("naive-%04d", i+1)).Scan(&id)
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, labSKU, id)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		action := fmt.Sprintf("read available %d, write %d, insert hold", available, available-1)
+		if err != nil {
+			x.Error(actor, action, err)
+			return
+		}
+		x.Step(lab.Step{Actor: actor, Action: action, Outcome: lab.Accepted, Note: fmt.Sprintf("reservation %d", id)})
+	})
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d HELD on %d units, available %d",
 		a.Count(x, `SELECT count(*) FROM flashsale_reservation WHERE state = 'HELD'`), labUnits,
 		a.Count(x, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU))})
@@ -290,22 +279,12 @@ func runReleaseRacesItself(x *lab.X) {
 
 	holdAll(1)
 	results := make(chan int, 3)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, run := range []func() int{
+	runs := []func() int{
 		func() int { return releaseByAdmin("admin-1") },
 		func() int { return releaseByAdmin("admin-2") },
 		func() int { return releaseByJob("worker", "fs05-b") },
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results <- run()
-		}()
 	}
-	close(start)
-	wg.Wait()
+	lab.AtOnce(len(runs), func(i int) { results <- runs[i]() })
 	close(results)
 	sum := 0
 	for n := range results {

@@ -56,22 +56,10 @@ var HundredCreatorsOneAlias = lab.Experiment{
 			targets[i] = fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
 		}
 		results, errs := make([]lab.Response, n), make([]error, n)
-		gate := make(chan struct{})
-		var ready, done sync.WaitGroup
-		for i := range n {
-			ready.Add(1)
-			done.Add(1)
-			go func() {
-				defer done.Done()
-				ready.Done()
-				<-gate
-				results[i], errs[i] = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/shortlink/links", Token: tokens[i],
-					Body: shortlink.CreateRequest{Target: targets[i], Alias: "launch"}})
-			}()
-		}
-		ready.Wait()
-		close(gate)
-		done.Wait()
+		lab.AtOnce(n, func(i int) {
+			results[i], errs[i] = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/shortlink/links", Token: tokens[i],
+				Body: shortlink.CreateRequest{Target: targets[i], Alias: "launch"}})
+		})
 
 		winner := -1
 		for i, r := range results {
@@ -513,36 +501,31 @@ func naiveAlias(x *lab.X, a *Lab, creators int) {
 	_, err := a.Pool.Exec(ctx, `DROP TRIGGER shortlink_links_guard ON shortlink_links`)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "the naive schema: the guard trigger on shortlink_links dropped (links may be overwritten)"})
-	var wg, looked sync.WaitGroup
+	var looked sync.WaitGroup
 	looked.Add(creators)
-	for i := range creators {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			owner := fmt.Sprintf("user-%04d", i+1)
-			target := fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
-			var taken bool
-			err := a.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`).Scan(&taken)
-			looked.Done()
-			looked.Wait() // everyone has looked before anyone writes
-			if err == nil && !taken {
-				_, err = a.Pool.Exec(ctx, `
+	lab.AtOnce(creators, func(i int) {
+		owner := fmt.Sprintf("user-%04d", i+1)
+		target := fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
+		var taken bool
+		err := a.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`).Scan(&taken)
+		looked.Done()
+		looked.Wait() // everyone has looked before anyone writes
+		if err == nil && !taken {
+			_, err = a.Pool.Exec(ctx, `
 WITH link AS (
     INSERT INTO shortlink_links (code, target, owner, custom) VALUES ('launch', $1, $2, true)
     ON CONFLICT (code) DO UPDATE SET target = EXCLUDED.target, owner = EXCLUDED.owner
 )
 INSERT INTO shortlink_creations (code, target, owner, created_at) VALUES ('launch', $1, $2, now())`, target, owner)
-			}
-			action := "alias launch → " + target
-			switch {
-			case err != nil:
-				x.Error(owner, action, err)
-			case taken:
-				x.Step(lab.Step{Actor: owner, Action: action, Outcome: lab.Refused, Note: "found it taken"})
-			default:
-				x.Step(lab.Step{Actor: owner, Action: action, Outcome: lab.Accepted, Note: "told created"})
-			}
-		}()
-	}
-	wg.Wait()
+		}
+		action := "alias launch → " + target
+		switch {
+		case err != nil:
+			x.Error(owner, action, err)
+		case taken:
+			x.Step(lab.Step{Actor: owner, Action: action, Outcome: lab.Refused, Note: "found it taken"})
+		default:
+			x.Step(lab.Step{Actor: owner, Action: action, Outcome: lab.Accepted, Note: "told created"})
+		}
+	})
 }

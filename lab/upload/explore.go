@@ -61,25 +61,14 @@ func exploreTakeover(x *lab.X) {
 		switch a.Name {
 		case "clock":
 			a.Step("lapse")
-			tag, err := db.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 second' WHERE id = $1 AND state = 'running'`, f.JobID)
-			if err != nil {
-				x.Error(a.Name, "lapse the lease", err)
+			n, ok := a.LapseJob(db, f.JobID, func(ctx context.Context) (int, error) {
+				rec, err := l.Jobs.RecoverExpired(ctx, 10, 0)
+				return len(rec), err
+			})
+			if !ok {
 				return
 			}
-			if tag.RowsAffected() == 0 {
-				a.Say("lapse the job's lease", "no running job", "")
-				return
-			}
-			rec, err := l.Jobs.RecoverExpired(ctx, 10, 0)
-			if err != nil {
-				x.Error(a.Name, "recover expired jobs", err)
-				return
-			}
-			if _, err := db.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, f.JobID); err != nil { // skip the re-dispatch jitter
-				x.Error(a.Name, "make the job due", err)
-				return
-			}
-			a.Say("lapse runner-a's lease; recovery re-queues the job", lab.Accepted, fmt.Sprintf("%d job(s) recovered", len(rec)))
+			a.Say("lapse runner-a's lease; recovery re-queues the job", lab.Accepted, fmt.Sprintf("%d job(s) recovered", n))
 		case "B":
 			a.Step("claim")
 			jobs, err := l.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{upload.KindProcess}, Owner: "runner-b", Limit: 1})

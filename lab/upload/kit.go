@@ -181,6 +181,27 @@ func (l *Lab) ClaimProcess(t lab.T, owner string, jobID int64) *claim.Job {
 	return jobs[0]
 }
 
+// TakeOver is the takeover of f's processing job from the run a holds:
+// a's lease lapses (set with SQL: the exact boundary), recovery re-queues
+// the job under a higher fence, and runner-b claims it. It returns
+// runner-b's job; a still believes it holds the job (UP-F3 is about what
+// its late publish may do).
+func (l *Lab) TakeOver(x *lab.X, f upload.File, a *claim.Job) *claim.Job {
+	t := x
+	t.Helper()
+	ctx := context.Background()
+	l.Exec(t, `UPDATE job SET lease_until = now() - interval '1 second' WHERE id = $1`, f.JobID)
+	rec, err := l.Jobs.RecoverExpired(ctx, 10, 0)
+	require.NoError(t, err)
+	require.Len(t, rec, 1)
+	x.Step(lab.Step{Actor: "db", Action: "runner-a's lease lapses; recovery re-queues the job"})
+	l.Exec(t, `UPDATE job SET due_at = now() WHERE id = $1`, f.JobID) // skip the re-dispatch jitter
+	b := l.ClaimProcess(t, "runner-b", f.JobID)
+	require.Greater(t, b.Fence, a.Fence)
+	x.Step(lab.Step{Actor: "runner-b", Action: "claim processing of " + f.ID, Outcome: lab.Accepted, Fence: b.Fence})
+	return b
+}
+
 // Publish runs the file's processing job to completion.
 func (l *Lab) Publish(t lab.T, f upload.File) {
 	t.Helper()

@@ -47,15 +47,7 @@ func naiveTakeover(x *lab.X) {
 	var releaseB func()
 	errB := make(chan error, 1)
 	if !x.Control {
-		l.Exec(t, `UPDATE job SET lease_until = now() - interval '1 second' WHERE id = $1`, f.JobID)
-		rec, err := l.Jobs.RecoverExpired(ctx, 10, 0)
-		require.NoError(t, err)
-		require.Len(t, rec, 1)
-		x.Step(lab.Step{Actor: "db", Action: "runner-a's lease lapses; recovery re-queues the job"})
-		l.Exec(t, `UPDATE job SET due_at = now() WHERE id = $1`, f.JobID) // skip the re-dispatch jitter
-		b = l.ClaimProcess(t, "runner-b", f.JobID)
-		require.Greater(t, b.Fence, a.Fence)
-		x.Step(lab.Step{Actor: "runner-b", Action: "claim processing of " + f.ID, Outcome: lab.Accepted, Fence: b.Fence})
+		b = l.TakeOver(x, f, a)
 		gateB := l.Faults.Pause(faults.BeforeCommit, strconv.Itoa(int(f.JobID)))
 		x.Cleanup(gateB.Release)
 		go func() { errB <- l.Jobs.Execute(ctx, b) }()
