@@ -17,11 +17,11 @@ type handlers struct{ svc *Service }
 // me is the caller's profile with counts.
 func (h *handlers) me(c echo.Context) error {
 	ctx, me := c.Request().Context(), httpx.PrincipalOf(c).Subject
-	u, err := h.svc.Profile(ctx, me)
+	u, err := h.svc.profile(ctx, me)
 	if err != nil {
 		return err
 	}
-	counts, err := h.svc.Counts(ctx, me, me)
+	counts, err := h.svc.countsOf(ctx, me, me)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func (h *handlers) requests(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.svc.Requests(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.QueryParam("after"), limit)
+	p, err := h.svc.requestsPage(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.QueryParam("after"), limit)
 	if err != nil {
 		return err
 	}
@@ -92,8 +92,8 @@ func (h *handlers) requests(c echo.Context) error {
 	return c.JSON(http.StatusOK, p)
 }
 
-func (h *handlers) followers(c echo.Context) error { return h.list(c, h.svc.Followers) }
-func (h *handlers) following(c echo.Context) error { return h.list(c, h.svc.Following) }
+func (h *handlers) followers(c echo.Context) error { return h.list(c, h.svc.followersPage) }
+func (h *handlers) following(c echo.Context) error { return h.list(c, h.svc.followingPage) }
 
 func (h *handlers) list(c echo.Context, read func(ctx context.Context, viewer, owner, after string, limit int) (Page, error)) error {
 	limit, err := limitParam(c)
@@ -109,7 +109,7 @@ func (h *handlers) list(c echo.Context, read func(ctx context.Context, viewer, o
 }
 
 func (h *handlers) counts(c echo.Context) error {
-	n, err := h.svc.Counts(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"))
+	n, err := h.svc.countsOf(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func (h *handlers) timeline(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.svc.Timeline(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"), c.QueryParam("cursor"), limit)
+	p, err := h.svc.timelinePage(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"), c.QueryParam("cursor"), limit)
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (h *handlers) readPost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.svc.ReadPost(c.Request().Context(), httpx.PrincipalOf(c).Subject, id)
+	p, err := h.svc.readPost(c.Request().Context(), httpx.PrincipalOf(c).Subject, id)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func limitParam(c echo.Context) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > MaxLimit {
+	if err != nil || n < 1 || n > maxLimit {
 		return 0, errInvalidLimit
 	}
 	return n, nil

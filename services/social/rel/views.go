@@ -136,14 +136,14 @@ func (v *View) Rebuild(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// Followers lists owner's followers from the followers view, if viewer may
+// followersPage lists owner's followers from the followers view, if viewer may
 // see owner's lists (social_can_see_lists), with the view's lag.
-func (s *Service) Followers(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
+func (s *Service) followersPage(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
 	return s.list(ctx, FollowersView, viewer, owner, after, limit)
 }
 
-// Following lists whom owner follows, from the following view.
-func (s *Service) Following(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
+// followingPage lists whom owner follows, from the following view.
+func (s *Service) followingPage(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
 	return s.list(ctx, FollowingView, viewer, owner, after, limit)
 }
 
@@ -193,9 +193,9 @@ func (s *Service) mayList(ctx context.Context, viewer, owner string) error {
 	return nil
 }
 
-// Counts returns owner's follower and following counts from the views,
+// countsOf returns owner's follower and following counts from the views,
 // with the events about owner each view has not applied yet.
-func (s *Service) Counts(ctx context.Context, viewer, owner string) (Counts, error) {
+func (s *Service) countsOf(ctx context.Context, viewer, owner string) (Counts, error) {
 	if err := s.mayList(ctx, viewer, owner); err != nil {
 		return Counts{}, err
 	}
