@@ -45,7 +45,7 @@ func naiveRead(x *lab.X, a *lab.App, reader string, postID int64) {
 	args := pgx.NamedArgs{
 		"reader": reader, "cursor_at": time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "cursor_id": int64(math.MaxInt64),
 		"top_at": time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), "top_id": int64(0), "seen": int64(math.MaxInt64),
-		"limit": limit, "strategy": feed.Push{}.Name(),
+		"limit": limit, "strategy": "push",
 	}
 	rows, err := a.Pool.Query(ctx, naivePageStmt.SQL, naivePageStmt.Args(args)...)
 	require.NoError(x, err)

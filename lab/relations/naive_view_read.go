@@ -68,7 +68,9 @@ func naiveViewRead(x *lab.X) {
 	post := e.Post(x, owner, rel.Followers)
 	x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("post %d (FOLLOWERS)", post.PostID), Outcome: lab.Accepted})
 
-	svc, err := feed.NewService(labenv.Deps(e.App), feed.Config{Strategy: feed.Push{}, ResponseLog: true, ResponseLogRows: 100_000,
+	push, err := feed.ParseStrategy("push", 0)
+	require.NoError(x, err)
+	svc, err := feed.NewService(labenv.Deps(e.App), feed.Config{Strategy: push, ResponseLog: true, ResponseLogRows: 100_000,
 		CursorKey: feed.CursorKey([]byte("the naive read signs no cursor"))})
 	require.NoError(x, err)
 	fanout, err := outbox.NewRunner(e.Pool, svc.Consumer(), outbox.Options{})
@@ -116,7 +118,7 @@ func naiveViewPage(x *lab.X, e *Lab, reader string) []int64 {
 	args := pgx.NamedArgs{
 		"reader": reader, "cursor_at": time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "cursor_id": int64(math.MaxInt64),
 		"top_at": time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), "top_id": int64(0), "seen": int64(math.MaxInt64),
-		"limit": limit, "strategy": feed.Push{}.Name(),
+		"limit": limit, "strategy": "push",
 	}
 	rows, err := e.Pool.Query(ctx, naiveViewPageStmt.SQL, naiveViewPageStmt.Args(args)...)
 	require.NoError(x, err)

@@ -11,7 +11,7 @@ type Config struct {
 	// Strategy is the fan-out policy the consumer applies when a post
 	// settles, and the read strategy of a request that names none.
 	Strategy Strategy
-	// Threshold is Hybrid's, for requests that ask for hybrid.
+	// Threshold is hybrid's, for requests that ask for hybrid.
 	Threshold int64
 	// ResponseLog records every served post for FEED-I1's check, keeping
 	// the newest ResponseLogRows rows.

@@ -118,7 +118,7 @@ func lockFanout(ctx context.Context, tx pgx.Tx) error {
 // set and writes every pushed post into every active follower's inbox.
 func build(ctx context.Context, tx pgx.Tx, st Strategy, stats *loadStats) error {
 	var below *int64
-	if t := st.PushesBelow(); t != always {
+	if t := st.pushesBelow(); t != always {
 		below = &t
 	}
 	steps := []struct {
