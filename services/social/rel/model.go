@@ -29,16 +29,25 @@ const (
 // valid reports a known visibility.
 func (v Visibility) valid() bool { return v == Public || v == Followers || v == Self }
 
-// Op names a relation operation; it is the event's cause and a metric label.
+// Op names a relation operation, run by Service.Do(ctx, op, actor, other);
+// it is the event's cause and a metric label.
 type Op string
 
 const (
-	OpFollow   Op = "follow"
+	// OpFollow: actor follows other — active at once for a public
+	// account, pending for a private one. Refused when either blocks the
+	// other (REL-I2).
+	OpFollow Op = "follow"
+	// OpUnfollow ends a follow or withdraws a pending request.
 	OpUnfollow Op = "unfollow"
-	OpApprove  Op = "approve"
-	OpReject   Op = "reject"
-	OpBlock    Op = "block"
-	OpUnblock  Op = "unblock"
+	// OpApprove: actor, the owner, accepts other's pending request.
+	OpApprove Op = "approve"
+	// OpReject: actor, the owner, declines other's pending request.
+	OpReject Op = "reject"
+	// OpBlock: actor blocks other; follows both ways end (REL-I2).
+	OpBlock Op = "block"
+	// OpUnblock lifts a block; no follow comes back with it.
+	OpUnblock Op = "unblock"
 )
 
 // Ops are the six relation operations.

@@ -80,12 +80,12 @@ func (s *Service) seed(ctx context.Context) error {
 			return err
 		}
 		if r.Version == 0 { // never related: the seed's to write
-			res, err := s.follow(ctx, f.follower, f.followee)
+			res, err := s.Do(ctx, OpFollow, f.follower, f.followee)
 			if err != nil {
 				return err
 			}
 			if f.approve && res.Relation.State == StatePending {
-				if _, err := s.approveRequest(ctx, f.followee, f.follower); err != nil {
+				if _, err := s.Do(ctx, OpApprove, f.followee, f.follower); err != nil {
 					return err
 				}
 			}

@@ -57,37 +57,6 @@ func validUser(id string) error {
 	return nil
 }
 
-// follow: follower follows followee — active at once for a public account,
-// pending for a private one. Refused when either blocks the other (REL-I2).
-func (s *Service) follow(ctx context.Context, follower, followee string) (Result, error) {
-	return s.Do(ctx, OpFollow, follower, followee)
-}
-
-// Unfollow ends a follow or withdraws a pending request.
-func (s *Service) unfollow(ctx context.Context, follower, followee string) (Result, error) {
-	return s.Do(ctx, OpUnfollow, follower, followee)
-}
-
-// approveRequest: owner accepts requester's pending request.
-func (s *Service) approveRequest(ctx context.Context, owner, requester string) (Result, error) {
-	return s.Do(ctx, OpApprove, owner, requester)
-}
-
-// Reject: owner declines requester's pending request.
-func (s *Service) reject(ctx context.Context, owner, requester string) (Result, error) {
-	return s.Do(ctx, OpReject, owner, requester)
-}
-
-// Block: blocker blocks blocked; follows both ways end (REL-I2).
-func (s *Service) Block(ctx context.Context, blocker, blocked string) (Result, error) {
-	return s.Do(ctx, OpBlock, blocker, blocked)
-}
-
-// Unblock lifts a block; no follow comes back with it.
-func (s *Service) unblock(ctx context.Context, blocker, blocked string) (Result, error) {
-	return s.Do(ctx, OpUnblock, blocker, blocked)
-}
-
 // Do runs op by actor on other in its own transaction.
 func (s *Service) Do(ctx context.Context, op Op, actor, other string) (Result, error) {
 	var res Result
