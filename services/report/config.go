@@ -41,7 +41,7 @@ const (
 	minInterval     = 10 * time.Millisecond
 
 	defaultRetention = 400 * 24 * time.Hour
-	// MinRetention keeps the purge far from any lease still in play: a
+	// minRetention keeps the purge far from any lease still in play: a
 	// day's lease expires at most lease.MaxTTL after its last grant or
 	// renewal, and its fence restarts at 1 once the day is purged, so the
 	// retention is also how long a paused holder can stay paused and still

@@ -45,7 +45,7 @@ func ParseDate(s string) (time.Time, error) {
 // report for day.
 func LeaseName(day time.Time) string { return leasePrefix + day.Format(DateLayout) }
 
-// LeasePrefix starts the name of every report lease (report.purge takes
+// leasePrefix starts the name of every report lease (report.purge takes
 // only these).
 const leasePrefix = "report:"
 

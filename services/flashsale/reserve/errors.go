@@ -20,7 +20,7 @@ var (
 	errUnknownSKU = errors.New("flashsale: unknown sku")
 	// errNotFound: no such reservation.
 	errNotFound = errors.New("flashsale: no such reservation")
-	// ErrNotOwner: the reservation belongs to someone else.
+	// errNotOwner: the reservation belongs to someone else.
 	errNotOwner = errors.New("flashsale: not your reservation")
 
 	// Input errors, found before any database work.

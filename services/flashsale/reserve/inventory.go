@@ -30,7 +30,7 @@ const (
 // DefaultHoldTTL is how long an unpaid hold keeps its unit.
 const DefaultHoldTTL = 10 * time.Minute
 
-// DefaultReleaseBatch bounds the expired holds one release statement
+// defaultReleaseBatch bounds the expired holds one release statement
 // returns (and the rows it locks).
 const defaultReleaseBatch = 500
 

@@ -74,7 +74,7 @@ var (
 	requestKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:~+/=-]{1,255}$`)
 )
 
-// ValidSKU reports whether s is a well-formed SKU (the table's CHECK says
+// validSKU reports whether s is a well-formed SKU (the table's CHECK says
 // the same).
 func validSKU(s string) bool { return skuRE.MatchString(s) }
 

@@ -29,7 +29,7 @@ type Config struct {
 	InboxRetention time.Duration
 }
 
-// DefaultInboxRetention is InboxRetention's default.
+// defaultInboxRetention is InboxRetention's default.
 const defaultInboxRetention = 90 * 24 * time.Hour
 
 // Backfill bounds: the default, and the least a setting may ask for —
@@ -55,7 +55,7 @@ const (
 	// EnvBackfillPosts: how many of an author's newest pushed posts a new
 	// follow copies into the follower's inbox (default DefaultBackfillPosts).
 	EnvBackfillPosts = "FENCELAB_FEED_BACKFILL_POSTS"
-	// EnvInboxRetention: how long inbox rows are kept, from their post's
+	// envInboxRetention: how long inbox rows are kept, from their post's
 	// creation (default DefaultInboxRetention). A push read reaches back
 	// this far; pull and hybrid's pull side read further.
 	envInboxRetention = "FENCELAB_FEED_INBOX_RETENTION"

@@ -73,22 +73,22 @@ type Graph struct {
 	Posts   []graphPost // in created_at order (the order they are loaded)
 }
 
-// GraphUser is a generated profile.
+// graphUser is a generated profile.
 type graphUser struct {
 	ID      string
 	Private bool
 }
 
-// GraphFollow is a follow: active, or pending on a private account.
+// graphFollow is a follow: active, or pending on a private account.
 type graphFollow struct {
 	Follower, Followee int
 	Pending            bool
 }
 
-// GraphBlock is a block between users who do not follow each other.
+// graphBlock is a block between users who do not follow each other.
 type graphBlock struct{ Blocker, Blocked int }
 
-// GraphPost is a generated post.
+// graphPost is a generated post.
 type graphPost struct {
 	Author     int
 	CreatedAt  time.Time

@@ -17,14 +17,14 @@ import (
 // loadBatch is how many rows one unnest statement carries.
 const loadBatch = 5000
 
-// LoadStats is what Load or Rebuild wrote.
+// loadStats is what Load or Rebuild wrote.
 type loadStats struct {
 	Users, Relations, Posts         int
 	Settled, Pushed, Inbox, PullSet int64
 	Truth, Derived, Views, Analyzed time.Duration
 }
 
-// ErrAlreadyLoaded: the graph's users exist in the database.
+// errAlreadyLoaded: the graph's users exist in the database.
 var errAlreadyLoaded = errors.New("feed: the graph's users already exist")
 
 // fanoutConsumer is the consumer's identity (Register and LockPosition

@@ -345,7 +345,7 @@ func (s *Service) settle(ctx context.Context, tx pgx.Tx, posts []int64) ([]settl
 	return settled, nil
 }
 
-// PruneServed keeps the newest ResponseLogRows rows of the response log.
+// pruneServed keeps the newest ResponseLogRows rows of the response log.
 func (s *Service) pruneServed(ctx context.Context) (int64, error) {
 	tag, err := s.pool.Exec(ctx, sqlPruneServed, s.cfg.ResponseLogRows)
 	if err != nil {

@@ -31,7 +31,7 @@ type Strategy interface {
 	sql(logged bool) pg.Named
 }
 
-// Always is pushesBelow for a strategy that pushes every post.
+// always is pushesBelow for a strategy that pushes every post.
 const always = math.MaxInt64
 
 // push fans every post out to every active follower when it settles

@@ -74,7 +74,7 @@ type transition struct {
 	to  State
 }
 
-// DoTx runs op by actor on other inside tx: it locks both rows of the
+// doTx runs op by actor on other inside tx: it locks both rows of the
 // pair, decides, and writes each changed row with its version + 1 and one
 // social.rel event carrying that version (REL-I1). It returns the row the
 // operation is about: (actor, other) for follow, unfollow, block and

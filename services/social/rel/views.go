@@ -58,7 +58,7 @@ func (v *View) Consumer() outbox.Consumer {
 	return outbox.Consumer{Name: v.ConsumerName, Topics: []string{Topic}, HandleBatch: v.Apply}
 }
 
-// ViewConsumer is v's consumer as the process runs it: Consumer, with
+// viewConsumer is v's consumer as the process runs it: Consumer, with
 // each applied event's delay since its change observed on s's metrics.
 func (s *Service) viewConsumer(v *View) outbox.Consumer {
 	c := v.Consumer()
@@ -218,13 +218,13 @@ func (s *Service) countsOf(ctx context.Context, viewer, owner string) (Counts, e
 	return c, nil
 }
 
-// ViewLags measures every declared view (social_view): its consumer's
+// viewLags measures every declared view (social_view): its consumer's
 // unapplied events, the oldest one's age and the declared bound.
 func (s *Service) viewLags(ctx context.Context) ([]Lag, error) {
 	return viewLags(ctx, s.pool)
 }
 
-// ViewLags is Service.ViewLags on any querier (the metrics collector).
+// viewLags is Service.ViewLags on any querier (the metrics collector).
 func viewLags(ctx context.Context, q pg.Querier) ([]Lag, error) {
 	rows, err := q.Query(ctx, sqlViewLag)
 	if err != nil {
