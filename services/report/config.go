@@ -24,7 +24,7 @@ type Config struct {
 	Date time.Time
 	// Retention is how long a report day is kept after its lease's latest
 	// grant and its expiry (FENCELAB_REPORT_RETENTION, default 400 days;
-	// between MinRetention and MaxRetention). report.purge then deletes
+	// between minRetention and maxRetention). report.purge then deletes
 	// the day whole: its lease with every grant, its writes, its report
 	// and its fence guard (Purge). It is also the longest a paused holder
 	// may stay paused and still be refused (see sqlPurge).

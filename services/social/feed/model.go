@@ -30,7 +30,7 @@ type Query struct {
 	Strategy string
 	// Cursor is the previous page's Next; "" is the first page.
 	Cursor string
-	// Limit is the page size, 1..MaxLimit; 0 is DefaultLimit.
+	// Limit is the page size, 1..MaxLimit; 0 is defaultLimit.
 	Limit int
 }
 

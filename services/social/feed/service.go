@@ -68,7 +68,7 @@ func (s *Service) strategyOf(code byte) (Strategy, bool) {
 // Every post is re-checked in the page's own statement — AccessCheck
 // (social_readable_posts) and the follow on the truth table — whatever
 // the inbox holds (FEED-I1). The cursor is bound to reader and strategy;
-// any other is ErrInvalidCursor.
+// any other is errInvalidCursor.
 func (s *Service) Read(ctx context.Context, reader string, q Query) (Page, error) {
 	limit := q.Limit
 	if limit == 0 {

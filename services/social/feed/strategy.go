@@ -25,7 +25,7 @@ type Strategy interface {
 	// Name is "push", "pull" or "hybrid".
 	Name() string
 	// pushesBelow is the follower count from which a post is no longer
-	// pushed: 0 never pushes, Always always does.
+	// pushed: 0 never pushes, always (MaxInt64) pushes every post.
 	pushesBelow() int64
 	// sql is the page statement (store.go), with the response log or not.
 	sql(logged bool) pg.Named
@@ -37,7 +37,7 @@ const always = math.MaxInt64
 // push fans every post out to every active follower when it settles
 // (write cost ∝ followers) and reads the reader's inbox only (read cost ∝
 // the page). It can answer only readers none of whose followees has a post
-// that was not pushed (ErrStrategyUnavailable otherwise): a post that
+// that was not pushed (errStrategyUnavailable otherwise): a post that
 // settled under another strategy is not in any inbox.
 type push struct{}
 

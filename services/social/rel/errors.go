@@ -24,8 +24,8 @@ var (
 	ErrForbidden = errors.New("social: you may not read this")
 	// errNotAuthor: only the author changes a post.
 	errNotAuthor = errors.New("social: only the author may change this post")
-	// errInvalidVisibility, ErrInvalidBody, ErrInvalidUser, ErrInvalidCursor,
-	// ErrInvalidLimit, ErrInvalidPostID: client input out of bounds.
+	// errInvalidVisibility, errInvalidBody, ErrInvalidUser, errInvalidCursor,
+	// errInvalidLimit, errInvalidPostID: client input out of bounds.
 	errInvalidVisibility = errors.New("social: visibility must be PUBLIC, FOLLOWERS or SELF")
 	errInvalidBody       = errors.New("social: body must be 1..4000 characters")
 	ErrInvalidUser       = errors.New("social: invalid user id")

@@ -213,7 +213,7 @@ func write(ctx context.Context, tx pgx.Tx, op Op, t transition) (Relation, error
 }
 
 // Relations returns the pair's two rows: (a, b) and (b, a). A user who has
-// never used the service is ErrUserNotFound, as follow answers it: "no
+// never used the service is errUserNotFound, as follow answers it: "no
 // relation" is an answer about two users who both exist.
 func (s *Service) Relations(ctx context.Context, a, b string) (ab, ba Relation, err error) {
 	if err := validUser(b); err != nil {
