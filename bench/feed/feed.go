@@ -258,7 +258,11 @@ func (b *bench) template(ctx context.Context, db string) error {
 	}
 	defer pool.Close()
 	start := time.Now()
-	s, err := feed.Load(ctx, pool, b.g, feed.Pull{})
+	pull, err := feed.ParseStrategy("pull", 0)
+	if err != nil {
+		return err
+	}
+	s, err := feed.Load(ctx, pool, b.g, pull)
 	if err != nil {
 		return err
 	}

@@ -82,13 +82,15 @@ func seedSocial(args []string) error {
 		s.Derived.Round(time.Millisecond), s.Views.Round(time.Millisecond), s.Analyzed.Round(time.Millisecond))
 	fmt.Printf("followers: top %v, p99 %d, median %d\n", top[:min(5, len(top))], top[len(top)/100], top[len(top)/2])
 	fmt.Printf("feed (%s): %d posts settled, %d pushed, %d inbox rows, %d authors pulled\n",
-		describe(st), s.Settled, s.Pushed, s.Inbox, s.PullSet)
+		describe(st, *threshold), s.Settled, s.Pushed, s.Inbox, s.PullSet)
 	return nil
 }
 
-func describe(st feed.Strategy) string {
-	if h, ok := st.(feed.Hybrid); ok {
-		return "hybrid, threshold " + strconv.FormatInt(h.Threshold, 10)
+// describe names the strategy the inboxes were built with, and hybrid's
+// threshold (the one ParseStrategy was given).
+func describe(st feed.Strategy, threshold int64) string {
+	if st.Name() == "hybrid" {
+		return "hybrid, threshold " + strconv.FormatInt(threshold, 10)
 	}
 	return st.Name()
 }

@@ -49,7 +49,9 @@ SELECT (SELECT count(*) FROM social_user), (SELECT count(*) FROM social_relation
 	require.Positive(t, pulled, "threshold 40 should pull the most followed authors")
 	e2etest.Assert(t, pool, "social")
 
-	cfg := feed.Config{Strategy: feed.Hybrid{Threshold: 40}, CursorKey: feed.CursorKey([]byte(e2etest.Secret))}
+	hybrid, err := feed.ParseStrategy("hybrid", 40)
+	require.NoError(t, err)
+	cfg := feed.Config{Strategy: hybrid, CursorKey: feed.CursorKey([]byte(e2etest.Secret))}
 	svc, err := feed.NewService(app.Standalone(pool), cfg)
 	require.NoError(t, err)
 	c := svc.Consumer()

@@ -158,7 +158,7 @@ func TestLikeNeedsAccessCheck(t *testing.T) {
 		"the author reads and likes a SELF post")
 
 	require.True(t, fact(t, post(t, a, fmt.Sprintf("/social/items/%d/like", public), fan)).Changed)
-	_, err = svc.Block(ctx, likeslab.LabAuthor, "user-0007")
+	_, err = svc.Do(ctx, rel.OpBlock, likeslab.LabAuthor, "user-0007")
 	require.NoError(t, err)
 	r = post(t, a, fmt.Sprintf("/social/items/%d/like", public), fan)
 	require.Equal(t, http.StatusForbidden, r.Status, "a block hides the post: %s", r.Body)

@@ -58,7 +58,9 @@ func runRevokedOnNextRead(x *lab.X) {
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: author, Action: fmt.Sprintf("post %d", post.PostID), Outcome: lab.Accepted})
 
-	svc, err := feed.NewService(labenv.Deps(a), feed.Config{Strategy: feed.Push{}, ResponseLog: true, ResponseLogRows: 100_000, CursorKey: feed.CursorKey([]byte("the fan-out signs no cursor"))})
+	push, err := feed.ParseStrategy("push", 0)
+	require.NoError(x, err)
+	svc, err := feed.NewService(labenv.Deps(a), feed.Config{Strategy: push, ResponseLog: true, ResponseLogRows: 100_000, CursorKey: feed.CursorKey([]byte("the fan-out signs no cursor"))})
 	require.NoError(x, err)
 	fanout, err := outbox.NewRunner(a.Pool, svc.Consumer(), outbox.Options{})
 	require.NoError(x, err)

@@ -70,7 +70,7 @@ func FirstPage(x *lab.X, db pg.Querier, stmt pg.Named, reader string) []int64 {
 	args := pgx.NamedArgs{
 		"reader": reader, "cursor_at": time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "cursor_id": int64(math.MaxInt64),
 		"top_at": time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), "top_id": int64(0), "seen": int64(math.MaxInt64),
-		"limit": limit, "strategy": feed.Push{}.Name(),
+		"limit": limit, "strategy": "push",
 	}
 	rows, err := db.Query(context.Background(), stmt.SQL, stmt.Args(args)...)
 	require.NoError(x, err)

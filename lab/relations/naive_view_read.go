@@ -51,7 +51,9 @@ func naiveViewRead(x *lab.X) {
 	post := e.Post(x, owner, rel.Followers)
 	x.Step(lab.Step{Actor: owner, Action: fmt.Sprintf("post %d (FOLLOWERS)", post.PostID), Outcome: lab.Accepted})
 
-	svc, err := feed.NewService(labenv.Deps(e.App), feed.Config{Strategy: feed.Push{}, ResponseLog: true, ResponseLogRows: 100_000,
+	push, err := feed.ParseStrategy("push", 0)
+	require.NoError(x, err)
+	svc, err := feed.NewService(labenv.Deps(e.App), feed.Config{Strategy: push, ResponseLog: true, ResponseLogRows: 100_000,
 		CursorKey: feed.CursorKey([]byte("the naive read signs no cursor"))})
 	require.NoError(x, err)
 	fanout, err := outbox.NewRunner(e.Pool, svc.Consumer(), outbox.Options{})

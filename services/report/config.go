@@ -8,7 +8,7 @@ import (
 )
 
 // Config tunes one instance's report job. The environment sets it for
-// `serve` and `worker` (see LoadConfig) so process experiments can drive
+// `serve` and `worker` (see loadConfig) so process experiments can drive
 // the job.
 type Config struct {
 	// Holder is this instance's identity in the lease (FENCELAB_REPORT_HOLDER;
@@ -24,7 +24,7 @@ type Config struct {
 	Date time.Time
 	// Retention is how long a report day is kept after its lease's latest
 	// grant and its expiry (FENCELAB_REPORT_RETENTION, default 400 days;
-	// between MinRetention and MaxRetention). report.purge then deletes
+	// between minRetention and maxRetention). report.purge then deletes
 	// the day whole: its lease with every grant, its writes, its report
 	// and its fence guard (Purge). It is also the longest a paused holder
 	// may stay paused and still be refused (see sqlPurge).
@@ -40,8 +40,8 @@ const (
 	defaultInterval = time.Minute
 	minInterval     = 10 * time.Millisecond
 
-	DefaultRetention = 400 * 24 * time.Hour
-	// MinRetention keeps the purge far from any lease still in play: a
+	defaultRetention = 400 * 24 * time.Hour
+	// minRetention keeps the purge far from any lease still in play: a
 	// day's lease expires at most lease.MaxTTL after its last grant or
 	// renewal, and its fence restarts at 1 once the day is purged, so the
 	// retention is also how long a paused holder can stay paused and still
@@ -50,18 +50,18 @@ const (
 	maxRetention = 10 * 365 * 24 * time.Hour
 )
 
-// EnvRetention is Config.Retention's setting.
-const EnvRetention = "FENCELAB_REPORT_RETENTION"
+// envRetention is Config.Retention's setting.
+const envRetention = "FENCELAB_REPORT_RETENTION"
 
-// LoadConfig reads the job's configuration through ac.Lookup: per-app
+// loadConfig reads the job's configuration through ac.Lookup: per-app
 // settings in tests, the environment in `serve` and `worker`.
-func LoadConfig(ac app.Config) (Config, error) {
-	c := Config{Holder: defaultHolder(), TTL: defaultTTL, Interval: defaultInterval, Retention: DefaultRetention}
+func loadConfig(ac app.Config) (Config, error) {
+	c := Config{Holder: defaultHolder(), TTL: defaultTTL, Interval: defaultInterval, Retention: defaultRetention}
 	r := app.NewSettingsReader(ac, "report")
 	r.String("FENCELAB_REPORT_HOLDER", &c.Holder, nil)
 	r.Duration("FENCELAB_REPORT_TTL", &c.TTL, time.Millisecond, 24*time.Hour)
 	r.Duration("FENCELAB_REPORT_INTERVAL", &c.Interval, minInterval, 24*time.Hour)
-	r.Duration(EnvRetention, &c.Retention, minRetention, maxRetention)
+	r.Duration(envRetention, &c.Retention, minRetention, maxRetention)
 	var date string
 	r.String("FENCELAB_REPORT_DATE", &date, nil)
 	if err := r.Err(); err != nil {

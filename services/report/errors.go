@@ -8,8 +8,8 @@ import (
 )
 
 var (
-	// ErrInvalidDate: the date is not YYYY-MM-DD.
-	ErrInvalidDate = errors.New("report: invalid date")
+	// errInvalidDate: the date is not YYYY-MM-DD.
+	errInvalidDate = errors.New("report: invalid date")
 	// ErrNoReport: nothing has been written for that day yet.
 	ErrNoReport = errors.New("report: no report for that day")
 	// ErrAlreadyWritten: a run found the day's report already written and
@@ -20,6 +20,6 @@ var (
 // Errors is how the package's sentinels are answered over HTTP (the
 // module lists it in app.Module.Errors; httpx.NewErrors builds the table).
 var Errors = []httpx.ErrorMapping{
-	httpx.Map(ErrInvalidDate, http.StatusBadRequest, "invalid_date"),
+	httpx.Map(errInvalidDate, http.StatusBadRequest, "invalid_date"),
 	httpx.Map(ErrNoReport, http.StatusNotFound, "report_not_found"),
 }

@@ -36,7 +36,7 @@ func (r Report) View() View {
 func ParseDate(s string) (time.Time, error) {
 	d, err := time.Parse(DateLayout, s)
 	if err != nil || d.Year() < 1 {
-		return time.Time{}, fmt.Errorf("%w: %q is not a YYYY-MM-DD date", ErrInvalidDate, truncate(s))
+		return time.Time{}, fmt.Errorf("%w: %q is not a YYYY-MM-DD date", errInvalidDate, truncate(s))
 	}
 	return d, nil
 }
@@ -45,12 +45,12 @@ func ParseDate(s string) (time.Time, error) {
 // report for day.
 func LeaseName(day time.Time) string { return leasePrefix + day.Format(DateLayout) }
 
-// LeasePrefix starts the name of every report lease (report.purge takes
+// leasePrefix starts the name of every report lease (report.purge takes
 // only these).
 const leasePrefix = "report:"
 
-// Resource is the fence-guarded resource a day's report is written to.
-func Resource(day time.Time) string { return "report_output:" + day.Format(DateLayout) }
+// resource is the fence-guarded resource a day's report is written to.
+func resource(day time.Time) string { return "report_output:" + day.Format(DateLayout) }
 
 func truncate(s string) string {
 	if len(s) > 40 {

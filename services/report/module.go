@@ -16,9 +16,9 @@ func Module() app.Module {
 }
 
 // build builds the report module: GET /reports/{date}, the daily-report
-// background task and the report.purge retention, configured by LoadConfig.
+// background task and the report.purge retention, configured by loadConfig.
 func build(d app.Deps) (app.Runtime, error) {
-	cfg, err := LoadConfig(d.Config)
+	cfg, err := loadConfig(d.Config)
 	if err != nil {
 		return app.Runtime{}, err
 	}
@@ -28,7 +28,7 @@ func build(d app.Deps) (app.Runtime, error) {
 	}
 	return app.Runtime{
 		Routes: func(e *echo.Echo) { routes(e, d.Auth, handlers{svc}) },
-		Tasks:  []app.Task{svc.Task()},
+		Tasks:  []app.Task{svc.task()},
 		Kinds:  []claim.Kind{svc.purgeKind()},
 	}, nil
 }

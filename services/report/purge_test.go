@@ -1,4 +1,4 @@
-package report_test
+package report
 
 import (
 	"context"
@@ -15,15 +15,14 @@ import (
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
-	"github.com/fencelab/fencelab/services/report"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-var invariants = invariant.MustRegistry(invariant.Core, lease.Invariants, report.Invariants)
+var invariants = invariant.MustRegistry(invariant.Core, lease.Invariants, Invariants)
 
 func day(s string) time.Time {
-	d, err := report.ParseDate(s)
+	d, err := ParseDate(s)
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +41,7 @@ func count(t *testing.T, db pg.Querier, sql string, args ...any) int64 {
 // lease, lease_grant, report_write, report_output, fence_guard.
 func dayRows(t *testing.T, db pg.Querier, d time.Time) [5]int64 {
 	t.Helper()
-	name, res := report.LeaseName(d), report.Resource(d)
+	name, res := LeaseName(d), resource(d)
 	return [5]int64{
 		count(t, db, `SELECT count(*) FROM lease WHERE name = $1`, name),
 		count(t, db, `SELECT count(*) FROM lease_grant WHERE name = $1`, name),
@@ -66,9 +65,9 @@ UPDATE lease SET granted_at = now() - $2::bigint * interval '1 microsecond',
 	require.EqualValues(t, 1, tag.RowsAffected(), name)
 }
 
-func newService(t *testing.T, pool *pgxpool.Pool, holder string) *report.Service {
+func newService(t *testing.T, pool *pgxpool.Pool, holder string) *Service {
 	t.Helper()
-	svc, err := report.NewService(app.Standalone(pool), report.Config{Holder: holder, TTL: time.Hour})
+	svc, err := NewService(app.Standalone(pool), Config{Holder: holder, TTL: time.Hour})
 	require.NoError(t, err)
 	return svc
 }
@@ -87,7 +86,7 @@ func TestRetentionPurgesWholeOldReportDaysOnly(t *testing.T) {
 	pool := pgtest.New(t)
 	a, b := newService(t, pool, "worker-a"), newService(t, pool, "worker-b")
 	leases := lease.New(pool)
-	retention := report.DefaultRetention
+	retention := defaultRetention
 	past := retention + time.Hour
 
 	// old1: one grant, one write. old2: two grants and two writes (the
@@ -95,14 +94,14 @@ func TestRetentionPurgesWholeOldReportDaysOnly(t *testing.T) {
 	old1, old2 := day("2024-03-01"), day("2024-03-02")
 	_, err := a.Run(ctx, old1)
 	require.NoError(t, err)
-	l1, err := leases.Acquire(ctx, report.LeaseName(old2), "worker-a", time.Hour)
+	l1, err := leases.Acquire(ctx, LeaseName(old2), "worker-a", time.Hour)
 	require.NoError(t, err)
-	_, err = report.FencedOutput{DB: pool}.Write(ctx, l1, report.Report{Date: old2, Content: "first"})
+	_, err = FencedOutput{DB: pool}.Write(ctx, l1, Report{Date: old2, Content: "first"})
 	require.NoError(t, err)
 	require.NoError(t, leases.Release(ctx, l1))
-	l2, err := leases.Acquire(ctx, report.LeaseName(old2), "worker-b", time.Hour)
+	l2, err := leases.Acquire(ctx, LeaseName(old2), "worker-b", time.Hour)
 	require.NoError(t, err)
-	_, err = report.FencedOutput{DB: pool}.Write(ctx, l2, report.Report{Date: old2, Content: "second"})
+	_, err = FencedOutput{DB: pool}.Write(ctx, l2, Report{Date: old2, Content: "second"})
 	require.NoError(t, err)
 	require.NoError(t, leases.Release(ctx, l2))
 	require.Equal(t, [5]int64{1, 2, 2, 1, 1}, dayRows(t, pool, old2))
@@ -120,20 +119,20 @@ func TestRetentionPurgesWholeOldReportDaysOnly(t *testing.T) {
 	require.NoError(t, err)
 
 	// Inside the retention nothing goes.
-	p, err := report.Purge(ctx, pool, retention)
+	p, err := Purge(ctx, pool, retention)
 	require.NoError(t, err)
 	require.Zero(t, p)
 
 	// Past it, by SQL at the boundary (not by waiting).
-	age(t, pool, report.LeaseName(old1), past, past)
-	age(t, pool, report.LeaseName(old2), past+time.Hour, past)
-	age(t, pool, report.LeaseName(renewed), past, retention-time.Hour)
-	age(t, pool, report.LeaseName(live), past, -time.Hour)
+	age(t, pool, LeaseName(old1), past, past)
+	age(t, pool, LeaseName(old2), past+time.Hour, past)
+	age(t, pool, LeaseName(renewed), past, retention-time.Hour)
+	age(t, pool, LeaseName(live), past, -time.Hour)
 	age(t, pool, "long-task", past, past)
 
 	// The append-only rule outside the purge's own statement: no DELETE
 	// without the gate, and no TRUNCATE or UPDATE even with it.
-	_, err = pool.Exec(ctx, `DELETE FROM lease_grant WHERE name = $1`, report.LeaseName(old1))
+	_, err = pool.Exec(ctx, `DELETE FROM lease_grant WHERE name = $1`, LeaseName(old1))
 	require.ErrorContains(t, err, "append-only")
 	_, err = pool.Exec(ctx, `DELETE FROM report_write WHERE report_date = $1`, old1)
 	require.ErrorContains(t, err, "append-only")
@@ -151,8 +150,8 @@ func TestRetentionPurgesWholeOldReportDaysOnly(t *testing.T) {
 	// Each owner's gate opens its own table only: report's does not let a
 	// grant go, nor the lease library's a report write.
 	for gate, stmt := range map[string]string{
-		"fencelab.report_purge": `DELETE FROM lease_grant WHERE name = '` + report.LeaseName(old1) + `'`,
-		"fencelab.lease_purge":  `DELETE FROM report_write WHERE report_date = '` + old1.Format(report.DateLayout) + `'`,
+		"fencelab.report_purge": `DELETE FROM lease_grant WHERE name = '` + LeaseName(old1) + `'`,
+		"fencelab.lease_purge":  `DELETE FROM report_write WHERE report_date = '` + old1.Format(DateLayout) + `'`,
 	} {
 		err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT set_config($1, 'on', true)`, gate); err != nil {
@@ -165,21 +164,21 @@ func TestRetentionPurgesWholeOldReportDaysOnly(t *testing.T) {
 	}
 	require.Equal(t, [5]int64{1, 1, 1, 1, 1}, dayRows(t, pool, old1), "nothing went outside the purge")
 
-	p, err = report.Purge(ctx, pool, retention)
+	p, err = Purge(ctx, pool, retention)
 	require.NoError(t, err)
-	require.Equal(t, report.Purged{Days: 2, Grants: 3, Writes: 3}, p)
+	require.Equal(t, Purged{Days: 2, Grants: 3, Writes: 3}, p)
 	for _, d := range []time.Time{old1, old2} {
-		require.Equal(t, [5]int64{}, dayRows(t, pool, d), "%s went whole", d.Format(report.DateLayout))
+		require.Equal(t, [5]int64{}, dayRows(t, pool, d), "%s went whole", d.Format(DateLayout))
 	}
 	for _, d := range []time.Time{pinned, oldDate, renewed, live} {
-		require.Equal(t, [5]int64{1, 1, 1, 1, 1}, dayRows(t, pool, d), "%s is kept", d.Format(report.DateLayout))
+		require.Equal(t, [5]int64{1, 1, 1, 1, 1}, dayRows(t, pool, d), "%s is kept", d.Format(DateLayout))
 	}
 	require.EqualValues(t, 1, count(t, pool, `SELECT count(*) FROM lease_grant WHERE name = 'long-task'`), "only report leases are purged")
 	invariants.Assert(t, pool, "LOCK-I1", "LOCK-I2")
 
 	// Nothing is left to purge; the gate was the purge's transaction's
 	// only: a later DELETE is refused again.
-	p, err = report.Purge(ctx, pool, retention)
+	p, err = Purge(ctx, pool, retention)
 	require.NoError(t, err)
 	require.Zero(t, p)
 	_, err = pool.Exec(ctx, `DELETE FROM report_write WHERE report_date = $1`, pinned)
@@ -202,15 +201,15 @@ func TestRetentionPurgesAReportLeaseThatNamesNoDay(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.New(t)
 	leases := lease.New(pool)
-	past := report.DefaultRetention + time.Hour
+	past := defaultRetention + time.Hour
 	for _, name := range []string{"report:2026-02-30", "report:someday", "report:0000-01-01"} {
 		_, err := leases.Acquire(ctx, name, "worker-a", time.Hour)
 		require.NoError(t, err)
 		age(t, pool, name, past, past)
 	}
-	p, err := report.Purge(ctx, pool, report.DefaultRetention)
+	p, err := Purge(ctx, pool, defaultRetention)
 	require.NoError(t, err)
-	require.Equal(t, report.Purged{Days: 3, Grants: 3}, p)
+	require.Equal(t, Purged{Days: 3, Grants: 3}, p)
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM lease`))
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM lease_grant`))
 	invariants.Assert(t, pool, "LOCK-I1", "LOCK-I2")
@@ -224,12 +223,12 @@ func TestTheModuleRunsThePurgeAsAPeriodicKind(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.New(t)
 	d := app.Standalone(pool)
-	d.Config.Settings = map[string]string{report.EnvRetention: "720h"}
+	d.Config.Settings = map[string]string{envRetention: "720h"}
 	d.Jobs = claim.NewClient(pool, claim.Options{})
-	rt, err := report.Module().Build(d)
+	rt, err := Module().Build(d)
 	require.NoError(t, err)
 	require.NoError(t, d.Jobs.Register(rt.Kinds...))
-	k, ok := d.Jobs.Kind(report.PurgeKindName)
+	k, ok := d.Jobs.Kind(purgeKindName)
 	require.True(t, ok, "report.purge is registered")
 	require.Positive(t, k.Every, "report.purge is periodic")
 
@@ -241,12 +240,12 @@ func TestTheModuleRunsThePurgeAsAPeriodicKind(t *testing.T) {
 	}
 	// Past the configured 30 days, and inside the 400-day default: only
 	// the setting makes it purgeable.
-	age(t, pool, report.LeaseName(old), 31*24*time.Hour, 31*24*time.Hour)
-	age(t, pool, report.LeaseName(kept), 29*24*time.Hour, 29*24*time.Hour)
+	age(t, pool, LeaseName(old), 31*24*time.Hour, 31*24*time.Hour)
+	age(t, pool, LeaseName(kept), 29*24*time.Hour, 29*24*time.Hour)
 
-	_, _, err = d.Jobs.Enqueue(ctx, pool, claim.NewJob{Kind: report.PurgeKindName, BusinessKey: "every:0"})
+	_, _, err = d.Jobs.Enqueue(ctx, pool, claim.NewJob{Kind: purgeKindName, BusinessKey: "every:0"})
 	require.NoError(t, err)
-	jobs, err := d.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{report.PurgeKindName}})
+	jobs, err := d.Jobs.Claim(ctx, claim.ClaimParams{Kinds: []string{purgeKindName}})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	require.NoError(t, d.Jobs.Execute(ctx, jobs[0]))

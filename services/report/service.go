@@ -42,7 +42,7 @@ type Service struct {
 }
 
 // NewService builds the job for one instance from the shared dependencies
-// and its settings (LoadConfig).
+// and its settings (loadConfig).
 func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Holder == "" {
 		cfg.Holder = defaultHolder()
@@ -54,7 +54,7 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 		cfg.Interval = defaultInterval
 	}
 	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
+		cfg.Retention = defaultRetention
 	}
 	if cfg.TTL < lease.MinTTL || cfg.TTL > lease.MaxTTL {
 		return nil, fmt.Errorf("report: ttl must be between %s and %s, got %s", lease.MinTTL, lease.MaxTTL, cfg.TTL)
@@ -152,9 +152,9 @@ func (s *Service) release(ctx context.Context, l lease.Lease) {
 	}
 }
 
-// Task is the background job `serve` and `worker` run: every interval,
+// task is the background job `serve` and `worker` run: every interval,
 // produce the day's report if nobody has yet.
-func (s *Service) Task() app.Task {
+func (s *Service) task() app.Task {
 	return app.Task{Name: "daily-report", Run: s.loop}
 }
 
@@ -209,13 +209,13 @@ func (s *Service) runOnce(ctx context.Context) {
 
 func (s *Service) count(outcome string) { s.runs.WithLabelValues(outcome).Inc() }
 
-// PurgeKindName is the periodic kind that enforces Config.Retention.
-const PurgeKindName = "report.purge"
+// purgeKindName is the periodic kind that enforces Config.Retention.
+const purgeKindName = "report.purge"
 
 // purgeKind is report.purge: one run per slot across all processes,
 // deleting whole report days past the retention (Purge).
 func (s *Service) purgeKind() claim.Kind {
-	return claim.RetentionKind(PurgeKindName, s.cfg.Retention, func(ctx context.Context) (any, error) {
+	return claim.RetentionKind(purgeKindName, s.cfg.Retention, func(ctx context.Context) (any, error) {
 		return Purge(ctx, s.db, s.cfg.Retention)
 	})
 }

@@ -75,11 +75,11 @@ WITH gate AS MATERIALIZED (
 )
 SELECT count(*) FROM writes`
 
-// PurgeBatch bounds one retention statement, in report days (each one
+// purgeBatch bounds one retention statement, in report days (each one
 // lease, its grants and writes, one report and one guard row).
-const PurgeBatch = 500
+const purgeBatch = 500
 
-// Purge deletes, in batches of PurgeBatch days, every report day past
+// Purge deletes, in batches of purgeBatch days, every report day past
 // retention, each batch in its own transaction, and returns what went.
 // lease.PurgeTx takes the report leases whose latest grant and expiry are
 // both older than the retention (the one assumption that makes deleting
@@ -94,7 +94,7 @@ func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (Purg
 	for {
 		var b Purged
 		err := pg.InTx(ctx, db, func(tx pgx.Tx) error {
-			names, grants, err := lease.PurgeTx(ctx, tx, leasePrefix, retention, PurgeBatch)
+			names, grants, err := lease.PurgeTx(ctx, tx, leasePrefix, retention, purgeBatch)
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (Purg
 		total.Days += b.Days
 		total.Grants += b.Grants
 		total.Writes += b.Writes
-		if b.Days < PurgeBatch {
+		if b.Days < purgeBatch {
 			return total, nil
 		}
 	}
@@ -124,7 +124,7 @@ func Purge(ctx context.Context, db pg.TxBeginner, retention time.Duration) (Purg
 // its days' rows, a handful per day.
 func GrowthProbes(retention time.Duration) []pg.Probe {
 	return []pg.Probe{
-		lease.PurgeProbe("report.purge batch (leases, grants, guards)", leasePrefix, retention, PurgeBatch),
+		lease.PurgeProbe("report.purge batch (leases, grants, guards)", leasePrefix, retention, purgeBatch),
 	}
 }
 
@@ -147,7 +147,7 @@ type FencedOutput struct {
 // Write implements Output.
 func (o FencedOutput) Write(ctx context.Context, l lease.Lease, r Report) (Report, error) {
 	err := pg.InTx(ctx, o.DB, func(tx pgx.Tx) error {
-		if err := lease.Guard(ctx, tx, Resource(r.Date), l); err != nil {
+		if err := lease.Guard(ctx, tx, resource(r.Date), l); err != nil {
 			return err
 		}
 		err := tx.QueryRow(ctx, sqlWrite, r.Date, r.Content, l.Fence, l.Holder).Scan(&r.WrittenAt)

@@ -7,9 +7,9 @@ import (
 	"github.com/fencelab/fencelab/core/app"
 )
 
-// Config holds the reservation layer's settings. Each comes from an
+// config holds the reservation layer's settings. Each comes from an
 // environment variable (or app.Config.Settings in tests).
-type Config struct {
+type config struct {
 	// Limit is how many reservation operations of this process may be in
 	// the database at once (FS-R4). Past it, requests wait in a line.
 	Limit int
@@ -33,14 +33,14 @@ const (
 	EnvLimit        = "FENCELAB_FLASHSALE_LIMIT"
 	EnvWaitLine     = "FENCELAB_FLASHSALE_WAIT_LINE"
 	EnvMaxWait      = "FENCELAB_FLASHSALE_MAX_WAIT"
-	EnvHoldTTL      = "FENCELAB_FLASHSALE_HOLD_TTL"
+	envHoldTTL      = "FENCELAB_FLASHSALE_HOLD_TTL"
 	envReleaseEvery = "FENCELAB_FLASHSALE_RELEASE_EVERY"
 	EnvReleaseBatch = "FENCELAB_FLASHSALE_RELEASE_BATCH"
 )
 
 // DefaultConfig returns the book's numbers: 8 in the database, 16 waiting.
-func DefaultConfig() Config {
-	return Config{
+func DefaultConfig() config {
+	return config{
 		Limit:        8,
 		WaitLine:     16,
 		MaxWait:      2 * time.Second,
@@ -51,23 +51,23 @@ func DefaultConfig() Config {
 }
 
 // LoadConfig reads the settings over the defaults and validates them.
-func LoadConfig(ac app.Config) (Config, error) {
+func LoadConfig(ac app.Config) (config, error) {
 	c := DefaultConfig()
 	r := app.NewSettingsReader(ac, "flashsale")
 	r.Int(EnvLimit, &c.Limit, 1, 1000)
 	r.Int(EnvWaitLine, &c.WaitLine, 0, 1_000_000)
 	r.Duration(EnvMaxWait, &c.MaxWait, 0, time.Minute)
-	r.Duration(EnvHoldTTL, &c.HoldTTL, time.Second, 24*time.Hour)
+	r.Duration(envHoldTTL, &c.HoldTTL, time.Second, 24*time.Hour)
 	r.Duration(envReleaseEvery, &c.ReleaseEvery, time.Second, time.Hour)
 	r.Int(EnvReleaseBatch, &c.ReleaseBatch, 1, 10_000)
 	if r.Err() != nil {
-		return Config{}, r.Err()
+		return config{}, r.Err()
 	}
 	// Admitted operations beyond the pool would queue for a connection
 	// inside the pool, unbounded and unmeasured: the line the limiter
 	// exists to bound.
 	if ac.MaxConns > 0 && c.Limit > ac.MaxConns {
-		return Config{}, fmt.Errorf("flashsale: %s=%d exceeds the pool (FENCELAB_DB_MAX_CONNS=%d)", EnvLimit, c.Limit, ac.MaxConns)
+		return config{}, fmt.Errorf("flashsale: %s=%d exceeds the pool (FENCELAB_DB_MAX_CONNS=%d)", EnvLimit, c.Limit, ac.MaxConns)
 	}
 	return c, nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 )
 
-type handlers struct{ svc *Service }
+type handlers struct{ svc *service }
 
 // reserve answers POST /flashsale/reservations: 201 with the new HELD
 // reservation; 200 with Idempotent-Replayed: true when the request key
@@ -37,7 +37,7 @@ func (h *handlers) reserve(c echo.Context) error {
 		}
 		key = hk
 	}
-	r, created, err := h.svc.Reserve(c.Request().Context(), HoldRequest{
+	r, created, err := h.svc.reserveHold(c.Request().Context(), HoldRequest{
 		UserID: httpx.PrincipalOf(c).Subject, SKU: req.SKU, RequestKey: key,
 	})
 	if err != nil {
@@ -70,7 +70,7 @@ func (h *handlers) get(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := h.svc.Get(c.Request().Context(), httpx.PrincipalOf(c), id)
+	r, err := h.svc.getOwned(c.Request().Context(), httpx.PrincipalOf(c), id)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (h *handlers) get(c echo.Context) error {
 // stock answers GET /flashsale/skus/{sku}: stock, available, held,
 // confirmed. Public: what is left of a sale is no secret.
 func (h *handlers) stock(c echo.Context) error {
-	st, err := h.svc.Stock(c.Request().Context(), c.Param("sku"))
+	st, err := h.svc.stockOf(c.Request().Context(), c.Param("sku"))
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (h *handlers) stock(c echo.Context) error {
 // releaseExpired answers POST /flashsale/admin/release-expired: one run of
 // the release, {"released": n}.
 func (h *handlers) releaseExpired(c echo.Context) error {
-	n, err := h.svc.ReleaseExpired(c.Request().Context())
+	n, err := h.svc.releaseDue(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -103,5 +103,5 @@ func (h *handlers) releaseExpired(c echo.Context) error {
 // and the measured database concurrency of this process.
 func (h *handlers) admission(c echo.Context) error {
 	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, h.svc.Admission())
+	return c.JSON(http.StatusOK, h.svc.admissionState())
 }

@@ -30,7 +30,7 @@ const (
 // DefaultHoldTTL is how long an unpaid hold keeps its unit.
 const DefaultHoldTTL = 10 * time.Minute
 
-// DefaultReleaseBatch bounds the expired holds one release statement
+// defaultReleaseBatch bounds the expired holds one release statement
 // returns (and the rows it locks).
 const defaultReleaseBatch = 500
 
@@ -41,7 +41,7 @@ const defaultReleaseBatch = 500
 // code that writes flashsale_sku, flashsale_reservation and
 // flashsale_stock_move; orders (part B) build on it without changing it.
 //
-// Hold and ReleaseExpired run their own transactions. Confirm, Retake and
+// Hold and releaseDue run their own transactions. Confirm, Retake and
 // Release run inside the caller's transaction, so an order's state change
 // and its inventory change commit together or not at all; each is one
 // conditional statement that reports whether it moved anything, and a
@@ -65,12 +65,9 @@ func NewInventory(o InventoryOptions) *Inventory {
 	return &Inventory{holdTTL: o.HoldTTL, faults: o.Faults}
 }
 
-// HoldTTL is how long a new hold keeps its unit unpaid.
-func (inv *Inventory) HoldTTL() time.Duration { return inv.holdTTL }
-
-// DB is what Hold and ReleaseExpired need: a pool (they run their own
+// poolDB is what Hold and releaseDue need: a pool (they run their own
 // transactions).
-type DB interface {
+type poolDB interface {
 	pg.Querier
 	pg.TxBeginner
 }
@@ -79,7 +76,7 @@ type DB interface {
 // is left as it is and created is false).
 func (inv *Inventory) CreateSKU(ctx context.Context, db pg.Querier, sku string, total int) (created bool, err error) {
 	if !validSKU(sku) {
-		return false, ErrInvalidSKU
+		return false, errInvalidSKU
 	}
 	if total < 0 {
 		return false, fmt.Errorf("flashsale: total must not be negative, got %d", total)
@@ -95,14 +92,14 @@ func (inv *Inventory) CreateSKU(ctx context.Context, db pg.Querier, sku string, 
 // transaction: the unit is taken and the reservation recorded together or
 // not at all. A request key that already made a reservation for this user
 // and SKU returns that reservation with created = false, whatever its
-// state now (FS-R2); for another user or SKU it is ErrRequestKeyReused.
-// Other refusals: ErrUnknownSKU, ErrAlreadyHolding (FS-R3), ErrSoldOut
+// state now (FS-R2); for another user or SKU it is errRequestKeyReused.
+// Other refusals: errUnknownSKU, ErrAlreadyHolding (FS-R3), ErrSoldOut
 // (FS-R1).
 //
 // If ctx ends before the commit is sent, the transaction rolls back and
 // nothing was reserved; if it ends after, the hold stands and a retry with
 // the same key returns it. Either way one key, at most one reservation.
-func (inv *Inventory) Hold(ctx context.Context, db DB, h HoldRequest) (r Reservation, created bool, err error) {
+func (inv *Inventory) Hold(ctx context.Context, db poolDB, h HoldRequest) (r Reservation, created bool, err error) {
 	if err := h.Validate(); err != nil {
 		return Reservation{}, false, err
 	}
@@ -114,7 +111,7 @@ func (inv *Inventory) Hold(ctx context.Context, db DB, h HoldRequest) (r Reserva
 	case p.keyID != nil:
 		return inv.replay(ctx, db, h)
 	case p.available == nil:
-		return Reservation{}, false, fmt.Errorf("%w: %s", ErrUnknownSKU, h.SKU)
+		return Reservation{}, false, fmt.Errorf("%w: %s", errUnknownSKU, h.SKU)
 	case p.holdingID != nil:
 		return Reservation{}, false, fmt.Errorf("%w: reservation %d", ErrAlreadyHolding, *p.holdingID)
 	case *p.available == 0:
@@ -161,12 +158,12 @@ func (inv *Inventory) replay(ctx context.Context, db pg.Querier, h HoldRequest) 
 		// say so rather than guess.
 		return Reservation{}, false, fmt.Errorf("flashsale: reservation of request key vanished")
 	case r.UserID != h.UserID || r.SKU != h.SKU:
-		return Reservation{}, false, ErrRequestKeyReused
+		return Reservation{}, false, errRequestKeyReused
 	}
 	return r, false, nil
 }
 
-// Get reads a reservation (ErrNotFound when there is none).
+// Get reads a reservation (errNotFound when there is none).
 func (inv *Inventory) Get(ctx context.Context, db pg.Querier, id int64) (Reservation, error) {
 	return getReservation(ctx, db, id)
 }
@@ -178,18 +175,18 @@ func (inv *Inventory) GetForUpdate(ctx context.Context, tx pgx.Tx, id int64) (Re
 	r, err := scanReservation(tx.QueryRow(ctx, sqlGet+` FOR UPDATE`, id))
 	if err = pg.MapError(err); err != nil {
 		if errors.Is(err, pg.ErrNotFound) {
-			return Reservation{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+			return Reservation{}, fmt.Errorf("%w: %d", errNotFound, id)
 		}
 		return Reservation{}, fmt.Errorf("flashsale: lock reservation %d: %w", id, err)
 	}
 	return r, nil
 }
 
-// Stock reads a SKU's stock, available, held and confirmed units in one
-// snapshot (ErrUnknownSKU when there is no such SKU).
-func (inv *Inventory) Stock(ctx context.Context, db pg.Querier, sku string) (Stock, error) {
+// stockOf reads a SKU's stock, available, held and confirmed units in one
+// snapshot (errUnknownSKU when there is no such SKU).
+func (inv *Inventory) stockOf(ctx context.Context, db pg.Querier, sku string) (Stock, error) {
 	if !validSKU(sku) {
-		return Stock{}, fmt.Errorf("%w: %s", ErrUnknownSKU, sku)
+		return Stock{}, fmt.Errorf("%w: %s", errUnknownSKU, sku)
 	}
 	return readStock(ctx, db, sku)
 }
@@ -199,7 +196,7 @@ func (inv *Inventory) Stock(ctx context.Context, db pg.Querier, sku string) (Sto
 // time, so the stock does not change. A hold past its expiry that the
 // release job has not reached yet still owns its unit and is confirmed.
 // moved = false means the reservation is not HELD (already confirmed, or
-// released: see Retake); ErrNotFound means there is no such reservation.
+// released: see Retake); errNotFound means there is no such reservation.
 func (inv *Inventory) Confirm(ctx context.Context, tx pgx.Tx, id int64) (moved bool, err error) {
 	tag, err := tx.Exec(ctx, sqlConfirm, id)
 	if err != nil {
@@ -265,12 +262,12 @@ func (inv *Inventory) Release(ctx context.Context, tx pgx.Tx, id int64) (moved b
 	return false, err
 }
 
-// ReleaseExpired returns the unit of every HELD reservation whose expiry
+// releaseDue returns the unit of every HELD reservation whose expiry
 // has passed, in batches of at most batch per statement, and reports how
 // many it returned. Each unit comes back exactly once however many runs
 // race (FS-R5): concurrent runs skip each other's locked rows, and a row
 // released by another run no longer matches.
-func (inv *Inventory) ReleaseExpired(ctx context.Context, db DB, batch int) (int, error) {
+func (inv *Inventory) releaseDue(ctx context.Context, db poolDB, batch int) (int, error) {
 	if batch <= 0 {
 		batch = defaultReleaseBatch
 	}

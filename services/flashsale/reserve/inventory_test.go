@@ -1,4 +1,4 @@
-package reserve_test
+package reserve
 
 import (
 	"context"
@@ -16,18 +16,17 @@ import (
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
-	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // invariants are this layer's own (the orders layer is not under test here).
-var invariants = invariant.MustRegistry(invariant.Core, reserve.Invariants)
+var invariants = invariant.MustRegistry(invariant.Core, Invariants)
 
 // bundle is one test's database and inventory.
 type bundle struct {
 	pool   *pgxpool.Pool
-	inv    *reserve.Inventory
+	inv    *Inventory
 	faults *faults.Set
 }
 
@@ -37,32 +36,32 @@ const sku = "sku-lab-01"
 func setup(t *testing.T, units int) bundle {
 	t.Helper()
 	b := bundle{pool: pgtest.New(t), faults: faults.New()}
-	b.inv = reserve.NewInventory(reserve.InventoryOptions{HoldTTL: time.Minute, Faults: b.faults})
+	b.inv = NewInventory(InventoryOptions{HoldTTL: time.Minute, Faults: b.faults})
 	created, err := b.inv.CreateSKU(context.Background(), b.pool, sku, units)
 	require.NoError(t, err)
 	require.True(t, created)
 	return b
 }
 
-func (b bundle) hold(t *testing.T, user, key string) reserve.Reservation {
+func (b bundle) hold(t *testing.T, user, key string) Reservation {
 	t.Helper()
-	r, created, err := b.inv.Hold(context.Background(), b.pool, reserve.HoldRequest{UserID: user, SKU: sku, RequestKey: key})
+	r, created, err := b.inv.Hold(context.Background(), b.pool, HoldRequest{UserID: user, SKU: sku, RequestKey: key})
 	require.NoError(t, err)
 	require.True(t, created)
-	require.Equal(t, reserve.StateHeld, r.State)
+	require.Equal(t, StateHeld, r.State)
 	return r
 }
 
-func (b bundle) get(t *testing.T, id int64) reserve.Reservation {
+func (b bundle) get(t *testing.T, id int64) Reservation {
 	t.Helper()
 	r, err := b.inv.Get(context.Background(), b.pool, id)
 	require.NoError(t, err)
 	return r
 }
 
-func (b bundle) stock(t *testing.T) reserve.Stock {
+func (b bundle) stock(t *testing.T) Stock {
 	t.Helper()
-	s, err := b.inv.Stock(context.Background(), b.pool, sku)
+	s, err := b.inv.stockOf(context.Background(), b.pool, sku)
 	require.NoError(t, err)
 	return s
 }
@@ -86,34 +85,34 @@ func TestHoldAnswersReplayReuseUnknownHoldingAndSoldOut(t *testing.T) {
 	ctx := context.Background()
 	r := b.hold(t, "user-0042", "k-1")
 
-	again, created, err := b.inv.Hold(ctx, b.pool, reserve.HoldRequest{UserID: "user-0042", SKU: sku, RequestKey: "k-1"})
+	again, created, err := b.inv.Hold(ctx, b.pool, HoldRequest{UserID: "user-0042", SKU: sku, RequestKey: "k-1"})
 	require.NoError(t, err)
 	require.False(t, created, "a replay")
 	require.Equal(t, r, again)
 
 	for name, tc := range map[string]struct {
-		req  reserve.HoldRequest
+		req  HoldRequest
 		want error
 	}{
-		"key of another user":  {reserve.HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: "k-1"}, reserve.ErrRequestKeyReused},
-		"unknown sku":          {reserve.HoldRequest{UserID: "user-0043", SKU: "sku-lab-99", RequestKey: "k-2"}, reserve.ErrUnknownSKU},
-		"already holding":      {reserve.HoldRequest{UserID: "user-0042", SKU: sku, RequestKey: "k-3"}, reserve.ErrAlreadyHolding},
-		"malformed sku":        {reserve.HoldRequest{UserID: "user-0043", SKU: "SKU 1", RequestKey: "k-4"}, reserve.ErrInvalidSKU},
-		"empty key":            {reserve.HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: ""}, reserve.ErrRequestKeyMissing},
-		"key with a space":     {reserve.HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: "k 5"}, reserve.ErrInvalidRequestKey},
-		"key of 256 bytes":     {reserve.HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: string(make([]byte, 256))}, reserve.ErrInvalidRequestKey},
-		"hold without a user":  {reserve.HoldRequest{SKU: sku, RequestKey: "k-6"}, reserve.ErrNoUser},
-		"replay for other sku": {reserve.HoldRequest{UserID: "user-0042", SKU: "sku-lab-99", RequestKey: "k-1"}, reserve.ErrRequestKeyReused},
+		"key of another user":  {HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: "k-1"}, errRequestKeyReused},
+		"unknown sku":          {HoldRequest{UserID: "user-0043", SKU: "sku-lab-99", RequestKey: "k-2"}, errUnknownSKU},
+		"already holding":      {HoldRequest{UserID: "user-0042", SKU: sku, RequestKey: "k-3"}, ErrAlreadyHolding},
+		"malformed sku":        {HoldRequest{UserID: "user-0043", SKU: "SKU 1", RequestKey: "k-4"}, errInvalidSKU},
+		"empty key":            {HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: ""}, errRequestKeyMissing},
+		"key with a space":     {HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: "k 5"}, errInvalidRequestKey},
+		"key of 256 bytes":     {HoldRequest{UserID: "user-0043", SKU: sku, RequestKey: string(make([]byte, 256))}, errInvalidRequestKey},
+		"hold without a user":  {HoldRequest{SKU: sku, RequestKey: "k-6"}, errNoUser},
+		"replay for other sku": {HoldRequest{UserID: "user-0042", SKU: "sku-lab-99", RequestKey: "k-1"}, errRequestKeyReused},
 	} {
 		_, _, err := b.inv.Hold(ctx, b.pool, tc.req)
 		require.ErrorIs(t, err, tc.want, name)
 	}
 	b.hold(t, "user-0043", "k-7")
-	_, _, err = b.inv.Hold(ctx, b.pool, reserve.HoldRequest{UserID: "user-0044", SKU: sku, RequestKey: "k-8"})
-	require.ErrorIs(t, err, reserve.ErrSoldOut)
+	_, _, err = b.inv.Hold(ctx, b.pool, HoldRequest{UserID: "user-0044", SKU: sku, RequestKey: "k-8"})
+	require.ErrorIs(t, err, ErrSoldOut)
 
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 2, Available: 0, Held: 2}, b.stock(t))
-	invariants.Assert(t, b.pool, reserve.Module)
+	require.Equal(t, Stock{SKU: sku, Stock: 2, Available: 0, Held: 2}, b.stock(t))
+	invariants.Assert(t, b.pool, Module)
 }
 
 // The precheck is only a hint: when two holds of one user race past it,
@@ -127,24 +126,24 @@ func TestRacingHoldsAreDecidedByTheConstraints(t *testing.T) {
 		wantErr    error
 		wantReplay bool
 	}{
-		{"one user, two keys", "k-second", reserve.ErrAlreadyHolding, false},
+		{"one user, two keys", "k-second", ErrAlreadyHolding, false},
 		{"one key, twice", "k-first", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, 5)
 			ctx := context.Background()
-			gate := b.faults.Pause(reserve.PointHoldBeforeCommit, "k-first")
-			first := make(chan reserve.Reservation, 1)
+			gate := b.faults.Pause(PointHoldBeforeCommit, "k-first")
+			first := make(chan Reservation, 1)
 			go func() { first <- b.hold(t, "user-0042", "k-first") }()
 			<-gate.Reached() // the first hold has run, uncommitted: the precheck cannot see it
 
 			second := make(chan error, 1)
-			var got reserve.Reservation
+			var got Reservation
 			var created bool
 			go func() {
 				var err error
-				got, created, err = b.inv.Hold(ctx, b.pool, reserve.HoldRequest{UserID: "user-0042", SKU: sku, RequestKey: tc.secondKey})
+				got, created, err = b.inv.Hold(ctx, b.pool, HoldRequest{UserID: "user-0042", SKU: sku, RequestKey: tc.secondKey})
 				second <- err
 			}()
 			require.Eventually(t, func() bool { // the second hold waits on the first's SKU row
@@ -166,7 +165,7 @@ func TestRacingHoldsAreDecidedByTheConstraints(t *testing.T) {
 			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM flashsale_reservation`).Scan(&n))
 			require.Equal(t, 1, n)
 			require.Equal(t, 4, b.stock(t).Available, "the loser's take was undone with its statement")
-			invariants.Assert(t, b.pool, reserve.Module)
+			invariants.Assert(t, b.pool, Module)
 		})
 	}
 }
@@ -185,16 +184,16 @@ func TestConfirmMovesAHoldOnceAndLeavesTheStock(t *testing.T) {
 		require.Equal(t, want == 0, moved)
 	}
 	got := b.get(t, r.ID)
-	require.Equal(t, reserve.StateConfirmed, got.State)
+	require.Equal(t, StateConfirmed, got.State)
 	require.NotNil(t, got.ConfirmedAt)
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 3, Available: 2, Confirmed: 1}, b.stock(t))
+	require.Equal(t, Stock{SKU: sku, Stock: 3, Available: 2, Confirmed: 1}, b.stock(t))
 
-	n, err := b.inv.ReleaseExpired(context.Background(), b.pool, 10)
+	n, err := b.inv.releaseDue(context.Background(), b.pool, 10)
 	require.NoError(t, err)
 	require.Zero(t, n, "a confirmed reservation is never released")
 	err = b.inTx(t, func(tx pgx.Tx) error { _, err := b.inv.Confirm(context.Background(), tx, 999); return err })
-	require.ErrorIs(t, err, reserve.ErrNotFound)
-	invariants.Assert(t, b.pool, reserve.Module)
+	require.ErrorIs(t, err, errNotFound)
+	invariants.Assert(t, b.pool, Module)
 }
 
 // A confirmation in flight holds the reservation's row: the release job
@@ -212,15 +211,15 @@ func TestReleaseSkipsAHoldBeingConfirmed(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, moved)
 
-	n, err := b.inv.ReleaseExpired(ctx, b.pool, 10)
+	n, err := b.inv.releaseDue(ctx, b.pool, 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.NoError(t, tx.Commit(ctx))
-	n, err = b.inv.ReleaseExpired(ctx, b.pool, 10)
+	n, err = b.inv.releaseDue(ctx, b.pool, 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.Equal(t, reserve.StateConfirmed, b.get(t, r.ID).State)
-	invariants.Assert(t, b.pool, reserve.Module)
+	require.Equal(t, StateConfirmed, b.get(t, r.ID).State)
+	invariants.Assert(t, b.pool, Module)
 }
 
 // ORD-O4's inventory half: a payment that succeeds after its hold was
@@ -232,7 +231,7 @@ func TestRetakeAfterReleaseTakesAFreeUnitOnce(t *testing.T) {
 	ctx := context.Background()
 	r := b.hold(t, "user-0042", "k-1")
 	b.expire(t)
-	n, err := b.inv.ReleaseExpired(ctx, b.pool, 10)
+	n, err := b.inv.releaseDue(ctx, b.pool, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
@@ -251,11 +250,11 @@ func TestRetakeAfterReleaseTakesAFreeUnitOnce(t *testing.T) {
 	require.True(t, first)
 	require.False(t, second, "a repeat takes nothing")
 	got := b.get(t, r.ID)
-	require.Equal(t, reserve.StateConfirmed, got.State)
+	require.Equal(t, StateConfirmed, got.State)
 	require.NotNil(t, got.ReleasedAt)
 	require.NotNil(t, got.RetakenAt)
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 2, Available: 1, Confirmed: 1}, b.stock(t))
-	invariants.Assert(t, b.pool, reserve.Module)
+	require.Equal(t, Stock{SKU: sku, Stock: 2, Available: 1, Confirmed: 1}, b.stock(t))
+	invariants.Assert(t, b.pool, Module)
 }
 
 func TestRetakeRefusalsChangeNothingAndKeepTheCallersTransaction(t *testing.T) {
@@ -267,8 +266,8 @@ func TestRetakeRefusalsChangeNothingAndKeepTheCallersTransaction(t *testing.T) {
 		after func(t *testing.T, b bundle)
 		want  error
 	}{
-		{"sold out", 1, func(t *testing.T, b bundle) { b.hold(t, "user-0043", "k-other") }, reserve.ErrSoldOut},
-		{"holding another", 2, func(t *testing.T, b bundle) { b.hold(t, "user-0042", "k-again") }, reserve.ErrAlreadyHolding},
+		{"sold out", 1, func(t *testing.T, b bundle) { b.hold(t, "user-0043", "k-other") }, ErrSoldOut},
+		{"holding another", 2, func(t *testing.T, b bundle) { b.hold(t, "user-0042", "k-again") }, ErrAlreadyHolding},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -276,7 +275,7 @@ func TestRetakeRefusalsChangeNothingAndKeepTheCallersTransaction(t *testing.T) {
 			ctx := context.Background()
 			r := b.hold(t, "user-0042", "k-1")
 			b.expire(t)
-			_, err := b.inv.ReleaseExpired(ctx, b.pool, 10)
+			_, err := b.inv.releaseDue(ctx, b.pool, 10)
 			require.NoError(t, err)
 			tc.after(t, b)
 			before := b.stock(t)
@@ -289,9 +288,9 @@ func TestRetakeRefusalsChangeNothingAndKeepTheCallersTransaction(t *testing.T) {
 				return err
 			}))
 			require.ErrorIs(t, retakeErr, tc.want)
-			require.Equal(t, reserve.StateReleased, b.get(t, r.ID).State)
+			require.Equal(t, StateReleased, b.get(t, r.ID).State)
 			require.Equal(t, before, b.stock(t))
-			invariants.Assert(t, b.pool, reserve.Module)
+			invariants.Assert(t, b.pool, Module)
 		})
 	}
 }
@@ -309,12 +308,12 @@ func TestReleaseReturnsAHoldsUnitOnce(t *testing.T) {
 		}))
 		require.Equal(t, want == 0, moved)
 	}
-	require.Equal(t, reserve.StateReleased, b.get(t, r.ID).State)
-	require.Equal(t, reserve.Stock{SKU: sku, Stock: 1, Available: 1}, b.stock(t))
-	n, err := b.inv.ReleaseExpired(ctx, b.pool, 10)
+	require.Equal(t, StateReleased, b.get(t, r.ID).State)
+	require.Equal(t, Stock{SKU: sku, Stock: 1, Available: 1}, b.stock(t))
+	n, err := b.inv.releaseDue(ctx, b.pool, 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	invariants.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, Module)
 }
 
 // The database refuses what no code path may do, whoever tries: a second
@@ -344,20 +343,20 @@ func TestSchemaRefusesIllegalWrites(t *testing.T) {
 		var ce *pg.ConstraintError
 		require.True(t, errors.As(pg.MapError(err), &ce), "%s: %v", sql, err)
 	}
-	invariants.Assert(t, b.pool, reserve.Module)
+	invariants.Assert(t, b.pool, Module)
 }
 
 func TestConfigRefusesALimitBeyondThePool(t *testing.T) {
 	t.Parallel()
 	cfg := app.Defaults()
-	cfg.Settings = map[string]string{reserve.EnvLimit: "13"}
-	_, err := reserve.LoadConfig(cfg)
-	require.ErrorContains(t, err, reserve.EnvLimit)
-	cfg.Settings = map[string]string{reserve.EnvWaitLine: "-1"}
-	_, err = reserve.LoadConfig(cfg)
+	cfg.Settings = map[string]string{EnvLimit: "13"}
+	_, err := LoadConfig(cfg)
+	require.ErrorContains(t, err, EnvLimit)
+	cfg.Settings = map[string]string{EnvWaitLine: "-1"}
+	_, err = LoadConfig(cfg)
 	require.Error(t, err)
-	cfg.Settings = map[string]string{reserve.EnvHoldTTL: "90s", reserve.EnvLimit: "12"}
-	c, err := reserve.LoadConfig(cfg)
+	cfg.Settings = map[string]string{envHoldTTL: "90s", EnvLimit: "12"}
+	c, err := LoadConfig(cfg)
 	require.NoError(t, err)
 	require.Equal(t, 90*time.Second, c.HoldTTL)
 	require.Equal(t, 12, c.Limit)

@@ -5,20 +5,20 @@ import (
 	"time"
 )
 
-// State is where a reservation is in its life. Only these moves exist
+// state is where a reservation is in its life. Only these moves exist
 // (the database's guard trigger refuses any other): HELD → CONFIRMED
 // (paid), HELD → RELEASED (expired or cancelled), RELEASED → CONFIRMED (a
 // late payment that found a free unit: Inventory.Retake).
-type State string
+type state string
 
 const (
-	StateHeld      State = "HELD"
-	StateConfirmed State = "CONFIRMED"
-	StateReleased  State = "RELEASED"
+	StateHeld      state = "HELD"
+	StateConfirmed state = "CONFIRMED"
+	StateReleased  state = "RELEASED"
 )
 
-// Active reports whether a reservation in state s owns a unit (FS-R1).
-func (s State) Active() bool { return s == StateHeld || s == StateConfirmed }
+// active reports whether a reservation in state s owns a unit (FS-R1).
+func (s state) active() bool { return s == StateHeld || s == StateConfirmed }
 
 // Reservation is one user's claim on one unit of one SKU.
 type Reservation struct {
@@ -26,7 +26,7 @@ type Reservation struct {
 	SKU        string `json:"sku"`
 	UserID     string `json:"user_id"`
 	RequestKey string `json:"request_key"`
-	State      State  `json:"state"`
+	State      state  `json:"state"`
 	// ExpiresAt is when an unpaid hold may be released. A HELD
 	// reservation past it still owns its unit until the release job runs.
 	ExpiresAt   time.Time  `json:"expires_at"`
@@ -74,7 +74,7 @@ var (
 	requestKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:~+/=-]{1,255}$`)
 )
 
-// ValidSKU reports whether s is a well-formed SKU (the table's CHECK says
+// validSKU reports whether s is a well-formed SKU (the table's CHECK says
 // the same).
 func validSKU(s string) bool { return skuRE.MatchString(s) }
 
@@ -82,13 +82,13 @@ func validSKU(s string) bool { return skuRE.MatchString(s) }
 func (h HoldRequest) Validate() error {
 	switch {
 	case !validSKU(h.SKU):
-		return ErrInvalidSKU
+		return errInvalidSKU
 	case h.RequestKey == "":
-		return ErrRequestKeyMissing
+		return errRequestKeyMissing
 	case len(h.RequestKey) > maxRequestKeyLen || !requestKeyRE.MatchString(h.RequestKey):
-		return ErrInvalidRequestKey
+		return errInvalidRequestKey
 	case h.UserID == "":
-		return ErrNoUser
+		return errNoUser
 	}
 	return nil
 }

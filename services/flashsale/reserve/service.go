@@ -24,11 +24,11 @@ const LimiterName = "flashsale_reservations"
 // ReleaseKind is the periodic claim-engine job that returns expired holds.
 const ReleaseKind = "flashsale.release"
 
-// Service is the reservation layer as the deployable runs it: the
+// service is the reservation layer as the deployable runs it: the
 // Inventory behind a per-process admission limiter (FS-R4), its HTTP
 // routes and the release job.
-type Service struct {
-	cfg     Config
+type service struct {
+	cfg     config
 	pool    *pgxpool.Pool
 	inv     *Inventory
 	auth    *httpx.Auth
@@ -40,9 +40,9 @@ type Service struct {
 
 // NewService builds the reservation layer from the shared dependencies and
 // its settings (LoadConfig).
-func NewService(d app.Deps, cfg Config) (*Service, error) {
+func NewService(d app.Deps, cfg config) (*service, error) {
 	reg := d.Registerer()
-	s := &Service{
+	s := &service{
 		cfg: cfg, pool: d.Pool, auth: d.Auth, log: d.Logger(),
 		inv: NewInventory(InventoryOptions{HoldTTL: cfg.HoldTTL, Faults: d.Faults}),
 		limiter: httpx.NewLimiter(httpx.LimiterOptions{
@@ -55,26 +55,23 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 }
 
 // Inventory is the stock rules, for the layers built on reservations.
-func (s *Service) Inventory() *Inventory { return s.inv }
-
-// Config is the layer's configuration.
-func (s *Service) Config() Config { return s.cfg }
+func (s *service) Inventory() *Inventory { return s.inv }
 
 // Routes mounts the reservation routes.
-func (s *Service) Routes(e *echo.Echo) { routes(e, &handlers{svc: s}, s.auth) }
+func (s *service) Routes(e *echo.Echo) { routes(e, &handlers{svc: s}, s.auth) }
 
 // Kinds are the layer's claim-engine job kinds.
-func (s *Service) Kinds() []claim.Kind {
+func (s *service) Kinds() []claim.Kind {
 	return []claim.Kind{{Name: ReleaseKind, Every: s.cfg.ReleaseEvery, Handle: s.releaseJob}}
 }
 
-// Reserve holds a unit for h.UserID (Inventory.Hold) once the request is
+// reserveHold holds a unit for h.UserID (Inventory.Hold) once the request is
 // admitted: at most Limit of these run in the database at once, WaitLine
 // more wait, and the rest are refused at once with 503 (FS-R4). The
 // request is validated before it queues, so a bad one costs no place in
 // line. A caller that leaves while waiting gives its place up; one that
 // leaves during the hold gets the whole hold or none of it (Hold).
-func (s *Service) Reserve(ctx context.Context, h HoldRequest) (Reservation, bool, error) {
+func (s *service) reserveHold(ctx context.Context, h HoldRequest) (Reservation, bool, error) {
 	if err := h.Validate(); err != nil {
 		s.m.outcome(err)
 		return Reservation{}, false, err
@@ -99,8 +96,8 @@ func (s *Service) Reserve(ctx context.Context, h HoldRequest) (Reservation, bool
 	return r, created, err
 }
 
-// Get reads a reservation for p: its owner or an admin.
-func (s *Service) Get(ctx context.Context, p httpx.Principal, id int64) (Reservation, error) {
+// getOwned reads a reservation for p: its owner or an admin.
+func (s *service) getOwned(ctx context.Context, p httpx.Principal, id int64) (Reservation, error) {
 	r, err := s.inv.Get(ctx, s.pool, id)
 	if err != nil {
 		return Reservation{}, err
@@ -111,14 +108,14 @@ func (s *Service) Get(ctx context.Context, p httpx.Principal, id int64) (Reserva
 	return r, nil
 }
 
-// Stock reads a SKU's counts.
-func (s *Service) Stock(ctx context.Context, sku string) (Stock, error) {
-	return s.inv.Stock(ctx, s.pool, sku)
+// stockOf reads a SKU's counts.
+func (s *service) stockOf(ctx context.Context, sku string) (Stock, error) {
+	return s.inv.stockOf(ctx, s.pool, sku)
 }
 
-// ReleaseExpired runs the release once (the admin route and the job).
-func (s *Service) ReleaseExpired(ctx context.Context) (int, error) {
-	n, err := s.inv.ReleaseExpired(ctx, s.pool, s.cfg.ReleaseBatch)
+// releaseDue runs the release once (the admin route and the job).
+func (s *service) releaseDue(ctx context.Context) (int, error) {
+	n, err := s.inv.releaseDue(ctx, s.pool, s.cfg.ReleaseBatch)
 	s.m.released.Add(float64(n))
 	return n, err
 }
@@ -127,8 +124,8 @@ func (s *Service) ReleaseExpired(ctx context.Context) (int, error) {
 // be re-run by anyone at any time without returning a unit twice (FS-R5),
 // so the job's completion need not share a transaction with the batches:
 // a run whose lease was lost releases nothing that another run did.
-func (s *Service) releaseJob(ctx context.Context, j *claim.Job) error {
-	n, err := s.ReleaseExpired(ctx)
+func (s *service) releaseJob(ctx context.Context, j *claim.Job) error {
+	n, err := s.releaseDue(ctx)
 	if err != nil {
 		return err
 	}
@@ -152,8 +149,8 @@ type Admission struct {
 	InDB     int `json:"in_db"`
 }
 
-// Admission reports the admission state now.
-func (s *Service) Admission() Admission {
+// admissionState reports the admission state now.
+func (s *service) admissionState() Admission {
 	now, peak := s.inDB.read()
 	return Admission{Limit: s.cfg.Limit, WaitLine: s.cfg.WaitLine, InUse: s.limiter.InUse(),
 		Waiting: s.limiter.Waiting(), InDB: now, PeakInDB: peak}

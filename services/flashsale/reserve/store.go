@@ -206,7 +206,7 @@ func getReservation(ctx context.Context, db pg.Querier, id int64) (Reservation, 
 	r, err := scanReservation(db.QueryRow(ctx, sqlGet, id))
 	if err = pg.MapError(err); err != nil {
 		if errors.Is(err, pg.ErrNotFound) {
-			return Reservation{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+			return Reservation{}, fmt.Errorf("%w: %d", errNotFound, id)
 		}
 		return Reservation{}, fmt.Errorf("flashsale: get reservation %d: %w", id, err)
 	}
@@ -229,7 +229,7 @@ func readStock(ctx context.Context, db pg.Querier, sku string) (Stock, error) {
 	err := db.QueryRow(ctx, sqlStock, sku).Scan(&s.SKU, &s.Stock, &s.Available, &s.Held, &s.Confirmed)
 	if err = pg.MapError(err); err != nil {
 		if errors.Is(err, pg.ErrNotFound) {
-			return Stock{}, fmt.Errorf("%w: %s", ErrUnknownSKU, sku)
+			return Stock{}, fmt.Errorf("%w: %s", errUnknownSKU, sku)
 		}
 		return Stock{}, fmt.Errorf("flashsale: stock of %s: %w", sku, err)
 	}

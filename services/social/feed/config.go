@@ -11,7 +11,7 @@ type Config struct {
 	// Strategy is the fan-out policy the consumer applies when a post
 	// settles, and the read strategy of a request that names none.
 	Strategy Strategy
-	// Threshold is Hybrid's, for requests that ask for hybrid.
+	// Threshold is hybrid's, for requests that ask for hybrid.
 	Threshold int64
 	// ResponseLog records every served post for FEED-I1's check, keeping
 	// the newest ResponseLogRows rows.
@@ -21,15 +21,15 @@ type Config struct {
 	CursorKey []byte
 	// BackfillPosts bounds a new follow's backfill to the author's newest
 	// pushed posts (FENCELAB_FEED_BACKFILL_POSTS, default
-	// DefaultBackfillPosts, at least MinBackfillPosts).
+	// defaultBackfillPosts, at least MinBackfillPosts).
 	BackfillPosts int
 	// InboxRetention is how long an inbox row is kept, from its post's
 	// creation (FENCELAB_FEED_INBOX_RETENTION, default
-	// DefaultInboxRetention); feed.purge deletes older ones.
+	// defaultInboxRetention); feed.purge deletes older ones.
 	InboxRetention time.Duration
 }
 
-// DefaultInboxRetention is InboxRetention's default.
+// defaultInboxRetention is InboxRetention's default.
 const defaultInboxRetention = 90 * 24 * time.Hour
 
 // Backfill bounds: the default, and the least a setting may ask for —
@@ -53,10 +53,10 @@ const (
 	// EnvResponseLogRows: how many log rows to keep (default 100000).
 	EnvResponseLogRows = "FENCELAB_FEED_RESPONSE_LOG_ROWS"
 	// EnvBackfillPosts: how many of an author's newest pushed posts a new
-	// follow copies into the follower's inbox (default DefaultBackfillPosts).
+	// follow copies into the follower's inbox (default defaultBackfillPosts).
 	EnvBackfillPosts = "FENCELAB_FEED_BACKFILL_POSTS"
-	// EnvInboxRetention: how long inbox rows are kept, from their post's
-	// creation (default DefaultInboxRetention). A push read reaches back
+	// envInboxRetention: how long inbox rows are kept, from their post's
+	// creation (default defaultInboxRetention). A push read reaches back
 	// this far; pull and hybrid's pull side read further.
 	envInboxRetention = "FENCELAB_FEED_INBOX_RETENTION"
 )

@@ -87,7 +87,7 @@ func cursorMAC(key []byte, reader string, payload []byte) []byte {
 
 // decodeCursor verifies and parses s for reader. Any failure — not
 // base64, wrong length, bad MAC (tampered, another reader's, another
-// deployment's), unknown version — is ErrInvalidCursor; which one is not
+// deployment's), unknown version — is errInvalidCursor; which one is not
 // told, so the answer teaches a forger nothing.
 func decodeCursor(key []byte, reader, s string) (position, error) {
 	if len(s) != base64.RawURLEncoding.EncodedLen(cursorLen) {

@@ -8,14 +8,14 @@ import (
 )
 
 var (
-	// ErrInvalidCursor: not a cursor this deployment issued to this reader
+	// errInvalidCursor: not a cursor this deployment issued to this reader
 	// for this strategy (tampered, foreign, or garbage).
 	errInvalidCursor = errors.New("feed: invalid cursor")
-	// ErrInvalidLimit: limit outside 1..MaxLimit.
+	// errInvalidLimit: limit outside 1..MaxLimit.
 	errInvalidLimit = errors.New("feed: limit must be 1..100")
-	// ErrInvalidStrategy: not push, pull or hybrid.
+	// errInvalidStrategy: not push, pull or hybrid.
 	errInvalidStrategy = errors.New("feed: unknown strategy")
-	// ErrStrategyUnavailable: the push strategy was asked for a reader who
+	// errStrategyUnavailable: the push strategy was asked for a reader who
 	// follows an author whose posts were not pushed; the inbox alone would
 	// silently miss them (FEED-I2).
 	errStrategyUnavailable = errors.New("feed: the push strategy cannot serve this reader")

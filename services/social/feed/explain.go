@@ -8,7 +8,7 @@ import (
 	"github.com/fencelab/fencelab/core/pg"
 )
 
-// ScanStats is what one page read cost the database, from EXPLAIN
+// scanStats is what one page read cost the database, from EXPLAIN
 // (ANALYZE, BUFFERS): the benchmark's "rows scanned per read".
 type scanStats struct {
 	// RowsScanned counts the rows every scan node produced or filtered

@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -44,38 +45,21 @@ var DefaultGraph = GraphConfig{
 	Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Span: 30 * 24 * time.Hour,
 }
 
+// withDefaults fills each field left at its zero value from DefaultGraph.
 func (c GraphConfig) withDefaults() GraphConfig {
 	d := DefaultGraph
-	if c.Users == 0 {
-		c.Users = d.Users
-	}
-	if c.Prefix == "" {
-		c.Prefix = d.Prefix
-	}
-	if c.Followees == 0 {
-		c.Followees = d.Followees
-	}
-	if c.ZipfS == 0 {
-		c.ZipfS = d.ZipfS
-	}
-	if c.PostsPerUser == 0 {
-		c.PostsPerUser = d.PostsPerUser
-	}
-	if c.Private == 0 {
-		c.Private = d.Private
-	}
-	if c.Pending == 0 {
-		c.Pending = d.Pending
-	}
-	if c.Blocks == 0 {
-		c.Blocks = d.Blocks
-	}
+	c.Users = cmp.Or(c.Users, d.Users)
+	c.Prefix = cmp.Or(c.Prefix, d.Prefix)
+	c.Followees = cmp.Or(c.Followees, d.Followees)
+	c.ZipfS = cmp.Or(c.ZipfS, d.ZipfS)
+	c.PostsPerUser = cmp.Or(c.PostsPerUser, d.PostsPerUser)
+	c.Private = cmp.Or(c.Private, d.Private)
+	c.Pending = cmp.Or(c.Pending, d.Pending)
+	c.Blocks = cmp.Or(c.Blocks, d.Blocks)
 	if c.Start.IsZero() {
 		c.Start = d.Start
 	}
-	if c.Span == 0 {
-		c.Span = d.Span
-	}
+	c.Span = cmp.Or(c.Span, d.Span)
 	return c
 }
 
@@ -89,22 +73,22 @@ type Graph struct {
 	Posts   []graphPost // in created_at order (the order they are loaded)
 }
 
-// GraphUser is a generated profile.
+// graphUser is a generated profile.
 type graphUser struct {
 	ID      string
 	Private bool
 }
 
-// GraphFollow is a follow: active, or pending on a private account.
+// graphFollow is a follow: active, or pending on a private account.
 type graphFollow struct {
 	Follower, Followee int
 	Pending            bool
 }
 
-// GraphBlock is a block between users who do not follow each other.
+// graphBlock is a block between users who do not follow each other.
 type graphBlock struct{ Blocker, Blocked int }
 
-// GraphPost is a generated post.
+// graphPost is a generated post.
 type graphPost struct {
 	Author     int
 	CreatedAt  time.Time

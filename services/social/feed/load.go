@@ -17,14 +17,14 @@ import (
 // loadBatch is how many rows one unnest statement carries.
 const loadBatch = 5000
 
-// LoadStats is what Load or Rebuild wrote.
+// loadStats is what Load or Rebuild wrote.
 type loadStats struct {
 	Users, Relations, Posts         int
 	Settled, Pushed, Inbox, PullSet int64
 	Truth, Derived, Views, Analyzed time.Duration
 }
 
-// ErrAlreadyLoaded: the graph's users exist in the database.
+// errAlreadyLoaded: the graph's users exist in the database.
 var errAlreadyLoaded = errors.New("feed: the graph's users already exist")
 
 // fanoutConsumer is the consumer's identity (Register and LockPosition
@@ -118,7 +118,7 @@ func lockFanout(ctx context.Context, tx pgx.Tx) error {
 // set and writes every pushed post into every active follower's inbox.
 func build(ctx context.Context, tx pgx.Tx, st Strategy, stats *loadStats) error {
 	var below *int64
-	if t := st.PushesBelow(); t != always {
+	if t := st.pushesBelow(); t != always {
 		below = &t
 	}
 	steps := []struct {

@@ -17,11 +17,11 @@ const (
 // "feed_inbox", whose lag REL-I4 bounds).
 const ConsumerName = "social.feed.fanout"
 
-// BatchSize bounds the events one fan-out transaction applies. With the
+// batchSize bounds the events one fan-out transaction applies. With the
 // hybrid strategy a settled post writes fewer than Threshold inbox rows,
-// so one fan-out transaction writes fewer than BatchSize × Threshold; with
+// so one fan-out transaction writes fewer than batchSize × Threshold; with
 // push a celebrity's post writes one row per follower in one transaction.
-const BatchSize = 32
+const batchSize = 32
 
 // Query is a feed request: all fields optional.
 type Query struct {
@@ -30,7 +30,7 @@ type Query struct {
 	Strategy string
 	// Cursor is the previous page's Next; "" is the first page.
 	Cursor string
-	// Limit is the page size, 1..MaxLimit; 0 is DefaultLimit.
+	// Limit is the page size, 1..MaxLimit; 0 is defaultLimit.
 	Limit int
 }
 
@@ -49,8 +49,8 @@ type Page struct {
 	Next string `json:"next,omitempty"`
 }
 
-// Settled is one post the fan-out consumer settled.
-type Settled struct {
+// settledPost is one post the fan-out consumer settled.
+type settledPost struct {
 	PostID    int64
 	Pushed    bool
 	CreatedAt time.Time

@@ -100,7 +100,7 @@ func TestParseStrategy(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string]int64{"push": always, "pull": 0, "hybrid": 300} {
 		st, err := ParseStrategy(name, 300)
-		if err != nil || st.Name() != name || st.PushesBelow() != want || strategyCode(name) == 0 {
+		if err != nil || st.Name() != name || st.pushesBelow() != want || strategyCode(name) == 0 {
 			t.Errorf("%s: %v %v", name, st, err)
 		}
 	}

@@ -68,7 +68,7 @@ func (s *Service) strategyOf(code byte) (Strategy, bool) {
 // Every post is re-checked in the page's own statement — AccessCheck
 // (social_readable_posts) and the follow on the truth table — whatever
 // the inbox holds (FEED-I1). The cursor is bound to reader and strategy;
-// any other is ErrInvalidCursor.
+// any other is errInvalidCursor.
 func (s *Service) Read(ctx context.Context, reader string, q Query) (Page, error) {
 	limit := q.Limit
 	if limit == 0 {
@@ -266,19 +266,19 @@ func (s *Service) Consumer() outbox.Consumer {
 	return outbox.Consumer{
 		Name:        ConsumerName,
 		Topics:      []string{rel.PostTopic, rel.Topic},
-		HandleBatch: s.Apply,
-		BatchSize:   BatchSize,
+		HandleBatch: s.apply,
+		BatchSize:   batchSize,
 	}
 }
 
-// Apply applies a batch of events in tx (the consumer's handler): it
+// apply applies a batch of events in tx (the consumer's handler): it
 // settles the posts created (sqlSettle) and backfills the follows that
 // became active (sqlBackfill). Both read the truth as of their statement,
 // which runs after every event's transaction committed, so a post and a
 // follow committing concurrently meet in one of them: whichever is applied
 // second sees the other (FEED-I2's completeness). Visibility changes and
 // ended follows need nothing here: the read path re-checks the truth.
-func (s *Service) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) error {
+func (s *Service) apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) error {
 	var (
 		posts               []int64
 		followers, followee []string
@@ -319,17 +319,17 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, evs []outbox.Event) erro
 }
 
 // settle settles posts with the configured strategy's decision.
-func (s *Service) settle(ctx context.Context, tx pgx.Tx, posts []int64) ([]Settled, error) {
+func (s *Service) settle(ctx context.Context, tx pgx.Tx, posts []int64) ([]settledPost, error) {
 	var below *int64
-	if t := s.cfg.Strategy.PushesBelow(); t != always {
+	if t := s.cfg.Strategy.pushesBelow(); t != always {
 		below = &t
 	}
 	rows, err := tx.Query(ctx, sqlSettle, posts, below)
 	if err != nil {
 		return nil, fmt.Errorf("feed: settle %d posts: %w", len(posts), pg.MapError(err))
 	}
-	settled, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Settled, error) {
-		var st Settled
+	settled, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (settledPost, error) {
+		var st settledPost
 		err := r.Scan(&st.PostID, &st.Pushed, &st.CreatedAt, &st.InboxRows)
 		return st, err
 	})
@@ -345,7 +345,7 @@ func (s *Service) settle(ctx context.Context, tx pgx.Tx, posts []int64) ([]Settl
 	return settled, nil
 }
 
-// PruneServed keeps the newest ResponseLogRows rows of the response log.
+// pruneServed keeps the newest ResponseLogRows rows of the response log.
 func (s *Service) pruneServed(ctx context.Context) (int64, error) {
 	tag, err := s.pool.Exec(ctx, sqlPruneServed, s.cfg.ResponseLogRows)
 	if err != nil {
@@ -354,11 +354,11 @@ func (s *Service) pruneServed(ctx context.Context) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// PurgeBatch bounds one inbox retention statement.
-const PurgeBatch = 1000
+// purgeBatch bounds one inbox retention statement.
+const purgeBatch = 1000
 
-// PurgeKindName is the periodic kind that enforces InboxRetention.
-const PurgeKindName = "feed.purge"
+// purgeKindName is the periodic kind that enforces InboxRetention.
+const purgeKindName = "feed.purge"
 
 // PurgeInbox deletes inbox rows of posts older than retention, in batches,
 // raising the horizon FEED-I2 judges from; it returns the rows deleted.
@@ -366,11 +366,11 @@ func PurgeInbox(ctx context.Context, db pg.Querier, retention time.Duration) (in
 	var total int64
 	for {
 		var n int64
-		if err := db.QueryRow(ctx, sqlPurgeInbox, retention.Microseconds(), PurgeBatch).Scan(&n); err != nil {
+		if err := db.QueryRow(ctx, sqlPurgeInbox, retention.Microseconds(), purgeBatch).Scan(&n); err != nil {
 			return total, fmt.Errorf("feed: purge the inbox: %w", pg.MapError(err))
 		}
 		total += n
-		if n < PurgeBatch {
+		if n < purgeBatch {
 			return total, nil
 		}
 	}
@@ -378,7 +378,7 @@ func PurgeInbox(ctx context.Context, db pg.Querier, retention time.Duration) (in
 
 // purgeKind is feed.purge: one run per slot across all processes.
 func (s *Service) purgeKind() claim.Kind {
-	return claim.RetentionKind(PurgeKindName, s.cfg.InboxRetention, func(ctx context.Context) (any, error) {
+	return claim.RetentionKind(purgeKindName, s.cfg.InboxRetention, func(ctx context.Context) (any, error) {
 		n, err := PurgeInbox(ctx, s.pool, s.cfg.InboxRetention)
 		return claim.Deleted(n), err
 	})
@@ -389,6 +389,6 @@ func (s *Service) purgeKind() claim.Kind {
 func GrowthProbes(retention time.Duration) []pg.Probe {
 	return []pg.Probe{
 		{Name: "feed.purge inbox batch", When: pg.Periodic, SQL: sqlPurgeInbox,
-			Args: []any{retention.Microseconds(), PurgeBatch}, Bound: pg.Batch(PurgeBatch)},
+			Args: []any{retention.Microseconds(), purgeBatch}, Bound: pg.Batch(purgeBatch)},
 	}
 }

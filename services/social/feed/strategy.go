@@ -10,7 +10,7 @@ import (
 // Strategy is one way to build the home feed. It decides two things:
 //
 //   - on the write path, whether a settling post is pushed into its
-//     author's followers' inboxes (PushesBelow: the author has fewer
+//     author's followers' inboxes (pushesBelow: the author has fewer
 //     active followers than this), and
 //   - on the read path, where a page's candidates come from (the inbox,
 //     the followed authors' timelines, or both).
@@ -24,44 +24,44 @@ import (
 type Strategy interface {
 	// Name is "push", "pull" or "hybrid".
 	Name() string
-	// PushesBelow is the follower count from which a post is no longer
-	// pushed: 0 never pushes, Always always does.
-	PushesBelow() int64
+	// pushesBelow is the follower count from which a post is no longer
+	// pushed: 0 never pushes, always (MaxInt64) pushes every post.
+	pushesBelow() int64
 	// sql is the page statement (store.go), with the response log or not.
 	sql(logged bool) pg.Named
 }
 
-// Always is PushesBelow for a strategy that pushes every post.
+// always is pushesBelow for a strategy that pushes every post.
 const always = math.MaxInt64
 
-// Push fans every post out to every active follower when it settles
+// push fans every post out to every active follower when it settles
 // (write cost ∝ followers) and reads the reader's inbox only (read cost ∝
 // the page). It can answer only readers none of whose followees has a post
-// that was not pushed (ErrStrategyUnavailable otherwise): a post that
+// that was not pushed (errStrategyUnavailable otherwise): a post that
 // settled under another strategy is not in any inbox.
-type Push struct{}
+type push struct{}
 
-// Pull writes no inbox rows and merges the followed authors' timelines at
+// pull writes no inbox rows and merges the followed authors' timelines at
 // read time (read cost ∝ followees).
-type Pull struct{}
+type pull struct{}
 
-// Hybrid pushes the posts of authors with fewer than Threshold active
+// hybrid pushes the posts of authors with fewer than Threshold active
 // followers and pulls the rest: a page is the inbox merged with the
 // timelines of the followed authors in social_feed_pull_author, each post
 // taken from exactly one of them (its recorded decision).
-type Hybrid struct{ Threshold int64 }
+type hybrid struct{ Threshold int64 }
 
-func (Push) Name() string   { return "push" }
-func (Pull) Name() string   { return "pull" }
-func (Hybrid) Name() string { return "hybrid" }
+func (push) Name() string   { return "push" }
+func (pull) Name() string   { return "pull" }
+func (hybrid) Name() string { return "hybrid" }
 
-func (Push) PushesBelow() int64     { return always }
-func (Pull) PushesBelow() int64     { return 0 }
-func (h Hybrid) PushesBelow() int64 { return h.Threshold }
+func (push) pushesBelow() int64     { return always }
+func (pull) pushesBelow() int64     { return 0 }
+func (h hybrid) pushesBelow() int64 { return h.Threshold }
 
-func (Push) sql(logged bool) pg.Named   { return sqlPagePush[b2i(logged)] }
-func (Pull) sql(logged bool) pg.Named   { return sqlPagePull[b2i(logged)] }
-func (Hybrid) sql(logged bool) pg.Named { return sqlPageHybrid[b2i(logged)] }
+func (push) sql(logged bool) pg.Named   { return sqlPagePush[b2i(logged)] }
+func (pull) sql(logged bool) pg.Named   { return sqlPagePull[b2i(logged)] }
+func (hybrid) sql(logged bool) pg.Named { return sqlPageHybrid[b2i(logged)] }
 
 func b2i(b bool) int {
 	if b {
@@ -77,18 +77,18 @@ const DefaultThreshold = 1000
 // Strategies are the strategy names, in the order reports list them.
 var Strategies = []string{"push", "pull", "hybrid"}
 
-// ParseStrategy returns the strategy called name; threshold is Hybrid's.
+// ParseStrategy returns the strategy called name; threshold is hybrid's.
 func ParseStrategy(name string, threshold int64) (Strategy, error) {
 	switch name {
 	case "push":
-		return Push{}, nil
+		return push{}, nil
 	case "pull":
-		return Pull{}, nil
+		return pull{}, nil
 	case "hybrid":
 		if threshold < 1 {
 			return nil, fmt.Errorf("feed: hybrid threshold must be at least 1, got %d", threshold)
 		}
-		return Hybrid{Threshold: threshold}, nil
+		return hybrid{Threshold: threshold}, nil
 	}
 	return nil, fmt.Errorf("%w: %q (want push, pull or hybrid)", errInvalidStrategy, name)
 }

@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	// ErrUserNotFound: the other user has never used the service.
+	// errUserNotFound: the other user has never used the service.
 	errUserNotFound = errors.New("social: no such user")
 	// ErrSelf: an operation on oneself (follow yourself, block yourself).
 	ErrSelf = errors.New("social: cannot do that to yourself")
@@ -22,17 +22,17 @@ var (
 	ErrPostNotFound = errors.New("social: no such post")
 	// ErrForbidden: AccessCheck refuses the read.
 	ErrForbidden = errors.New("social: you may not read this")
-	// ErrNotAuthor: only the author changes a post.
+	// errNotAuthor: only the author changes a post.
 	errNotAuthor = errors.New("social: only the author may change this post")
-	// ErrInvalidVisibility, ErrInvalidBody, ErrInvalidUser, ErrInvalidCursor,
-	// ErrInvalidLimit, ErrInvalidPostID: client input out of bounds.
+	// errInvalidVisibility, errInvalidBody, ErrInvalidUser, errInvalidCursor,
+	// errInvalidLimit, errInvalidPostID: client input out of bounds.
 	errInvalidVisibility = errors.New("social: visibility must be PUBLIC, FOLLOWERS or SELF")
 	errInvalidBody       = errors.New("social: body must be 1..4000 characters")
 	ErrInvalidUser       = errors.New("social: invalid user id")
 	errInvalidCursor     = errors.New("social: invalid cursor")
 	errInvalidLimit      = errors.New("social: limit must be 1..200")
 	errInvalidPostID     = errors.New("social: post id must be a positive integer")
-	// ErrRaced: the pair's row moved under its lock — impossible while the
+	// errRaced: the pair's row moved under its lock — impossible while the
 	// locking holds; reported as a retryable 503, never applied.
 	errRaced = errors.New("social: relation changed under its lock; retry")
 )

@@ -14,14 +14,25 @@ import (
 
 type handlers struct{ svc *Service }
 
-// me is the caller's profile with counts.
-func (h *handlers) me(c echo.Context) error {
-	ctx, me := c.Request().Context(), httpx.PrincipalOf(c).Subject
-	u, err := h.svc.Profile(ctx, me)
+// fresh answers v with 200 and Cache-Control: no-store, or err. Reads are
+// decided on the truth table at the moment they run (AccessCheck,
+// REL-I4); a cached answer could show what a block has since revoked.
+func fresh(c echo.Context, v any, err error) error {
 	if err != nil {
 		return err
 	}
-	counts, err := h.svc.Counts(ctx, me, me)
+	httpx.NoStore(c)
+	return c.JSON(http.StatusOK, v)
+}
+
+// me is the caller's profile with counts.
+func (h *handlers) me(c echo.Context) error {
+	ctx, me := c.Request().Context(), httpx.PrincipalOf(c).Subject
+	u, err := h.svc.profile(ctx, me)
+	if err != nil {
+		return err
+	}
+	counts, err := h.svc.countsOf(ctx, me, me)
 	if err != nil {
 		return err
 	}
@@ -72,11 +83,7 @@ func noBody(c echo.Context) error {
 
 func (h *handlers) relation(c echo.Context) error {
 	mine, theirs, err := h.svc.Relations(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"))
-	if err != nil {
-		return err
-	}
-	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, map[string]Relation{"outgoing": mine, "incoming": theirs})
+	return fresh(c, map[string]Relation{"outgoing": mine, "incoming": theirs}, err)
 }
 
 func (h *handlers) requests(c echo.Context) error {
@@ -84,16 +91,12 @@ func (h *handlers) requests(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.svc.Requests(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.QueryParam("after"), limit)
-	if err != nil {
-		return err
-	}
-	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, p)
+	p, err := h.svc.requestsPage(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.QueryParam("after"), limit)
+	return fresh(c, p, err)
 }
 
-func (h *handlers) followers(c echo.Context) error { return h.list(c, h.svc.Followers) }
-func (h *handlers) following(c echo.Context) error { return h.list(c, h.svc.Following) }
+func (h *handlers) followers(c echo.Context) error { return h.list(c, h.svc.followersPage) }
+func (h *handlers) following(c echo.Context) error { return h.list(c, h.svc.followingPage) }
 
 func (h *handlers) list(c echo.Context, read func(ctx context.Context, viewer, owner, after string, limit int) (Page, error)) error {
 	limit, err := limitParam(c)
@@ -101,20 +104,12 @@ func (h *handlers) list(c echo.Context, read func(ctx context.Context, viewer, o
 		return err
 	}
 	p, err := read(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"), c.QueryParam("after"), limit)
-	if err != nil {
-		return err
-	}
-	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, p)
+	return fresh(c, p, err)
 }
 
 func (h *handlers) counts(c echo.Context) error {
-	n, err := h.svc.Counts(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"))
-	if err != nil {
-		return err
-	}
-	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, n)
+	n, err := h.svc.countsOf(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"))
+	return fresh(c, n, err)
 }
 
 func (h *handlers) timeline(c echo.Context) error {
@@ -122,12 +117,8 @@ func (h *handlers) timeline(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.svc.Timeline(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"), c.QueryParam("cursor"), limit)
-	if err != nil {
-		return err
-	}
-	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, p)
+	p, err := h.svc.timelinePage(c.Request().Context(), httpx.PrincipalOf(c).Subject, c.Param("id"), c.QueryParam("cursor"), limit)
+	return fresh(c, p, err)
 }
 
 // createPost publishes a post; an Idempotency-Key makes a retry return
@@ -155,12 +146,8 @@ func (h *handlers) readPost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.svc.ReadPost(c.Request().Context(), httpx.PrincipalOf(c).Subject, id)
-	if err != nil {
-		return err
-	}
-	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, p)
+	p, err := h.svc.readPost(c.Request().Context(), httpx.PrincipalOf(c).Subject, id)
+	return fresh(c, p, err)
 }
 
 func (h *handlers) setVisibility(c echo.Context) error {
@@ -182,11 +169,7 @@ func (h *handlers) setVisibility(c echo.Context) error {
 // views shows every derived view's lag against its declared bound.
 func (h *handlers) views(c echo.Context) error {
 	lags, err := h.svc.viewLags(c.Request().Context())
-	if err != nil {
-		return err
-	}
-	httpx.NoStore(c)
-	return c.JSON(http.StatusOK, map[string]any{"views": lags})
+	return fresh(c, map[string]any{"views": lags}, err)
 }
 
 func limitParam(c echo.Context) (int, error) {
@@ -195,7 +178,7 @@ func limitParam(c echo.Context) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > MaxLimit {
+	if err != nil || n < 1 || n > maxLimit {
 		return 0, errInvalidLimit
 	}
 	return n, nil

@@ -26,19 +26,28 @@ const (
 	Self      Visibility = "SELF"      // the author only
 )
 
-// Valid reports a known visibility.
-func (v Visibility) Valid() bool { return v == Public || v == Followers || v == Self }
+// valid reports a known visibility.
+func (v Visibility) valid() bool { return v == Public || v == Followers || v == Self }
 
-// Op names a relation operation; it is the event's cause and a metric label.
+// Op names a relation operation, run by Service.Do(ctx, op, actor, other);
+// it is the event's cause and a metric label.
 type Op string
 
 const (
-	OpFollow   Op = "follow"
+	// OpFollow: actor follows other — active at once for a public
+	// account, pending for a private one. Refused when either blocks the
+	// other (REL-I2).
+	OpFollow Op = "follow"
+	// OpUnfollow ends a follow or withdraws a pending request.
 	OpUnfollow Op = "unfollow"
-	OpApprove  Op = "approve"
-	OpReject   Op = "reject"
-	OpBlock    Op = "block"
-	OpUnblock  Op = "unblock"
+	// OpApprove: actor, the owner, accepts other's pending request.
+	OpApprove Op = "approve"
+	// OpReject: actor, the owner, declines other's pending request.
+	OpReject Op = "reject"
+	// OpBlock: actor blocks other; follows both ways end (REL-I2).
+	OpBlock Op = "block"
+	// OpUnblock lifts a block; no follow comes back with it.
+	OpUnblock Op = "unblock"
 )
 
 // Ops are the six relation operations.
@@ -157,15 +166,15 @@ type (
 	}
 )
 
-// Cursor is a keyset position in a newest-first post order: the next page
+// postCursor is a keyset position in a newest-first post order: the next page
 // holds posts strictly before (CreatedAt, PostID). Feeds use it too.
-type Cursor struct {
+type postCursor struct {
 	CreatedAt time.Time
 	PostID    int64
 }
 
-// Encode returns the opaque form of the cursor (URL-safe).
-func (c Cursor) Encode() string {
+// encode returns the opaque form of the cursor (URL-safe).
+func (c postCursor) encode() string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(c.CreatedAt.UnixMicro()))
 	binary.BigEndian.PutUint64(b[8:], uint64(c.PostID))
@@ -173,17 +182,17 @@ func (c Cursor) Encode() string {
 }
 
 // DecodeCursor parses an opaque cursor; "" is the first page (ok = false).
-func DecodeCursor(s string) (c Cursor, ok bool, err error) {
+func DecodeCursor(s string) (c postCursor, ok bool, err error) {
 	if s == "" {
-		return Cursor{}, false, nil
+		return postCursor{}, false, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != 16 {
-		return Cursor{}, false, errInvalidCursor
+		return postCursor{}, false, errInvalidCursor
 	}
 	id := int64(binary.BigEndian.Uint64(b[8:]))
 	if id <= 0 {
-		return Cursor{}, false, errInvalidCursor
+		return postCursor{}, false, errInvalidCursor
 	}
-	return Cursor{CreatedAt: time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8]))).UTC(), PostID: id}, true, nil
+	return postCursor{CreatedAt: time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8]))).UTC(), PostID: id}, true, nil
 }

@@ -64,7 +64,7 @@ func (s *Service) seed(ctx context.Context) error {
 		id      string
 		private bool
 	}{{DemoPublic, false}, {DemoPrivate, true}, {demoPending, false}} {
-		if _, err := s.Profile(ctx, u.id); err == nil {
+		if _, err := s.profile(ctx, u.id); err == nil {
 			continue
 		}
 		if _, err := s.SetProfile(ctx, u.id, u.private); err != nil {
@@ -80,18 +80,18 @@ func (s *Service) seed(ctx context.Context) error {
 			return err
 		}
 		if r.Version == 0 { // never related: the seed's to write
-			res, err := s.Follow(ctx, f.follower, f.followee)
+			res, err := s.Do(ctx, OpFollow, f.follower, f.followee)
 			if err != nil {
 				return err
 			}
 			if f.approve && res.Relation.State == StatePending {
-				if _, err := s.Approve(ctx, f.followee, f.follower); err != nil {
+				if _, err := s.Do(ctx, OpApprove, f.followee, f.follower); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	page, err := s.Timeline(ctx, DemoPrivate, DemoPrivate, "", 1)
+	page, err := s.timelinePage(ctx, DemoPrivate, DemoPrivate, "", 1)
 	if err != nil || len(page.Posts) > 0 {
 		return err
 	}

@@ -31,23 +31,18 @@ const (
 const (
 	MaxBody      = 4000 // characters of a post
 	defaultLimit = 50
-	MaxLimit     = 200
+	maxLimit     = 200
 )
 
 // Service is the RelationService: the six operations on the truth table,
 // posts, and AccessCheck. feed and like reuse it. It is safe for
-// concurrent use once built; register hooks (OnPublish) before serving.
+// concurrent use.
 type Service struct {
-	pool      *pgxpool.Pool
-	faults    *faults.Set
-	log       *slog.Logger
-	m         *metrics
-	onPublish []publishHook
+	pool   *pgxpool.Pool
+	faults *faults.Set
+	log    *slog.Logger
+	m      *metrics
 }
-
-// PublishHook runs inside the transaction that creates a post (the feed's
-// push fan-out): its error rolls the post back.
-type publishHook func(ctx context.Context, tx pgx.Tx, p Post) error
 
 // NewService builds the service from the shared dependencies (rel has no
 // settings).
@@ -55,49 +50,11 @@ func NewService(d app.Deps) (*Service, error) {
 	return &Service{pool: d.Pool, faults: d.Faults, log: d.Logger(), m: newMetrics(d.Registerer())}, nil
 }
 
-// OnPublish registers a hook run in every post's creating transaction.
-// Call it while building modules, before the service serves requests.
-func (s *Service) OnPublish(h publishHook) { s.onPublish = append(s.onPublish, h) }
-
-// Pool is the service's database pool.
-func (s *Service) Pool() *pgxpool.Pool { return s.pool }
-
 func validUser(id string) error {
 	if !httpx.ValidSubject(id) {
 		return ErrInvalidUser
 	}
 	return nil
-}
-
-// Follow: follower follows followee — active at once for a public account,
-// pending for a private one. Refused when either blocks the other (REL-I2).
-func (s *Service) Follow(ctx context.Context, follower, followee string) (Result, error) {
-	return s.Do(ctx, OpFollow, follower, followee)
-}
-
-// Unfollow ends a follow or withdraws a pending request.
-func (s *Service) unfollow(ctx context.Context, follower, followee string) (Result, error) {
-	return s.Do(ctx, OpUnfollow, follower, followee)
-}
-
-// Approve: owner accepts requester's pending request.
-func (s *Service) Approve(ctx context.Context, owner, requester string) (Result, error) {
-	return s.Do(ctx, OpApprove, owner, requester)
-}
-
-// Reject: owner declines requester's pending request.
-func (s *Service) reject(ctx context.Context, owner, requester string) (Result, error) {
-	return s.Do(ctx, OpReject, owner, requester)
-}
-
-// Block: blocker blocks blocked; follows both ways end (REL-I2).
-func (s *Service) Block(ctx context.Context, blocker, blocked string) (Result, error) {
-	return s.Do(ctx, OpBlock, blocker, blocked)
-}
-
-// Unblock lifts a block; no follow comes back with it.
-func (s *Service) unblock(ctx context.Context, blocker, blocked string) (Result, error) {
-	return s.Do(ctx, OpUnblock, blocker, blocked)
 }
 
 // Do runs op by actor on other in its own transaction.
@@ -117,7 +74,7 @@ type transition struct {
 	to  State
 }
 
-// DoTx runs op by actor on other inside tx: it locks both rows of the
+// doTx runs op by actor on other inside tx: it locks both rows of the
 // pair, decides, and writes each changed row with its version + 1 and one
 // social.rel event carrying that version (REL-I1). It returns the row the
 // operation is about: (actor, other) for follow, unfollow, block and
@@ -256,7 +213,7 @@ func write(ctx context.Context, tx pgx.Tx, op Op, t transition) (Relation, error
 }
 
 // Relations returns the pair's two rows: (a, b) and (b, a). A user who has
-// never used the service is ErrUserNotFound, as follow answers it: "no
+// never used the service is errUserNotFound, as follow answers it: "no
 // relation" is an answer about two users who both exist.
 func (s *Service) Relations(ctx context.Context, a, b string) (ab, ba Relation, err error) {
 	if err := validUser(b); err != nil {
@@ -285,16 +242,16 @@ func (s *Service) SetProfile(ctx context.Context, user string, private bool) (Us
 	return u, nil
 }
 
-// Profile reads a user's profile.
-func (s *Service) Profile(ctx context.Context, user string) (User, error) {
+// profile reads a user's profile.
+func (s *Service) profile(ctx context.Context, user string) (User, error) {
 	if err := validUser(user); err != nil {
 		return User{}, err
 	}
 	return getUser(ctx, s.pool, user)
 }
 
-// Requests lists the pending requests to owner (truth table).
-func (s *Service) Requests(ctx context.Context, owner, after string, limit int) (Page, error) {
+// requestsPage lists the pending requests to owner (truth table).
+func (s *Service) requestsPage(ctx context.Context, owner, after string, limit int) (Page, error) {
 	limit, err := checkLimit(limit)
 	if err != nil {
 		return Page{}, err
@@ -321,7 +278,7 @@ func checkLimit(limit int) (int, error) {
 	if limit == 0 {
 		return defaultLimit, nil
 	}
-	if limit < 1 || limit > MaxLimit {
+	if limit < 1 || limit > maxLimit {
 		return 0, errInvalidLimit
 	}
 	return limit, nil
@@ -348,13 +305,13 @@ func (s *Service) CreatePost(ctx context.Context, author string, req PostRequest
 	return p, err
 }
 
-// CreatePostTx publishes a post inside tx: the row, its social.post event
-// and the OnPublish hooks commit together.
+// CreatePostTx publishes a post inside tx: the row and its social.post
+// event commit together (the feed fans out from that event).
 func (s *Service) CreatePostTx(ctx context.Context, tx pgx.Tx, author string, req PostRequest) (Post, error) {
 	if err := validUser(author); err != nil {
 		return Post{}, err
 	}
-	if !req.Visibility.Valid() {
+	if !req.Visibility.valid() {
 		return Post{}, errInvalidVisibility
 	}
 	if n := utf8.RuneCountInString(req.Body); n < 1 || n > MaxBody || !utf8.ValidString(req.Body) {
@@ -370,11 +327,6 @@ func (s *Service) CreatePostTx(ctx context.Context, tx pgx.Tx, author string, re
 	if err := appendPostEvent(ctx, tx, p); err != nil {
 		return Post{}, err
 	}
-	for _, h := range s.onPublish {
-		if err := h(ctx, tx, p); err != nil {
-			return Post{}, err
-		}
-	}
 	return p, nil
 }
 
@@ -389,7 +341,7 @@ func appendPostEvent(ctx context.Context, tx pgx.Tx, p Post) error {
 // takes effect for every read that starts after it commits: reads decide
 // on the post row and the truth table, never on a copy.
 func (s *Service) SetVisibility(ctx context.Context, actor string, postID int64, v Visibility) (Post, error) {
-	if !v.Valid() {
+	if !v.valid() {
 		return Post{}, errInvalidVisibility
 	}
 	var p Post
@@ -423,9 +375,9 @@ func (s *Service) SetVisibility(ctx context.Context, actor string, postID int64,
 	return p, err
 }
 
-// ReadPost returns the post if viewer may read it now: ErrPostNotFound,
+// readPost returns the post if viewer may read it now: ErrPostNotFound,
 // or ErrForbidden when AccessCheck refuses.
-func (s *Service) ReadPost(ctx context.Context, viewer string, postID int64) (Post, error) {
+func (s *Service) readPost(ctx context.Context, viewer string, postID int64) (Post, error) {
 	var ok bool
 	p, err := scanPost(s.pool.QueryRow(ctx, sqlReadPost, viewer, postID), &ok)
 	if errors.Is(pg.MapError(err), pg.ErrNotFound) {
@@ -441,8 +393,8 @@ func (s *Service) ReadPost(ctx context.Context, viewer string, postID int64) (Po
 	return p, nil
 }
 
-// Timeline is author's posts that viewer may read, newest first.
-func (s *Service) Timeline(ctx context.Context, viewer, author, cursor string, limit int) (PostPage, error) {
+// timelinePage is author's posts that viewer may read, newest first.
+func (s *Service) timelinePage(ctx context.Context, viewer, author, cursor string, limit int) (PostPage, error) {
 	if err := validUser(author); err != nil {
 		return PostPage{}, err
 	}
@@ -471,7 +423,7 @@ func (s *Service) Timeline(ctx context.Context, viewer, author, cursor string, l
 	}
 	if len(posts) > limit {
 		last := posts[limit-1]
-		page.Posts, page.Next = posts[:limit], Cursor{CreatedAt: last.CreatedAt, PostID: last.PostID}.Encode()
+		page.Posts, page.Next = posts[:limit], postCursor{CreatedAt: last.CreatedAt, PostID: last.PostID}.encode()
 	}
 	return page, nil
 }

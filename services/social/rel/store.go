@@ -343,7 +343,7 @@ func AccessCheck(ctx context.Context, q pg.Querier, viewer string, postID int64)
 }
 
 // noCursor sorts after every post: the first page.
-var noCursor = Cursor{CreatedAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), PostID: 1<<63 - 1}
+var noCursor = postCursor{CreatedAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), PostID: 1<<63 - 1}
 
 // GrowthProbes are rel's per-scrape and per-request lag queries for the
 // plan tests and `fencelab bench growth`: each examines the views' lag,

@@ -58,7 +58,7 @@ func (v *View) Consumer() outbox.Consumer {
 	return outbox.Consumer{Name: v.ConsumerName, Topics: []string{Topic}, HandleBatch: v.Apply}
 }
 
-// ViewConsumer is v's consumer as the process runs it: Consumer, with
+// viewConsumer is v's consumer as the process runs it: Consumer, with
 // each applied event's delay since its change observed on s's metrics.
 func (s *Service) viewConsumer(v *View) outbox.Consumer {
 	c := v.Consumer()
@@ -136,14 +136,14 @@ func (v *View) Rebuild(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// Followers lists owner's followers from the followers view, if viewer may
+// followersPage lists owner's followers from the followers view, if viewer may
 // see owner's lists (social_can_see_lists), with the view's lag.
-func (s *Service) Followers(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
+func (s *Service) followersPage(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
 	return s.list(ctx, FollowersView, viewer, owner, after, limit)
 }
 
-// Following lists whom owner follows, from the following view.
-func (s *Service) Following(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
+// followingPage lists whom owner follows, from the following view.
+func (s *Service) followingPage(ctx context.Context, viewer, owner, after string, limit int) (Page, error) {
 	return s.list(ctx, FollowingView, viewer, owner, after, limit)
 }
 
@@ -193,9 +193,9 @@ func (s *Service) mayList(ctx context.Context, viewer, owner string) error {
 	return nil
 }
 
-// Counts returns owner's follower and following counts from the views,
+// countsOf returns owner's follower and following counts from the views,
 // with the events about owner each view has not applied yet.
-func (s *Service) Counts(ctx context.Context, viewer, owner string) (Counts, error) {
+func (s *Service) countsOf(ctx context.Context, viewer, owner string) (Counts, error) {
 	if err := s.mayList(ctx, viewer, owner); err != nil {
 		return Counts{}, err
 	}
@@ -218,13 +218,13 @@ func (s *Service) Counts(ctx context.Context, viewer, owner string) (Counts, err
 	return c, nil
 }
 
-// ViewLags measures every declared view (social_view): its consumer's
+// viewLags measures every declared view (social_view): its consumer's
 // unapplied events, the oldest one's age and the declared bound.
 func (s *Service) viewLags(ctx context.Context) ([]Lag, error) {
 	return viewLags(ctx, s.pool)
 }
 
-// ViewLags is Service.ViewLags on any querier (the metrics collector).
+// viewLags is Service.ViewLags on any querier (the metrics collector).
 func viewLags(ctx context.Context, q pg.Querier) ([]Lag, error) {
 	rows, err := q.Query(ctx, sqlViewLag)
 	if err != nil {
