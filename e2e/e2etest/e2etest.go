@@ -175,8 +175,12 @@ var childRoot = sync.OnceValue(func() string {
 // Experiment runs a lab experiment as a test: the guarded version must hold
 // its claim and invariants, and the naive version (subtest "naive") must be
 // caught. Each step of the timeline is logged (go test -v tells the story).
+// It marks t parallel first: every experiment runs in databases and
+// processes of its own, so a chapter's experiments never share state and
+// each chapter test used to open with the same t.Parallel() line.
 func Experiment(t *testing.T, e lab.Experiment) {
 	t.Helper()
+	t.Parallel()
 	lab.Test(t, e, Env)
 }
 
