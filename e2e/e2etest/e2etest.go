@@ -186,3 +186,13 @@ func Experiment(t *testing.T, e lab.Experiment) {
 
 // X is a guarded lab run for a plain test: the chapters' kits take one.
 func X(t *testing.T) *lab.X { return lab.NewX(t, Env) }
+
+// StartLab is a plain test's usual opening, in one place: the test runs
+// parallel to its package's others (a chapter's lab has a database and
+// an app of its own, so nothing is shared), and start — a chapter kit's
+// StartLab — gets a guarded lab run and o.
+func StartLab[L any](t *testing.T, start func(*lab.X, lab.Options) L, o Options) L {
+	t.Helper()
+	t.Parallel()
+	return start(X(t), o)
+}

@@ -50,8 +50,7 @@ func likes(t *testing.T, a *likeslab.Lab, item int64, token string) like.Likes {
 // click changes nothing; the count lags the facts by exactly the pending
 // events it reports until the counter runs, then is exact.
 func TestLikeAPIClicksAndTheCount(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	item := a.Items(t, 1)[0]
 	u1, u2 := a.Token(t, "user-0001", httpx.RoleUser), a.Token(t, "user-0002", httpx.RoleUser)
 	path := func(op string) string { return fmt.Sprintf("/social/items/%d/%s", item, op) }
@@ -89,8 +88,7 @@ func TestLikeAPIClicksAndTheCount(t *testing.T) {
 
 // TestLikeAPIRefusesBadInput: every client mistake is a 4xx problem.
 func TestLikeAPIRefusesBadInput(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	item := a.Items(t, 1)[0]
 	user := a.Token(t, "user-0001", httpx.RoleUser)
 	admin := a.Token(t, "admin-1", httpx.RoleAdmin)
@@ -140,8 +138,7 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 // may not read is refused (rel's AccessCheck, on the truth table);
 // withdrawing a like never is, so a block cannot trap one.
 func TestLikeNeedsAccessCheck(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	svc, err := rel.NewService(app.Standalone(a.Pool))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -172,8 +169,7 @@ func TestLikeNeedsAccessCheck(t *testing.T) {
 // the service's back in a transaction rolled back afterwards, makes its
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	ids := a.Items(t, 2)
 	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
 	require.NoError(t, err)
@@ -235,8 +231,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 // and the CHECK are LIKE-I1's first line, under the service's conditional
 // statements.
 func TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	item := a.Items(t, 1)[0]
 	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
 	require.NoError(t, err)

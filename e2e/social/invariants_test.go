@@ -18,8 +18,7 @@ import (
 // service's back, inside a transaction rolled back afterwards — makes its
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestRELInvariantsCatchEachCorruption(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	e.Users(t, "user-a", "user-b", "user-c")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-c", "user-b")
@@ -73,8 +72,7 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 // is the first line of REL-I1 and REL-I3 (a deleted row would restart its
 // version and every view would ignore the pair's new events).
 func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	ctx := context.Background()
@@ -95,8 +93,7 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 // the planner inlines into the caller's query (no opaque Function Scan),
 // so a feed that re-checks a page with it gets index scans and joins.
 func TestRELReadablePostsIsInlined(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	p := e.Post(t, "user-b", rel.Public)
 	rows, err := e.Pool.Query(context.Background(),
