@@ -32,8 +32,7 @@ func TestOutboxRedeliveryAppliesEachEventOnce(t *testing.T) {
 
 // The consumer table is an admin view; its lag is also a metric.
 func TestOutboxConsumersEndpointIsAdminOnly(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	ctx := context.Background()
 	require.NoError(t, outbox.Register(ctx, a.Pool, outbox.DemoConsumer()))
 	var msgs []outbox.Message
