@@ -27,7 +27,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -313,27 +312,12 @@ func run(ctx context.Context, c config, mods []app.Module, s *server) error {
 		slowWhat string
 	}
 	tallies := make([]tally, c.clients)
-	var peakMu sync.Mutex
 	var peakRSS int64
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() { // the RSS over time, beside VmHWM (the kernel's own peak)
-		defer close(sampled)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-t.C:
-				if kb, err := s.StatusKB("VmRSS"); err == nil {
-					peakMu.Lock()
-					peakRSS = max(peakRSS, kb)
-					peakMu.Unlock()
-				}
-			}
+	stopSampling := load.Every(ctx, 100*time.Millisecond, func(context.Context) { // the RSS over time, beside VmHWM (the kernel's own peak)
+		if kb, err := s.StatusKB("VmRSS"); err == nil {
+			peakRSS = max(peakRSS, kb)
 		}
-	}()
+	})
 	elapsed := load.ClosedLoop(ctx, c.clients, c.duration, func(ctx context.Context, w int) {
 		t := &tallies[w]
 		if t.lat == nil {
@@ -358,7 +342,6 @@ func run(ctx context.Context, c config, mods []app.Module, s *server) error {
 		}
 	})
 	stopSampling()
-	<-sampled
 	hwm, err := s.StatusKB("VmHWM")
 	if err != nil {
 		return err
