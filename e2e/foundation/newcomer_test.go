@@ -106,10 +106,7 @@ func TestNewcomerErrorsSayWhatToDoNext(t *testing.T) {
 // that cluster, and --reset brings the demo data back.
 func TestDevRefusesABusyPortAndASecondDevAndResetsOnRequest(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "fencelab-devtest-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := e2etest.ScratchDir(t, "fencelab-devtest-")
 	env := append(e2etest.ChildEnv(""), "DATABASE_URL=", "FENCELAB_TOKEN_SECRET=", "FENCELAB_DATA_DIR="+dir, "FENCELAB_ACCESS_LOG=false")
 
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
