@@ -20,27 +20,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
-	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 )
 
 // Bench is `fencelab bench hostile`.
@@ -50,7 +45,6 @@ var Bench = app.Bench{Name: "hostile", Summary: "worst-case bodies at the body l
 const GoalRSSMB = 256
 
 type config struct {
-	url      string
 	server   string
 	clients  int
 	duration time.Duration
@@ -61,7 +55,7 @@ type config struct {
 func Run(mods []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench hostile", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", "", "PostgreSQL URL, used only when given (never DATABASE_URL: the dev database stays untouched); empty: a fresh local cluster, removed afterwards")
+	shared := setup.Add(fs, "")
 	fs.StringVar(&c.server, "server", "", "the fencelab binary run as `serve` (default: this executable)")
 	fs.IntVar(&c.clients, "clients", 16, "concurrent clients (closed loop)")
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, "how long the bodies are sent")
@@ -84,15 +78,11 @@ func Run(mods []app.Module, args []string) error {
 		c.server = exe
 	}
 	ctx := context.Background()
-	srv, err := pgserver.Provision(ctx, c.url, pgserver.Options{}) // durable defaults, as every bench
+	srv, url, err := shared.Database(ctx) // durable defaults, as every bench
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	url := srv.URL("")
-	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
-		return err
-	}
 	s, err := startServer(c, url)
 	if err != nil {
 		return err
@@ -103,22 +93,18 @@ func Run(mods []app.Module, args []string) error {
 
 // server is the `fencelab serve` child.
 type server struct {
-	cmd    *exec.Cmd
-	base   string
+	*setup.Serve
 	auth   *httpx.Auth
-	stderr *bytes.Buffer
 	dir    string
 	dbURL  string
 	secret string
 }
 
 func startServer(c config, dbURL string) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := setup.LoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	dir, err := os.MkdirTemp("", "fencelab-bench-hostile-")
 	if err != nil {
 		return nil, err
@@ -132,55 +118,18 @@ func startServer(c config, dbURL string) (*server, error) {
 		"--access-log=false", "--log-level", "error")
 	cmd.Dir = dir // no .fencelab/env of the caller's directory is read
 	cmd.Env = append(os.Environ(), "FENCELAB_TOKEN_SECRET="+secret)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = io.Discard
+	child, err := setup.StartServe(cmd, addr, http.DefaultClient, 100*time.Millisecond)
+	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, err
+		return nil, fmt.Errorf("bench hostile: %w", err)
 	}
-	s := &server{cmd: cmd, base: "http://" + addr, auth: auth, stderr: &stderr, dir: dir, dbURL: dbURL, secret: secret}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(s.base + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			s.stop()
-			return nil, fmt.Errorf("bench hostile: serve did not become ready: %v\n%s", err, stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return &server{Serve: child, auth: auth, dir: dir, dbURL: dbURL, secret: secret}, nil
 }
 
 func (s *server) stop() {
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-done
-	}
+	s.Stop()
 	_ = os.RemoveAll(s.dir)
-}
-
-// memKB reads a field of /proc/PID/status in kB (VmRSS, VmHWM).
-func (s *server) memKB(field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, s.cmd.Process.Pid)
 }
 
 // route is one route that takes a body, with the token that gets past its
@@ -300,7 +249,7 @@ func routes(ctx context.Context, mods []app.Module, s *server, client *http.Clie
 		}
 		rt := route{method: r.Method, path: strings.Join(parts, "/"), token: tokens[0]}
 		for _, tok := range tokens {
-			st, _, err := send(ctx, client, s.base, route{r.Method, rt.path, tok}, []byte(`{}`), "probe")
+			st, _, err := send(ctx, client, s.Base, route{r.Method, rt.path, tok}, []byte(`{}`), "probe")
 			if err != nil {
 				return nil, err
 			}
@@ -346,12 +295,12 @@ func run(ctx context.Context, c config, mods []app.Module, s *server) error {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	idle, err := s.memKB("VmRSS")
+	idle, err := s.StatusKB("VmRSS")
 	if err != nil {
 		return err
 	}
 	fmt.Printf("fencelab bench hostile — %d clients, %d routes that take a body, %d bodies of %d bytes (%s), %s, server: `fencelab serve` (pid %d, RSS %.1f MB idle)\n",
-		c.clients, len(rts), len(bodies), c.bodySize, strings.Join(names, ", "), c.duration, s.cmd.Process.Pid, float64(idle)/1024)
+		c.clients, len(rts), len(bodies), c.bodySize, strings.Join(names, ", "), c.duration, s.Cmd.Process.Pid, float64(idle)/1024)
 	fmt.Printf("server, load generator and PostgreSQL share one %d-core machine with other work: figures taken under contention\n\n", runtime.NumCPU())
 
 	type tally struct {
@@ -363,27 +312,12 @@ func run(ctx context.Context, c config, mods []app.Module, s *server) error {
 		slowWhat string
 	}
 	tallies := make([]tally, c.clients)
-	var peakMu sync.Mutex
 	var peakRSS int64
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() { // the RSS over time, beside VmHWM (the kernel's own peak)
-		defer close(sampled)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-t.C:
-				if kb, err := s.memKB("VmRSS"); err == nil {
-					peakMu.Lock()
-					peakRSS = max(peakRSS, kb)
-					peakMu.Unlock()
-				}
-			}
+	stopSampling := load.Every(ctx, 100*time.Millisecond, func(context.Context) { // the RSS over time, beside VmHWM (the kernel's own peak)
+		if kb, err := s.StatusKB("VmRSS"); err == nil {
+			peakRSS = max(peakRSS, kb)
 		}
-	}()
+	})
 	elapsed := load.ClosedLoop(ctx, c.clients, c.duration, func(ctx context.Context, w int) {
 		t := &tallies[w]
 		if t.lat == nil {
@@ -393,7 +327,7 @@ func run(ctx context.Context, c config, mods []app.Module, s *server) error {
 		r := rts[int(n+int64(w))%len(rts)]
 		name := names[int(n/int64(len(rts))+int64(w))%len(names)]
 		// Not ctx: a request started before the end is seen to its answer.
-		st, d, err := send(context.Background(), client, s.base, r, bodies[name], fmt.Sprintf("hostile-%d-%d", w, n))
+		st, d, err := send(context.Background(), client, s.Base, r, bodies[name], fmt.Sprintf("hostile-%d-%d", w, n))
 		if err != nil {
 			t.failed++
 			if t.firstErr == nil {
@@ -408,8 +342,7 @@ func run(ctx context.Context, c config, mods []app.Module, s *server) error {
 		}
 	})
 	stopSampling()
-	<-sampled
-	hwm, err := s.memKB("VmHWM")
+	hwm, err := s.StatusKB("VmHWM")
 	if err != nil {
 		return err
 	}

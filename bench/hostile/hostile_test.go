@@ -1,9 +1,6 @@
 package hostilebench_test
 
 import (
-	"bytes"
-	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"testing"
@@ -33,7 +30,7 @@ func TestTheHostileBenchAnswersEveryBodyAndReportsPeakRSS(t *testing.T) {
 		}
 	}
 	url := pgtest.URL(t)
-	out := captureStdout(t, func() error {
+	out := e2etest.CaptureStdout(t, func() error {
 		return hostilebench.Run(program.Modules(nil), []string{"--database-url", url, "--server", e2etest.Binary(t),
 			"--clients", "4", "--duration", "2s", "--body-size", strconv.Itoa(size)})
 	})
@@ -47,23 +44,4 @@ func TestTheHostileBenchAnswersEveryBodyAndReportsPeakRSS(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, n, out)
 	require.Regexp(t, `statuses: .*400×\d+`, out, "the bodies reach the decoders and are refused")
-}
-
-// captureStdout runs fn with os.Stdout going to a pipe and returns what
-// it printed (the bench prints its report there).
-func captureStdout(t *testing.T, fn func() error) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	saved := os.Stdout
-	os.Stdout = w
-	var buf bytes.Buffer
-	done := make(chan struct{})
-	go func() { _, _ = io.Copy(&buf, r); close(done) }()
-	runErr := fn()
-	os.Stdout = saved
-	require.NoError(t, w.Close())
-	<-done
-	require.NoError(t, runErr, buf.String())
-	return buf.String()
 }

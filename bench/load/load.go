@@ -118,6 +118,29 @@ func ClosedLoop(ctx context.Context, workers int, d time.Duration, fn func(ctx c
 	return time.Since(start)
 }
 
+// Every samples beside the load: it calls fn every d on a goroutine of its
+// own until stop is called, and stop returns once fn's last call has
+// returned, so what fn recorded is the caller's to read without a lock.
+// fn's context ends with stop.
+func Every(ctx context.Context, d time.Duration, fn func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fn(ctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // OpenLoop offers calls at rate per second for d, whatever the pace of
 // the answers. Arrivals are a Poisson process, as pgbench --rate makes
 // them: the gaps between due times are exponential with mean 1/rate,

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/outbox"
@@ -267,30 +268,18 @@ func (b *bench) lagPhase(ctx context.Context) error {
 
 	// Sample the consumer's lag as the admin endpoint reports it.
 	var maxLagEvents int64
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-t.C:
-				ss, err := outbox.Statuses(sampleCtx, b.pool)
-				if err != nil {
-					continue
-				}
-				for _, s := range ss {
-					if s.Name == name && s.LagEvents > maxLagEvents {
-						maxLagEvents = s.LagEvents
-					}
-				}
+	stopSampling := load.Every(ctx, 250*time.Millisecond, func(ctx context.Context) {
+		ss, err := outbox.Statuses(ctx, b.pool)
+		if err != nil {
+			return
+		}
+		for _, s := range ss {
+			if s.Name == name && s.LagEvents > maxLagEvents {
+				maxLagEvents = s.LagEvents
 			}
 		}
-	}()
+	})
+	defer stopSampling()
 
 	const appenders = 8
 	interval := time.Duration(float64(time.Second) * appenders / float64(b.c.rate))
@@ -347,7 +336,6 @@ func (b *bench) lagPhase(ctx context.Context) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	stopSampling()
-	<-sampled
 	stopConsumer()
 	if err := <-consumerDone; err != nil {
 		return err

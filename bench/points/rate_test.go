@@ -1,10 +1,7 @@
 package pointsbench_test
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"testing"
@@ -13,6 +10,7 @@ import (
 
 	pointsbench "github.com/fencelab/fencelab/bench/points"
 	"github.com/fencelab/fencelab/core/pg/pgtest"
+	"github.com/fencelab/fencelab/e2e/e2etest"
 	"github.com/fencelab/fencelab/program"
 )
 
@@ -21,7 +19,7 @@ import (
 // Every 201 it counts is a debit the ledger holds: the rows are read back.
 func TestTheBenchAtAFixedRateCountsWhatTheLedgerHolds(t *testing.T) {
 	url := pgtest.URL(t)
-	out := captureStdout(t, func() error {
+	out := e2etest.CaptureStdout(t, func() error {
 		return pointsbench.Run(program.Modules(nil), []string{"--database-url", url, "--clients", "4", "--accounts", "10",
 			"--duration", "1s", "--warmup", "0", "--hot-duration", "0", "--rate", "50"})
 	})
@@ -38,23 +36,4 @@ func TestTheBenchAtAFixedRateCountsWhatTheLedgerHolds(t *testing.T) {
 	require.NoError(t, db.QueryRow(context.Background(),
 		`SELECT count(*) FROM points_ledger_txn WHERE kind = 'debit' AND reason = 'bench'`).Scan(&debits))
 	require.Equal(t, n, debits, "each 201 is one ledger transaction")
-}
-
-// captureStdout runs fn with os.Stdout going to a pipe and returns what
-// it printed (the bench prints its report there).
-func captureStdout(t *testing.T, fn func() error) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	saved := os.Stdout
-	os.Stdout = w
-	var buf bytes.Buffer
-	done := make(chan struct{})
-	go func() { _, _ = io.Copy(&buf, r); close(done) }()
-	runErr := fn()
-	os.Stdout = saved
-	require.NoError(t, w.Close())
-	<-done
-	require.NoError(t, runErr, buf.String())
-	return buf.String()
 }

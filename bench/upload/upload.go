@@ -47,7 +47,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -143,7 +142,7 @@ func Run(mods []app.Module, args []string) error {
 	}
 	defer func() {
 		if s != nil {
-			s.stop()
+			s.Stop()
 		}
 	}()
 
@@ -151,7 +150,7 @@ func Run(mods []app.Module, args []string) error {
 	fmt.Printf("fencelab bench upload — %s in %d chunks of %s, %d PUTs in flight; %s PostgreSQL (fsync=%s);\n",
 		upload.FormatSize(size), count, upload.FormatSize(chunk), *parallel, srv.Strategy, fsync)
 	fmt.Printf("server: `fencelab serve` child process (pid %d, workers off), load generator in this process, one %d-core machine shared with other work\n",
-		s.cmd.Process.Pid, runtime.NumCPU())
+		s.Cmd.Process.Pid, runtime.NumCPU())
 	fmt.Printf("ceiling: dd if=source of=%s bs=%s conv=fsync (as many bytes, the same directory); MB = 10^6 bytes\n",
 		filepath.Join(work, "dd.out"), upload.FormatSize(chunk))
 	fmt.Printf("server CPU: the child's utime+stime (/proc/<pid>/stat) across each upload, per GiB uploaded; idle CPU: the child's\n" +
@@ -240,7 +239,7 @@ func Run(mods []app.Module, args []string) error {
 	if err := s.commitAll(ctx, sessions); err != nil {
 		return err
 	}
-	s.stop()
+	s.Stop()
 	if s, err = startServer(ctx, url, work, size, chunk, 1); err != nil {
 		s = nil
 		return err
@@ -249,7 +248,7 @@ func Run(mods []app.Module, args []string) error {
 	if err != nil {
 		return err
 	}
-	s.stop()
+	s.Stop()
 	if err := checkInvariants(ctx, url, invs); err != nil {
 		return err
 	}
@@ -397,11 +396,9 @@ func ddOnce(source, out string, bs, size int64) (float64, error) {
 
 // server is the `fencelab serve` child.
 type server struct {
-	cmd    *exec.Cmd
-	base   string
+	*setup.Serve
 	token  string
 	client *http.Client
-	stderr *bytes.Buffer
 }
 
 // startServer starts `fencelab serve` on the bench's database and blob
@@ -423,12 +420,10 @@ func startServer(ctx context.Context, dbURL, work string, size, chunk int64, wor
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := setup.LoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	cmd := exec.CommandContext(ctx, exe, "serve")
 	cmd.Env = append(childEnv(), "DATABASE_URL="+dbURL, "FENCELAB_TOKEN_SECRET="+hex.EncodeToString(secret),
 		"FENCELAB_ADDR="+addr, "FENCELAB_WORKERS="+strconv.Itoa(workers), "FENCELAB_ACCESS_LOG=false", "FENCELAB_LOG_LEVEL=warn",
@@ -437,24 +432,11 @@ func startServer(ctx context.Context, dbURL, work string, size, chunk int64, wor
 		upload.EnvMaxChunkSize+"="+strconv.FormatInt(max(chunk, 1<<20), 10),
 		upload.EnvMaxChunks+"="+strconv.FormatInt(max((size+chunk-1)/chunk, 1), 10))
 	client, _ := load.Client(64, 10*time.Minute) // its connections end with the process
-	s := &server{cmd: cmd, base: "http://" + addr, token: token, stderr: &bytes.Buffer{}, client: client}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
+	child, err := setup.StartServe(cmd, addr, client, 20*time.Millisecond)
+	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := s.client.Get(s.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	s.stop()
-	return nil, fmt.Errorf("serve did not become ready: %s", s.stderr.String())
+	return &server{Serve: child, token: token, client: client}, nil
 }
 
 // childEnv is this process's environment without fencelab settings, so the
@@ -469,21 +451,9 @@ func childEnv() []string {
 	return env
 }
 
-func (s *server) stop() {
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-done
-	}
-}
-
 // cpu reads the child's user + system CPU time from /proc/<pid>/stat.
 func (s *server) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Cmd.Process.Pid))
 	if err != nil {
 		return 0, fmt.Errorf("read the server's CPU time (Linux /proc only): %w", err)
 	}
@@ -500,28 +470,13 @@ func (s *server) cpu() (time.Duration, error) {
 
 // memory reads the child's peak and current resident set from /proc.
 func (s *server) memory() (hwm, rss int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if hwm, err = s.StatusKB("VmHWM"); err == nil {
+		rss, err = s.StatusKB("VmRSS")
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("read the server's memory (Linux /proc only): %w", err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) != 2 || f[1] != "kB" {
-			continue
-		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		switch k {
-		case "VmHWM":
-			hwm = n << 10
-		case "VmRSS":
-			rss = n << 10
-		}
-	}
-	return hwm, rss, nil
+	return hwm << 10, rss << 10, nil
 }
 
 // upload sends the chunk files as one session and returns its id, the time
@@ -624,7 +579,7 @@ type hashedBytes struct{ streamed, reread float64 }
 // hashed reads how many bytes the server has fed to running hashes as they
 // were written and read back from partial files, from its /metrics.
 func (s *server) hashed(ctx context.Context) (hashedBytes, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", s.base+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", s.Base+"/metrics", nil)
 	if err != nil {
 		return hashedBytes{}, err
 	}
@@ -664,7 +619,7 @@ func (s *server) putChunk(ctx context.Context, id string, n int, path string) er
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, "PUT", fmt.Sprintf("%s/upload/sessions/%s/chunks/%d", s.base, id, n), f)
+	req, err := http.NewRequestWithContext(ctx, "PUT", fmt.Sprintf("%s/upload/sessions/%s/chunks/%d", s.Base, id, n), f)
 	if err != nil {
 		return err
 	}
@@ -682,7 +637,7 @@ func (s *server) call(ctx context.Context, method, path string, body any, want i
 		}
 		r = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, s.base+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, s.Base+path, r)
 	if err != nil {
 		return err
 	}

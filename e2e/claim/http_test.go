@@ -18,8 +18,7 @@ import (
 // shows the job and its history to admins, and refuses everything else with
 // the right 4xx.
 func TestWorkflowRunIsVisibleToAdminsWithItsHistory(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	admin := a.Token(t, "admin-0001", httpx.RoleAdmin)
 	user := a.Token(t, "user-0042", httpx.RoleUser)
 

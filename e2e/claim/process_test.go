@@ -11,6 +11,5 @@ import (
 // one workflow; the figure line
 // {"claims":1,"effects":1,"os_processes":2,"state":"succeeded"}.
 func TestTwoWorkerProcessesClaimExactlyOne(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, claimlab.TwoProcesses)
 }

@@ -9,30 +9,36 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencelab/fencelab/core/fakeprovider"
 )
 
 // Each experiment owns its cluster on its own ports (19200, 19300, 19400 +
 // up to 42), so the three run in parallel.
+
+// startFailover is both failover experiments' opening, the mode (sync or
+// async replication) their one difference: a parallel test, the fake tool
+// on basePort+50, the topology on basePort, the client load running and
+// 40 acknowledgements in, and old the primary about to be crashed.
+func startFailover(t *testing.T, mode string, basePort int) (tool *fakeprovider.Server, c *cluster, ld *load, old string) {
+	t.Helper()
+	t.Parallel()
+	tool, toolEnv := startTool(t, basePort+50)
+	c = startCluster(t, mode, basePort, toolEnv)
+	ld = startLoad(t, c, spec{debitors: 3, buyers: 2, starters: 1, holders: 2})
+	ld.waitAcks(t, 40)
+	old = c.primary()
+	require.NotEmpty(t, old)
+	return tool, c, ld, old
+}
 
 // The chapter's claim, the production way: with synchronous replication
 // the standby has flushed every acknowledged commit before the client
 // heard "committed", so when Patroni promotes it after the primary's
 // crash, nothing acknowledged is missing and no fence goes backwards.
 func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
-	t.Parallel()
-	tool, toolEnv := startTool(t, 19250)
-	c := startCluster(t, "sync", 19200, toolEnv)
-	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, starters: 1, holders: 2})
-	ld.waitAcks(t, 40)
-
-	old := c.primary()
-	require.NotEmpty(t, old)
-	t0 := time.Now()
-	c.crashNode(t, old)
-	newPrimary := waitPromotion(t, c, old)
-	promoted := time.Since(t0)
-	ld.waitAcks(t, 40)
-	log := ld.finish(t)
+	tool, c, ld, old := startFailover(t, "sync", 19200)
+	t0, newPrimary, promoted, log := crashPrimary(t, c, ld, old)
 
 	unavailable, inFlight, fails := log.windows(t0)
 	t.Logf("RESULT failover-sync promoted=node%s promotion=%s unavailable=%s in_flight_409=%s failed_attempts=%d acked=%d grants=%d (%s)",
@@ -68,14 +74,7 @@ func TestFailoverWithSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
 // back, so fence numbers are handed out a second time. The tables' own
 // invariants still hold: a lost suffix is a consistent state.
 func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
-	t.Parallel()
-	tool, toolEnv := startTool(t, 19350)
-	c := startCluster(t, "async", 19300, toolEnv)
-	ld := startLoad(t, c, spec{debitors: 3, buyers: 2, starters: 1, holders: 2})
-	ld.waitAcks(t, 40)
-
-	old := c.primary()
-	require.NotEmpty(t, old)
+	tool, c, ld, old := startFailover(t, "async", 19300)
 	standby := map[string]string{"0": "1", "1": "0"}[old]
 	pdb, sdb := c.nodeDB(t, old), c.nodeDB(t, standby)
 	ctx := context.Background()
@@ -91,12 +90,7 @@ func TestFailoverWithAsyncStandbyCanLoseAcknowledgedWrites(t *testing.T) {
 	require.NoError(t, pdb.QueryRow(ctx, `SELECT pg_current_wal_lsn() - $1::pg_lsn`, standbyLSN).Scan(&lag))
 	require.Positive(t, lag, "the standby must be behind when the primary dies")
 
-	t0 := time.Now()
-	c.crashNode(t, old)
-	newPrimary := waitPromotion(t, c, old)
-	promoted := time.Since(t0)
-	ld.waitAcks(t, 40)
-	log := ld.finish(t)
+	t0, newPrimary, promoted, log := crashPrimary(t, c, ld, old)
 
 	unavailable, inFlight, fails := log.windows(t0)
 	j := join(t, c, log)
@@ -186,6 +180,20 @@ func byKind(acks []ack) string {
 }
 
 // waitPromotion waits for Patroni to promote the node that is not old.
+// crashPrimary is both failover experiments' crash: the primary old is
+// killed under the load, Patroni promotes the standby (newPrimary, after
+// promoted), 40 more acknowledgements come in and the load ends with its
+// log. t0 is the moment of the crash.
+func crashPrimary(t *testing.T, c *cluster, ld *load, old string) (t0 time.Time, newPrimary string, promoted time.Duration, log *clientLog) {
+	t.Helper()
+	t0 = time.Now()
+	c.crashNode(t, old)
+	newPrimary = waitPromotion(t, c, old)
+	promoted = time.Since(t0)
+	ld.waitAcks(t, 40)
+	return t0, newPrimary, promoted, ld.finish(t)
+}
+
 func waitPromotion(t *testing.T, c *cluster, old string) string {
 	t.Helper()
 	want := map[string]string{"0": "1", "1": "0"}[old]

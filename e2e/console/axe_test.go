@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -111,13 +110,8 @@ func TestConsolePagesPassAxe(t *testing.T) {
 	tok := a.Token(t, admin, httpx.RoleAdmin)
 
 	// Rows for the operator's pages: a workflow job waiting for review.
-	r := a.Do(t, e2etest.Req{Method: "POST", Path: "/workflows", Token: tok, Body: map[string]any{"business_key": "wf-axe-1"}})
-	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	var started struct {
-		JobID int64 `json:"job_id"`
-	}
-	r.JSON(t, &started)
-	_, err := a.Pool.Exec(ctx, `UPDATE job SET state = 'needs_review', attempts = 1, fence = 1, last_error = 'the tool neither answered nor can be asked' WHERE id = $1`, started.JobID)
+	jobID := startWorkflow(t, a, tok, "wf-axe-1")
+	_, err := a.Pool.Exec(ctx, `UPDATE job SET state = 'needs_review', attempts = 1, fence = 1, last_error = 'the tool neither answered nor can be asked' WHERE id = $1`, jobID)
 	require.NoError(t, err)
 
 	// A run, started first: its page is checked once both versions are done.
@@ -148,7 +142,7 @@ func TestConsolePagesPassAxe(t *testing.T) {
 		b.stepActor(actor, strings.Join([]string{"A", "A", "B", "B"}[:i+1], ","))
 	}
 	admPages := []string{"/", "/console/chapters/points", "/console/chapters/failover", "/console/chapters/foundation", runPage, stepPage,
-		"/console/queue", fmt.Sprintf("/console/jobs/%d", started.JobID), "/console/inbox", "/console/outbox", "/console/admission"}
+		"/console/queue", fmt.Sprintf("/console/jobs/%d", jobID), "/console/inbox", "/console/outbox", "/console/admission"}
 	for _, p := range admPages {
 		check("admin", p)
 	}

@@ -17,8 +17,7 @@ import (
 // each experiment's Run button right after the heading that names it,
 // each invariant's live status after its heading.
 func TestConsoleRendersTheChapterText(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	c := newClient(t, a.URL)
 
 	status, page, _ := c.do(http.MethodGet, "/console/chapters/points", nil, nil)

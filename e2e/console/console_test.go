@@ -32,6 +32,20 @@ func start(t *testing.T) (*e2etest.App, *tab) {
 	return a, newTab(t, a.URL)
 }
 
+// startWorkflow starts a workflow run with business key key (tok is an
+// admin's) and returns its job's id, for a test that then forces the
+// job's state with SQL (no worker runs in these tests).
+func startWorkflow(t *testing.T, a *e2etest.App, tok, key string) int64 {
+	t.Helper()
+	r := a.Do(t, e2etest.Req{Method: "POST", Path: "/workflows", Token: tok, Body: map[string]any{"business_key": key}})
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
+	var started struct {
+		JobID int64 `json:"job_id"`
+	}
+	r.JSON(t, &started)
+	return started.JobID
+}
+
 func TestConsoleSignInAndOut(t *testing.T) {
 	t.Parallel()
 	a, b := start(t)
@@ -183,12 +197,7 @@ func TestConsoleReviewInboxDecidesAJob(t *testing.T) {
 	t.Parallel()
 	a, b := start(t)
 	tok := a.Token(t, admin, httpx.RoleAdmin)
-	r := a.Do(t, e2etest.Req{Method: "POST", Path: "/workflows", Token: tok, Body: map[string]any{"business_key": "wf-review-1"}})
-	require.Equal(t, http.StatusAccepted, r.Status, string(r.Body))
-	var started struct {
-		JobID int64 `json:"job_id"`
-	}
-	r.JSON(t, &started)
+	jobID := startWorkflow(t, a, tok, "wf-review-1")
 	// The timeline a person is needed for, forced with SQL (no worker
 	// runs here): claimed at fence 1, the outcome could not be
 	// established, needs_review.
@@ -199,17 +208,17 @@ WITH j AS (UPDATE job SET state = 'needs_review', attempts = 1, fence = 1, owner
             WHERE id = $1 RETURNING id)
 INSERT INTO job_event (job_id, event, fence, owner, state, detail)
 SELECT id, e.event, 1, e.owner, e.state, e.detail FROM j,
-  (VALUES ('claimed', 'worker-1', 'running', NULL), ('needs_review', 'resolver', 'needs_review', 'cannot ask the tool')) AS e(event, owner, state, detail)`, started.JobID)
+  (VALUES ('claimed', 'worker-1', 'running', NULL), ('needs_review', 'resolver', 'needs_review', 'cannot ask the tool')) AS e(event, owner, state, detail)`, jobID)
 	require.NoError(t, err)
 
 	b.signIn(tok)
 	// The queue shows it waiting for a person, in its kind's row.
 	b.open("/console/queue")
 	require.Equal(t, 1, eval[int](b, `(() => { const r = [...document.querySelectorAll("#depth tbody tr")].find(r => r.dataset.kind === "workflow"); return r ? +r.children[4].textContent : -1 })()`))
-	require.Contains(t, b.text("main"), fmt.Sprint(started.JobID))
+	require.Contains(t, b.text("main"), fmt.Sprint(jobID))
 
 	b.open("/console/inbox")
-	sel := fmt.Sprintf("#job-%d", started.JobID)
+	sel := fmt.Sprintf("#job-%d", jobID)
 	b.waitFor(fmt.Sprintf(`document.querySelector(%q)`, sel), 10*time.Second)
 
 	// A decision without a reason is not sent (and not accepted).
@@ -220,20 +229,20 @@ SELECT id, e.event, 1, e.owner, e.state, e.detail FROM j,
 	_ = eval[bool](b, fmt.Sprintf(`(document.querySelector(%q).value = "failed", true)`, sel+` select[name="decision"]`))
 	b.fill(sel+` input[name="reason"]`, "checked the tool's log: the call never arrived")
 	b.submit(sel+" button.decide", `document.querySelector("#done")`, 30*time.Second)
-	require.Contains(t, b.text("#done"), fmt.Sprintf("Job %d decided failed by %s", started.JobID, admin))
+	require.Contains(t, b.text("#done"), fmt.Sprintf("Job %d decided failed by %s", jobID, admin))
 	require.False(t, eval[bool](b, fmt.Sprintf(`!!document.querySelector(%q)`, sel)), "the job left the inbox")
 
 	// Recorded with who and why, as the API records it.
 	var state, owner, detail string
 	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT j.state, e.owner, e.detail FROM job_all j JOIN job_event e ON e.job_id = j.id
-	  WHERE j.id = $1 ORDER BY e.id DESC LIMIT 1`, started.JobID).Scan(&state, &owner, &detail))
+	  WHERE j.id = $1 ORDER BY e.id DESC LIMIT 1`, jobID).Scan(&state, &owner, &detail))
 	require.Equal(t, "failed", state)
 	require.Equal(t, "review:"+admin, owner)
 	require.Contains(t, detail, "checked the tool's log: the call never arrived")
 	e2etest.Assert(t, a.Pool, "claim")
 
 	// The job page shows the history with its fences.
-	b.open(fmt.Sprintf("/console/jobs/%d", started.JobID))
+	b.open(fmt.Sprintf("/console/jobs/%d", jobID))
 	require.Equal(t, "failed", b.text("#job-state"))
 	require.Contains(t, b.text("#events"), "review:"+admin)
 }

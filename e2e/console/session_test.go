@@ -81,8 +81,7 @@ func (c *client) signIn(token string) *http.Cookie {
 }
 
 func TestSignOutRevokesTheConsoleSession(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	ctx := context.Background()
 	tok := a.Token(t, admin, httpx.RoleAdmin)
 	c := newClient(t, a.URL)

@@ -14,8 +14,7 @@ import (
 // TestServerAnswersWhatTheContractSays: three answers a client author met
 // that the document did not lead them to expect.
 func TestServerAnswersWhatTheContractSays(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	for _, m := range a.Mods {
 		if m.Name == "notify" {
 			require.NoError(t, m.Seed(context.Background())) // the demo users notify knows

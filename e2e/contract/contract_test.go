@@ -52,8 +52,7 @@ func documented(t *testing.T, doc *openapi3.T) routeSet {
 // routes with the document's paths, both ways: a route added without its
 // contract, or a documented route that no longer exists, fails here.
 func TestEveryRouteIsInTheContract(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	doc, err := api.Load()
 	require.NoError(t, err)
 
@@ -86,8 +85,7 @@ func TestEveryRouteIsInTheContract(t *testing.T) {
 // lists every registered route; /openapi.yaml is the same document; the
 // reference page renders every operation without any external resource.
 func TestTheContractIsServed(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 
 	r := a.Do(t, e2etest.Req{Method: "GET", Path: "/openapi.json"})
 	require.Equal(t, http.StatusOK, r.Status)

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -152,7 +151,7 @@ func prism(t *testing.T, spec, upstream string) (string, func() string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "proxy", spec, upstream, "--errors", "--host", "127.0.0.1", "--port", fmt.Sprint(port))
 	cmd.Env = toolEnv()
-	log := &syncBuffer{}
+	log := &e2etest.LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -174,21 +173,4 @@ func prism(t *testing.T, spec, upstream string) (string, func() string) {
 		}
 	}
 	return base, log.String
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -40,7 +40,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -235,7 +234,7 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	// terminal). Raise this only with a reason in the docs next to the block.
 	require.LessOrEqualf(t, len(skipped), 16, "%d no-run blocks: make them runnable", len(skipped))
 
-	scratch := scratchDir(t)
+	scratch := e2etest.ScratchDir(t, "fencelab-docs-")
 	dataDir, work := filepath.Join(scratch, "data"), filepath.Join(scratch, "work")
 	require.NoError(t, os.MkdirAll(work, 0o755))
 	phase := time.Now()
@@ -333,22 +332,11 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 // devProc is a running `fencelab dev`.
 type devProc struct {
 	cmd  *exec.Cmd
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	out  e2etest.LockedBuffer
 	done chan struct{}
 }
 
-func (d *devProc) Write(p []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.buf.Write(p)
-}
-
-func (d *devProc) log() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.buf.String()
-}
+func (d *devProc) log() string { return d.out.String() }
 
 func (d *devProc) stop(t *testing.T) {
 	t.Helper()
@@ -372,7 +360,7 @@ func startDev(t *testing.T, bin, dir string, env []string, addr string) *devProc
 	d := &devProc{done: make(chan struct{})}
 	d.cmd = exec.Command(bin, "dev", "--addr", addr)
 	d.cmd.Dir, d.cmd.Env = dir, env
-	d.cmd.Stdout, d.cmd.Stderr = d, d
+	d.cmd.Stdout, d.cmd.Stderr = &d.out, &d.out
 	require.NoError(t, d.cmd.Start())
 	go func() { _ = d.cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() { d.stop(t) })
@@ -396,16 +384,6 @@ func startDev(t *testing.T, bin, dir string, env []string, addr string) *devProc
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// scratchDir is a 0755 directory (the postgres OS user must reach the
-// cluster inside it when the test runs as root), removed afterwards.
-func scratchDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "fencelab-docs-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
 }
 
 func freeAddr(t *testing.T) string {

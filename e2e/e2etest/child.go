@@ -26,24 +26,25 @@ type Child struct {
 	Lines <-chan string
 
 	stdin  io.WriteCloser
-	stderr lockedBuffer
+	stderr LockedBuffer
 	done   chan struct{}
 	err    error // the exit status, valid once done is closed
 }
 
-// lockedBuffer is stderr: exec's copier writes it while the test reads it.
-type lockedBuffer struct {
+// LockedBuffer is a child's output (a Child's stderr, for one): exec's
+// copier writes it while the test reads it.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -207,4 +208,16 @@ func (c *Child) Kill9(t testing.TB) {
 		}
 	}()
 	<-c.done
+}
+
+// ScratchDir is a fresh 0755 directory (prefix names it), removed when the
+// test ends: a child that provisions its own cluster inside it needs the
+// postgres OS user to reach it when the test runs as root.
+func ScratchDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }

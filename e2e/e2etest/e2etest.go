@@ -5,6 +5,7 @@
 package e2etest
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelab/fencelab/core/invariant"
@@ -54,6 +56,14 @@ func Start(t testing.TB, o Options) *App {
 	return &App{p}
 }
 
+// StartParallel is Start for a test that runs parallel to its package's
+// others, as most do: each app has a database of its own.
+func StartParallel(t *testing.T, o Options) *App {
+	t.Helper()
+	t.Parallel()
+	return Start(t, o)
+}
+
 // BadInput is the app whose every request is marked Req.Invalid, for
 // bad-input tests whose helpers build the requests: only the answers are
 // checked against the contract.
@@ -67,6 +77,40 @@ var Invariants = program.Invariants
 func Assert(t testing.TB, db pg.Querier, names ...string) {
 	t.Helper()
 	program.Invariants().Assert(t, db, names...)
+}
+
+// Corruption is one way of breaking an invariant behind the service's
+// back: the statements that break it and the invariant (ID) that must
+// report it.
+type Corruption struct {
+	ID, Name string
+	SQL      []string
+}
+
+// RequireCaught writes each corruption in a transaction of its own, rolled
+// back afterwards (so each starts from the same healthy state), and
+// requires its invariant to report rows: a check that cannot fail would
+// prove nothing.
+func RequireCaught(t testing.TB, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, cs []Corruption) {
+	t.Helper()
+	ctx := context.Background()
+	for _, c := range cs {
+		func() {
+			tx, err := db.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }() // a failed require must not strand the connection
+			for _, sql := range c.SQL {
+				_, err := tx.Exec(ctx, sql)
+				require.NoError(t, err, c.Name)
+			}
+			res := Invariants().Run(ctx, tx, c.ID)
+			require.Len(t, res, 1)
+			require.NoError(t, res[0].Err, c.Name)
+			require.False(t, res[0].Holds(), "%s: %s should report it", c.ID, c.Name)
+		}()
+	}
 }
 
 // testWriter sends app logs to the test log (shown on failure).
@@ -175,10 +219,24 @@ var childRoot = sync.OnceValue(func() string {
 // Experiment runs a lab experiment as a test: the guarded version must hold
 // its claim and invariants, and the naive version (subtest "naive") must be
 // caught. Each step of the timeline is logged (go test -v tells the story).
+// It marks t parallel first: every experiment runs in databases and
+// processes of its own, so a chapter's experiments never share state and
+// each chapter test used to open with the same t.Parallel() line.
 func Experiment(t *testing.T, e lab.Experiment) {
 	t.Helper()
+	t.Parallel()
 	lab.Test(t, e, Env)
 }
 
 // X is a guarded lab run for a plain test: the chapters' kits take one.
 func X(t *testing.T) *lab.X { return lab.NewX(t, Env) }
+
+// StartLab is a plain test's usual opening, in one place: the test runs
+// parallel to its package's others (a chapter's lab has a database and
+// an app of its own, so nothing is shared), and start — a chapter kit's
+// StartLab — gets a guarded lab run and o.
+func StartLab[L any](t *testing.T, start func(*lab.X, lab.Options) L, o Options) L {
+	t.Helper()
+	t.Parallel()
+	return start(X(t), o)
+}

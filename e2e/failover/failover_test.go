@@ -17,6 +17,5 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 // the naive one (asynchronous) loses the writes acknowledged during the
 // stall, and FO-I1 reports them; its control (no stall) holds.
 func TestSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, failover.SyncKeepsAcknowledged)
 }

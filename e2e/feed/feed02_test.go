@@ -184,6 +184,5 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 // naive page, the product's statement minus its access re-check, is
 // caught; its control, without the block, holds).
 func TestFEEDLabRevokedOnNextRead(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, feedlab.RevokedOnNextRead)
 }

@@ -14,7 +14,6 @@ import (
 // settles it. Exactly 40 are told 201 HELD, the other 460 409 sold_out;
 // nothing else is ever answered; FS-R1..R3 hold.
 func TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, reservations.FiveHundredBuyers)
 }
 
@@ -24,7 +23,6 @@ func TestFS01FiveHundredBuyersFortyUnitsExactlyFortyHolds(t *testing.T) {
 // ends up with exactly one reservation, and no permit is left behind. A
 // client that leaves the wait line gives its place up too.
 func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, reservations.ClientLeavesMidHold)
 }
 
@@ -32,7 +30,6 @@ func TestFS02ClientLeavesMidHoldAndRetriesSameKeyOneReservation(t *testing.T) {
 // from another user, or from the same user for another SKU, is a 422 and
 // writes nothing.
 func TestFS03SameKeyFromAnotherUserOrSKUIs422(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, reservations.KeyBelongsToItsReservation)
 }
 
@@ -44,7 +41,6 @@ func TestFS03SameKeyFromAnotherUserOrSKUIs422(t *testing.T) {
 // database concurrency, counted server-side around the hold itself, never
 // passed 8.
 func TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, reservations.BoundedAdmission)
 }
 
@@ -56,6 +52,5 @@ func TestFS04LimitEightLineSixteenTwoHundredAtOnceOverflowIs503AtOnce(t *testing
 // every unit comes back once. Then 40 more holds expire and three runs
 // start at once: again 40 in total, each once (FS-R5).
 func TestFS05ReleaseRunsTwiceConcurrentlyAndOnceMoreEachUnitReturnedOnce(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, reservations.ReleaseRacesItself)
 }

@@ -24,11 +24,7 @@ import (
 // stops the server and the cluster; a second `dev` reuses the data.
 func TestDevProvisionsServesAndRestartsOnItsOwnData(t *testing.T) {
 	t.Parallel()
-	// Under a 0755 parent so the postgres OS user can reach the cluster.
-	dir, err := os.MkdirTemp("", "fencelab-devtest-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := e2etest.ScratchDir(t, "fencelab-devtest-")
 
 	for run := 1; run <= 2; run++ {
 		addr := "127.0.0.1:" + strconv.Itoa(pgtest.FreePort(t))

@@ -16,8 +16,7 @@ import (
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestHealthReadinessAndMetricsAnswer(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	require.Equal(t, 200, a.Do(t, e2etest.Req{Method: "GET", Path: "/healthz"}).Status)
 
 	r := a.Do(t, e2etest.Req{Method: "GET", Path: "/readyz"})
@@ -32,8 +31,7 @@ func TestHealthReadinessAndMetricsAnswer(t *testing.T) {
 
 // A replica whose schema is behind the binary must not take traffic.
 func TestReadyzRefusesAStaleSchema(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	_, err := a.Pool.Exec(context.Background(), `UPDATE schema_migrations SET version = 0`)
 	require.NoError(t, err)
 	r := a.Do(t, e2etest.Req{Method: "GET", Path: "/readyz"})
@@ -45,8 +43,7 @@ func TestReadyzRefusesAStaleSchema(t *testing.T) {
 // database: exit 0 when everything holds, exit 1 and the offending rows
 // when an invariant is broken by hand.
 func TestCheckCommandExitsOneWithTheOffendingRows(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	bin := e2etest.Binary(t)
 	run := func() (int, string) {
 		cmd := exec.Command(bin, "check")
@@ -79,8 +76,7 @@ func TestCheckCommandExitsOneWithTheOffendingRows(t *testing.T) {
 }
 
 func TestTokenCommandMintsATokenTheServerAccepts(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	bin := e2etest.Binary(t)
 	cmd := exec.Command(bin, "token", "--sub", "user-0042", "--role", "user", "--ttl", "5m")
 	cmd.Env = e2etest.ChildEnv(a.DBURL)

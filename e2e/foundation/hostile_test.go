@@ -143,8 +143,7 @@ func snapshot(t *testing.T, a *e2etest.App) map[string]string {
 // answer must be a 4xx problem+json without internals, and no row of any
 // table may change.
 func TestNoRouteAnswers500ToHostileInput(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	// The routes as the process mounts them.
 	e := echo.New()
 	for _, m := range a.Mods {
@@ -295,8 +294,7 @@ func TestNoRouteAnswers500ToHostileInput(t *testing.T) {
 // 22P02). Each is a 400 invalid_text now, decided before anything is
 // written.
 func TestUnstorableTextIsA400BeforeAnyWrite(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	user := a.Token(t, "user-0001", httpx.RoleUser)
 	admin := a.Token(t, "admin-0001", httpx.RoleAdmin)
 	svc := a.Token(t, "svc-0001", httpx.RoleService)

@@ -38,8 +38,7 @@ func runBin(t *testing.T, env []string, dir string, args ...string) (int, string
 // serve and worker refuse a schema behind the binary, naming the command
 // that fixes it, instead of answering 500 to every request.
 func TestServeAndWorkerRefuseASchemaBehindTheBinary(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	env := e2etest.ChildEnv(a.DBURL, "FENCELAB_ADDR=127.0.0.1:"+strconv.Itoa(pgtest.FreePort(t)))
 	code, out := runBin(t, env, "", "migrate", "down", "1")
 	require.Equal(t, 0, code, out)
@@ -107,10 +106,7 @@ func TestNewcomerErrorsSayWhatToDoNext(t *testing.T) {
 // that cluster, and --reset brings the demo data back.
 func TestDevRefusesABusyPortAndASecondDevAndResetsOnRequest(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "fencelab-devtest-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := e2etest.ScratchDir(t, "fencelab-devtest-")
 	env := append(e2etest.ChildEnv(""), "DATABASE_URL=", "FENCELAB_TOKEN_SECRET=", "FENCELAB_DATA_DIR="+dir, "FENCELAB_ACCESS_LOG=false")
 
 	busy, err := net.Listen("tcp", "127.0.0.1:0")

@@ -10,6 +10,5 @@ import (
 // idem/owner-gone-after-serve-kill: a killed serve's key is taken over as
 // soon as a restarted serve answers, not when its lock expires.
 func TestIdempotencyKeyIsFreedWhenItsServeDies(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, idemlab.IdemOwnerGone)
 }

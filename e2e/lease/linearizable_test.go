@@ -37,8 +37,7 @@ import (
 func TestFenceHistoryIsLinearizable(t *testing.T) {
 	t.Parallel()
 	t.Run("fenced resource", func(t *testing.T) {
-		t.Parallel()
-		a := e2etest.Start(t, e2etest.Options{MaxConns: 20})
+		a := e2etest.StartParallel(t, e2etest.Options{MaxConns: 20})
 		h := runHolders(t, a, nil)
 		require.Positive(t, h.refused, "some writes must have been stale, or the check proves little")
 		res, info := porcupine.CheckOperationsVerbose(fenceModel, h.ops, time.Minute)
@@ -49,8 +48,7 @@ func TestFenceHistoryIsLinearizable(t *testing.T) {
 		e2etest.Assert(t, a.Pool, "lease", "report")
 	})
 	t.Run("broken guard", func(t *testing.T) {
-		t.Parallel()
-		a := e2etest.Start(t, e2etest.Options{MaxConns: 20})
+		a := e2etest.StartParallel(t, e2etest.Options{MaxConns: 20})
 		h := runHolders(t, a, leaselab.UnfencedOutput(a.Pool))
 		require.Zero(t, h.refused, "the broken guard refuses nothing")
 		res := porcupine.CheckOperationsTimeout(fenceModel, h.ops, time.Minute)

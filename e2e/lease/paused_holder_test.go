@@ -11,7 +11,6 @@ import (
 // The chapter's one acceptance condition: a paused old holder, once
 // resumed, cannot write the protected resource (lease/paused-holder).
 func TestPausedHolderCannotWriteAfterExpiry(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, leaselab.PausedHolder)
 }
 

@@ -9,6 +9,5 @@ import (
 
 // The chapter's timeline with real OS processes (lease/two-processes).
 func TestReportJobAcrossTwoProcesses(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, leaselab.TwoProcesses)
 }

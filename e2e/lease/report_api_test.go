@@ -12,8 +12,7 @@ import (
 )
 
 func TestReportEndpointValidatesAndAuthenticates(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	tok := a.Token(t, "user-0042", httpx.RoleUser)
 
 	r := a.Do(t, e2etest.Req{Method: "GET", Path: "/reports/2026-05-01"})
@@ -53,8 +52,7 @@ func TestReportEndpointValidatesAndAuthenticates(t *testing.T) {
 // The module is wired into the deployable: with background tasks on, the
 // app writes today's report (by the database clock) on its own.
 func TestTheAppWritesTodaysReportInTheBackground(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{Tasks: true})
+	a := e2etest.StartParallel(t, e2etest.Options{Tasks: true})
 	var today time.Time
 	require.NoError(t, a.Pool.QueryRow(ctx, `SELECT current_date`).Scan(&today))
 	tok := a.Token(t, "user-0042", httpx.RoleUser)

@@ -9,12 +9,10 @@ import (
 
 // lease/watchdog-keeps-alive: a task twice as long as its lease keeps it.
 func TestWatchdogKeepsALongTaskAlive(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, leaselab.WatchdogKeepsAlive)
 }
 
 // lease/watchdog-cancels-on-loss: a lost lease cancels the watched task.
 func TestWatchdogCancelsOnLoss(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, leaselab.WatchdogCancelsOnLoss)
 }

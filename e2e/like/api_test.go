@@ -50,8 +50,7 @@ func likes(t *testing.T, a *likeslab.Lab, item int64, token string) like.Likes {
 // click changes nothing; the count lags the facts by exactly the pending
 // events it reports until the counter runs, then is exact.
 func TestLikeAPIClicksAndTheCount(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	item := a.Items(t, 1)[0]
 	u1, u2 := a.Token(t, "user-0001", httpx.RoleUser), a.Token(t, "user-0002", httpx.RoleUser)
 	path := func(op string) string { return fmt.Sprintf("/social/items/%d/%s", item, op) }
@@ -89,8 +88,7 @@ func TestLikeAPIClicksAndTheCount(t *testing.T) {
 
 // TestLikeAPIRefusesBadInput: every client mistake is a 4xx problem.
 func TestLikeAPIRefusesBadInput(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	item := a.Items(t, 1)[0]
 	user := a.Token(t, "user-0001", httpx.RoleUser)
 	admin := a.Token(t, "admin-1", httpx.RoleAdmin)
@@ -140,8 +138,7 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 // may not read is refused (rel's AccessCheck, on the truth table);
 // withdrawing a like never is, so a block cannot trap one.
 func TestLikeNeedsAccessCheck(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	svc, err := rel.NewService(app.Standalone(a.Pool))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -172,8 +169,7 @@ func TestLikeNeedsAccessCheck(t *testing.T) {
 // the service's back in a transaction rolled back afterwards, makes its
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	ids := a.Items(t, 2)
 	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
 	require.NoError(t, err)
@@ -188,46 +184,29 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 	item := fmt.Sprint(ids[0])
 
-	for _, c := range []struct {
-		id, name string
-		sql      []string
-	}{
-		{"LIKE-S1", "the guard disabled", []string{`ALTER TABLE social_like DISABLE TRIGGER social_like_guard`}},
-		{"LIKE-I1", "liked out of step with the version", []string{
+	e2etest.RequireCaught(t, a.Pool, []e2etest.Corruption{
+		{ID: "LIKE-S1", Name: "the guard disabled", SQL: []string{`ALTER TABLE social_like DISABLE TRIGGER social_like_guard`}},
+		{ID: "LIKE-I1", Name: "liked out of step with the version", SQL: []string{
 			`ALTER TABLE social_like DROP CONSTRAINT social_like_versioned`,
 			`ALTER TABLE social_like DISABLE TRIGGER social_like_guard`,
 			`UPDATE social_like SET liked = false WHERE user_id = 'user-0001'`}},
-		{"LIKE-I2", "a change without its event", []string{
+		{ID: "LIKE-I2", Name: "a change without its event", SQL: []string{
 			`ALTER TABLE social_like DISABLE TRIGGER social_like_guard`,
 			`UPDATE social_like SET liked = NOT liked, version = version + 1, changed_tx = pg_current_xact_id() WHERE user_id = 'user-0001'`}},
-		{"LIKE-I2", "an event without a change", []string{
+		{ID: "LIKE-I2", Name: "an event without a change", SQL: []string{
 			`INSERT INTO outbox_event (topic, key, payload) VALUES ('social.like', '` + item + `',
 			  '{"item_id":` + item + `,"user_id":"user-0001","liked":false,"version":2}')`}},
-		{"LIKE-I2", "two events for one version", []string{
+		{ID: "LIKE-I2", Name: "two events for one version", SQL: []string{
 			`INSERT INTO outbox_event (topic, key, payload) VALUES ('social.like', '` + item + `',
 			  '{"item_id":` + item + `,"user_id":"user-0002","liked":true,"version":1}')`}},
-		{"LIKE-I3", "a caught-up count off the facts", []string{
+		{ID: "LIKE-I3", Name: "a caught-up count off the facts", SQL: []string{
 			`UPDATE social_like_count SET n = n + 1`}},
-		{"LIKE-I4", "a count beyond its bound", []string{
+		{ID: "LIKE-I4", Name: "a count beyond its bound", SQL: []string{
 			`UPDATE social_like_count SET n = n + 5`,
 			`INSERT INTO social_like (item_id, user_id) VALUES (` + item + `, 'user-0003')`,
 			`INSERT INTO outbox_event (topic, key, payload) VALUES ('social.like', '` + item + `',
 			  '{"item_id":` + item + `,"user_id":"user-0003","liked":true,"version":1}')`}},
-	} {
-		func() {
-			tx, err := a.Pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			for _, sql := range c.sql {
-				_, err := tx.Exec(ctx, sql)
-				require.NoError(t, err, c.name)
-			}
-			res := e2etest.Invariants().Run(ctx, tx, c.id)
-			require.Len(t, res, 1)
-			require.NoError(t, res[0].Err, c.name)
-			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
-		}()
-	}
+	})
 	e2etest.Assert(t, a.Pool, likeslab.LabInvariants...)
 }
 
@@ -235,8 +214,7 @@ func TestLIKEInvariantsCatchEachCorruption(t *testing.T) {
 // and the CHECK are LIKE-I1's first line, under the service's conditional
 // statements.
 func TestLikeFactsAreNeverDeletedAndEveryUpdateIsOneFlip(t *testing.T) {
-	t.Parallel()
-	a := likeslab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, likeslab.StartLab, lab.Options{})
 	item := a.Items(t, 1)[0]
 	svc, err := like.NewService(app.Standalone(a.Pool), like.Config{})
 	require.NoError(t, err)

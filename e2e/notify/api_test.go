@@ -18,8 +18,7 @@ import (
 // A client's mistake is a 4xx problem and leaves nothing behind: no user,
 // notification, task or job.
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
-	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, notifylab.StartLab, e2etest.Options{})
 	user42 := l.Token(t, "user-0042", httpx.RoleUser)
 	big := `{"blob":"` + strings.Repeat("x", notify.MaxDataBytes) + `"}`
 
@@ -82,8 +81,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 // Preferences belong to their user (admins may set them; services may read
 // them); a notification is visible to its user, admins and services.
 func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing.T) {
-	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, notifylab.StartLab, e2etest.Options{})
 	user42, user43 := l.Token(t, "user-0042", httpx.RoleUser), l.Token(t, "user-0043", httpx.RoleUser)
 	r := l.Do(t, e2etest.Req{Method: "PUT", Path: "/notify/users/user-0042/preferences", Token: l.Admin,
 		Body: `{"channels":{"email":true,"push":true}}`})
@@ -133,8 +131,7 @@ func TestNotificationsAndPreferencesAreVisibleOnlyToTheirUserAndStaff(t *testing
 // up, and delivered. A task not in review cannot be decided on; a decision
 // with an Idempotency-Key replays.
 func TestReviewDecisionsAreRecordedWithWhoAndWhy(t *testing.T) {
-	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, notifylab.StartLab, e2etest.Options{})
 	ctx := context.Background()
 	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelPush: true})
 	l.Push().Inject(fakeprovider.Fault{Op: fakeprovider.OpCreate, Times: 3, DropResponse: true})

@@ -10,21 +10,17 @@ import (
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestNTF01SameEventFiftyTimesConcurrentlyMakesOneNotification(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, notifylab.SameEventFiftyTimes)
 }
 
 func TestNTF02CommitThenDropFollowsEachChannelsContract(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, notifylab.CommitThenDrop)
 }
 
 func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, notifylab.StalledWorkerSuperseded)
 }
 
 func TestNTF04PreferenceTurnedOffBeforeTheClaimCancelsTheTask(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, notifylab.PreferenceOffCancels)
 }

@@ -17,8 +17,7 @@ import (
 // that no code path writes — broken by hand, past the constraints and
 // triggers that normally refuse them — are each reported.
 func TestNTFInvariantsReportRowsThatBreakThem(t *testing.T) {
-	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, notifylab.StartLab, e2etest.Options{})
 	ctx := context.Background()
 	l.Prefs(t, "user-0042", notifylab.AllChannels)
 	n := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-4001:shipped"))

@@ -19,8 +19,7 @@ import (
 // submitted again is a new notification, the kept one is still deduplicated.
 // Outside the purge the attempts stay append-only (NTF-I3).
 func TestRetentionPurgesWholeFinishedNotificationsOnly(t *testing.T) {
-	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, notifylab.StartLab, e2etest.Options{})
 	ctx := context.Background()
 	l.Prefs(t, "user-0042", map[string]bool{notify.ChannelEmail: true})
 	done := l.Submit(t, notifylab.LabEvent("user-0042", "order:ord-5001:shipped"))

@@ -20,8 +20,7 @@ import (
 // service reads by id only the notifications it submitted. A repeat by the
 // same service is still the one notification (NTF-I1).
 func TestAServiceCannotReadAnotherServicesNotification(t *testing.T) {
-	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, notifylab.StartLab, e2etest.Options{})
 	l.Prefs(t, "user-0042", notifylab.AllChannels)
 	svc1 := l.Token(t, "svc-0001", httpx.RoleService)
 	svc2 := l.Token(t, "svc-0002", httpx.RoleService)

@@ -32,8 +32,7 @@ func TestNTFSoakFlakyChannelsDeliverEachTaskAtMostOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak")
 	}
-	t.Parallel()
-	l := notifylab.StartLab(e2etest.X(t), e2etest.Options{MaxConns: 16, Settings: map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}})
+	l := e2etest.StartLab(t, notifylab.StartLab, e2etest.Options{MaxConns: 16, Settings: map[string]string{notify.EnvBackoffBase: "20ms", notify.EnvCallTimeout: "2s"}})
 	ctx := context.Background()
 	const users, events, dupEvery, submitters = 100, 2000, 10, 16
 

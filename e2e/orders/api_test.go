@@ -25,8 +25,7 @@ import (
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestOrderLifecycleOverHTTP(t *testing.T) {
-	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, orders.StartLab, e2etest.Options{})
 	tok := l.User(t, "user-0042")
 	res := l.Reserve(t, tok, flashsale.DemoSKU, "lifecycle-0042")
 
@@ -79,8 +78,7 @@ func TestOrderLifecycleOverHTTP(t *testing.T) {
 // someone else's reservation or order, paying twice, paying a paid order,
 // a callback for an unknown order, a malformed or mismatched callback.
 func TestOrderBadInputIs4xxAndChangesNothing(t *testing.T) {
-	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, orders.StartLab, e2etest.Options{})
 	owner, other := l.User(t, "user-0042"), l.User(t, "user-0043")
 	admin := l.Admin(t)
 	res := l.Reserve(t, owner, flashsale.DemoSKU, "bad-0042")
@@ -164,8 +162,7 @@ func TestOrderBadInputIs4xxAndChangesNothing(t *testing.T) {
 // A hold that ended before payment started closes the order on pay (409
 // hold_ended) and returns the unit if the release job has not yet.
 func TestOrderPayAfterHoldEndedClosesTheOrder(t *testing.T) {
-	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, orders.StartLab, e2etest.Options{})
 	tok := l.User(t, "user-0042")
 	res := l.Reserve(t, tok, flashsale.DemoSKU, "ended-0042")
 	o := l.Order(t, tok, res.ID)

@@ -11,36 +11,29 @@ import (
 )
 
 func TestORD01ChargeTakenAnswerDroppedStaysPayingReconcileQueryMakesItPaid(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, orders.ChargeAnswerLost)
 }
 
 func TestORD02SuccessCallbackFiveTimesShuffledWithFailureOneTransitionOneConfirmOneEvent(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, orders.SuccessDeliveredFiveTimes)
 }
 
 func TestORD03SuccessAfterHoldExpiredAndUnitResoldIsRefundedOnce(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, orders.LateSuccessUnitResold)
 }
 
 func TestORD04SuccessAfterHoldExpiredUnitFreeIsConfirmedLate(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, orders.LateSuccessUnitFree)
 }
 
 func TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, orders.ForgedCallbacks)
 }
 
 func TestORDLateLandingChargeAfterCloseRetakesTheUnit(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, orders.LateLandingCharge)
 }
 
 func TestORDReconcileClosesPendingChargeAfterHoldEndsAndRefusalFails(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, orders.ReconcileCloses)
 }

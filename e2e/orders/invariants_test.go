@@ -18,8 +18,7 @@ import (
 // that no code path writes — broken by hand, past the constraints and
 // triggers that normally refuse them — are each reported.
 func TestORDInvariantsReportRowsThatBreakThem(t *testing.T) {
-	t.Parallel()
-	l := orders.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, orders.StartLab, e2etest.Options{})
 	ctx := context.Background()
 	tok, tok2 := l.User(t, "user-0042"), l.User(t, "user-0043")
 	paid := l.Order(t, tok, l.Reserve(t, tok, flashsale.DemoSKU, "inv-0042").ID)

@@ -21,21 +21,18 @@ func TestMain(m *testing.M) { e2etest.Main(m) }
 // outbox/two-processes: two `fencelab worker` processes, the lease holder
 // killed with SIGKILL mid-stream; 10,000 events applied once, in order.
 func TestOutboxTwoConsumerProcesses(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, outboxlab.OutboxTwoProcesses)
 }
 
 // outbox/redelivery (naive: a consumer without its inbox, its position in
 // another transaction, caught by OUTBOX-I2).
 func TestOutboxRedeliveryAppliesEachEventOnce(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, outboxlab.OutboxRedelivery)
 }
 
 // The consumer table is an admin view; its lag is also a metric.
 func TestOutboxConsumersEndpointIsAdminOnly(t *testing.T) {
-	t.Parallel()
-	a := e2etest.Start(t, e2etest.Options{})
+	a := e2etest.StartParallel(t, e2etest.Options{})
 	ctx := context.Background()
 	require.NoError(t, outbox.Register(ctx, a.Pool, outbox.DemoConsumer()))
 	var msgs []outbox.Message

@@ -167,10 +167,7 @@ func TestAccountsAreCreatedByAdminsAndReadByTheirOwners(t *testing.T) {
 // History is keyset-paginated, newest first, with an opaque cursor: pages
 // neither skip nor repeat a line, even while new transactions arrive.
 func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
-	t.Parallel()
-	l := start(t)
-	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.User(t, "user-0042")
+	l, tok := startWithAccount(t, "acct-0042", "user-0042", 1000)
 	for i := range 7 {
 		require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", pointslab.NewKey(), int64(i+1)).Status)
 	}
@@ -237,10 +234,7 @@ func TestEntriesArePagedNewestFirstWithAnOpaqueCursor(t *testing.T) {
 // not the in-flight debit. (Locking and summing in one statement would sum
 // with the snapshot from before the wait and break a correct balance.)
 func TestRepairWaitsForAnInFlightDebitAndFixesOnlyTheCorruption(t *testing.T) {
-	t.Parallel()
-	l := start(t)
-	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.User(t, "user-0042")
+	l, tok := startWithAccount(t, "acct-0042", "user-0042", 1000)
 	ctx := context.Background()
 	_, err := l.Pool.Exec(ctx, `UPDATE points_account SET balance = balance + 5 WHERE id = 'acct-0042'`)
 	require.NoError(t, err)
@@ -374,10 +368,7 @@ func rowKey(t *testing.T, l *pointslab.Lab) string {
 // and the ledger's UNIQUE (client_id, idem_key) still refuses a second
 // transaction.
 func TestKeyReusedAfterItsRecordIsPurgedMakesNoSecondTransaction(t *testing.T) {
-	t.Parallel()
-	l := start(t)
-	l.OpenAccount(t, "acct-0042", "user-0042", 1000)
-	tok := l.User(t, "user-0042")
+	l, tok := startWithAccount(t, "acct-0042", "user-0042", 1000)
 	key := pointslab.NewKey()
 	require.Equal(t, http.StatusCreated, l.Debit(t, tok, "acct-0042", key, 30).Status)
 

@@ -32,15 +32,7 @@ import (
 // 15 s lock. Now the claim runs on a context the client cannot cancel, and
 // a claim made for a departed client is released at once.
 func TestClientAbortReleasesItsKey(t *testing.T) {
-	t.Parallel()
-	dbURL := pgtest.URL(t)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	proxy := newCutProxy(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	l := startWith(t, lab.Options{DBURL: u.String()})
-	l.OpenAccount(t, "acct-abort", "user-abort", 100)
-	tok := l.User(t, "user-abort")
+	l, tok, proxy, dbURL := startBehindCutProxy(t, "acct-abort", "user-abort", 100)
 	key := pointslab.NewKey()
 	ctx := context.Background()
 	direct, err := pgx.Connect(ctx, dbURL) // the test's own view, not through the proxy
@@ -84,10 +76,7 @@ func TestClientAbortReleasesItsKey(t *testing.T) {
 // a retry sending the second made a second debit. Either header alone is a
 // key; both at once are 400 and debit nothing.
 func TestTwoIdempotencyKeyHeadersAreRefused(t *testing.T) {
-	t.Parallel()
-	l := start(t)
-	l.OpenAccount(t, "acct-two", "user-two", 100)
-	tok := l.User(t, "user-two")
+	l, tok := startWithAccount(t, "acct-two", "user-two", 100)
 	before := l.Ledger(t)
 	req, err := http.NewRequest(http.MethodPost, l.URL+"/points/accounts/acct-two/debits",
 		strings.NewReader(`{"amount":10,"reason":"prize-17"}`))
@@ -118,10 +107,7 @@ func TestTwoIdempotencyKeyHeadersAreRefused(t *testing.T) {
 // A duplicate key in the body used to mean its last value: a debit of
 // {"amount":1,"amount":500} took 500. It is a 400 now, and debits nothing.
 func TestDuplicateKeysInADebitDebitNothing(t *testing.T) {
-	t.Parallel()
-	l := start(t)
-	l.OpenAccount(t, "acct-dup", "user-dup", 1000)
-	tok := l.User(t, "user-dup")
+	l, tok := startWithAccount(t, "acct-dup", "user-dup", 1000)
 	before := l.Ledger(t)
 	for _, body := range []string{`{"amount":1,"amount":500,"reason":"x"}`, `{"Amount":500,"reason":"x"}`, `{"amount":1,"reason":"x","REASON":"y"}`} {
 		r := l.Do(t, e2etest.Req{Method: "POST", Path: "/points/accounts/acct-dup/debits", Token: tok, Body: body,
@@ -223,6 +209,21 @@ type cutProxy struct {
 	goneOnce sync.Once
 }
 
+// startBehindCutProxy is startWithAccount with the app reaching its
+// database through a cutProxy; dbURL is the test's own direct way in.
+func startBehindCutProxy(t *testing.T, account, owner string, balance int64) (l *pointslab.Lab, tok string, proxy *cutProxy, dbURL string) {
+	t.Helper()
+	t.Parallel()
+	dbURL = pgtest.URL(t)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	proxy = newCutProxy(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	l = startWith(t, lab.Options{DBURL: u.String()})
+	l.OpenAccount(t, account, owner, balance)
+	return l, l.User(t, owner), proxy, dbURL
+}
+
 func newCutProxy(t *testing.T, target string) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -305,15 +306,7 @@ func (p *cutProxy) freeze(on bool) {
 // known; retry with your key"), and the retry with the same key leaves
 // exactly one debit.
 func TestConnectionLostMidRequestIsA503(t *testing.T) {
-	t.Parallel()
-	dbURL := pgtest.URL(t)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	proxy := newCutProxy(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	l := startWith(t, lab.Options{DBURL: u.String()})
-	l.OpenAccount(t, "acct-cut", "user-cut", 100)
-	tok := l.User(t, "user-cut")
+	l, tok, proxy, _ := startBehindCutProxy(t, "acct-cut", "user-cut", 100)
 
 	for i, point := range []string{idem.PointBeforeEffect, idem.PointBeforeFinish} {
 		key := pointslab.NewKey()

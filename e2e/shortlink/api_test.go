@@ -18,8 +18,7 @@ import (
 // The main path end to end: create, follow, revoke, 410, and the click
 // counted in the owner's stats.
 func TestCreateFollowRevokeAndCountTheClick(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{Tasks: true, Settings: map[string]string{shortlink.EnvClickInterval: "10ms", shortlink.EnvStatsTimeout: "5s"}})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{Tasks: true, Settings: map[string]string{shortlink.EnvClickInterval: "10ms", shortlink.EnvStatsTimeout: "5s"}})
 	tok := a.UserToken(t, "user-0042")
 
 	l := a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://book.example.test/ch/9?x=1#top"})
@@ -59,8 +58,7 @@ func TestCreateFollowRevokeAndCountTheClick(t *testing.T) {
 }
 
 func TestTargetURLRules(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	bad := map[string]string{
 		"empty":              "",
@@ -115,8 +113,7 @@ func TestTargetURLRules(t *testing.T) {
 }
 
 func TestAliasRules(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	target := "https://example.test/"
 	for alias, code := range map[string]string{
@@ -162,8 +159,7 @@ func TestAliasRules(t *testing.T) {
 
 // Only the owner revokes, reads or counts a link; anyone may follow it.
 func TestOnlyTheOwnerMayRevokeReadOrCount(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{})
 	owner, other := a.UserToken(t, "user-0042"), a.UserToken(t, "user-0043")
 	l := a.MustCreate(t, owner, shortlink.CreateRequest{Target: "https://example.test/mine", Alias: "mine"})
 
@@ -193,8 +189,7 @@ func TestOnlyTheOwnerMayRevokeReadOrCount(t *testing.T) {
 // code that is created later redirects at once on the replica that
 // created it (the cached "unknown" is dropped).
 func TestUnknownExpiredAndLaterCreatedCodes(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	for _, code := range []string{"later", "x", strings.Repeat("a", 65), "bad.code", "%2e%2e"} {
 		r := a.BadInput().Visit(t, code) // mostly codes no link can have
@@ -228,8 +223,7 @@ INSERT INTO shortlink_creations (code, target, owner, created_at) SELECT * FROM 
 // The database refuses what the service never does: changing a target,
 // un-revoking, deleting a code, rewriting the creation record (SL-I1).
 func TestTheSchemaRefusesToOverwriteALink(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{})
 	tok := a.UserToken(t, "user-0042")
 	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/fixed", Alias: "fixed"})
 	require.Equal(t, http.StatusOK, a.Revoke(t, tok, "fixed").Status)
@@ -250,8 +244,7 @@ func TestTheSchemaRefusesToOverwriteALink(t *testing.T) {
 
 // `fencelab dev` seeds a demo link; seeding twice is harmless.
 func TestSeedCreatesTheDemoLinkOnce(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{})
 	require.NoError(t, a.Seed(context.Background(), "shortlink"))
 	require.NoError(t, a.Seed(context.Background(), "shortlink"))
 	r := a.Visit(t, shortlink.DemoCode)
@@ -290,8 +283,7 @@ func TestInvariantsReportRowsBrokenByHand(t *testing.T) {
 		},
 	} {
 		t.Run(id, func(t *testing.T) {
-			t.Parallel()
-			a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{})
+			a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{})
 			tok := a.UserToken(t, "user-0042")
 			future := time.Now().Add(time.Hour)
 			a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/inv", Alias: "inv", ExpiresAt: &future})
@@ -321,8 +313,7 @@ func failing(ctx context.Context, a *shortlinklab.Lab) []string {
 // with Retry-After — never a hanging request, never an answer older than
 // the TTL — while links already cached keep redirecting.
 func TestRedirectAnswers503WhenTheLinkStoreDoesNotAnswerInTime(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{Settings: map[string]string{shortlink.EnvCacheTTL: "1h", shortlink.EnvLookupTimeout: "100ms"}})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{Settings: map[string]string{shortlink.EnvCacheTTL: "1h", shortlink.EnvLookupTimeout: "100ms"}})
 	tok := a.UserToken(t, "user-0042")
 	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/warm", Alias: "warm"})
 	a.MustCreate(t, tok, shortlink.CreateRequest{Target: "https://example.test/cold", Alias: "cold"})

@@ -10,21 +10,17 @@ import (
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestSL01HundredCreatorsOfOneAliasOneWinsEveryLoserGets409(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, shortlinklab.HundredCreatorsOneAlias)
 }
 
 func TestSL02RevokedLinkRedirectsAtMostOneTTLAfterTheRevoke(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, shortlinklab.RevokeWithinOneTTL)
 }
 
 func TestSL03RedirectsStay302WhileTheStatsStoreIsLockedOrDead(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, shortlinklab.RedirectsOutliveStats)
 }
 
 func TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, shortlinklab.ClickBatchRetried)
 }

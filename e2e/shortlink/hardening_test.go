@@ -19,8 +19,7 @@ import (
 // port above 65535 is a 422; HEAD /s/{code} answers like GET without
 // counting a click.
 func TestShortLinkRulesFromOutsideProbes(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), shortlinklab.LabOptions{Settings: map[string]string{
+	a := e2etest.StartLab(t, shortlinklab.StartLab, shortlinklab.LabOptions{Settings: map[string]string{
 		shortlink.EnvBaseURL: "https://go.example.test",
 	}})
 	tok := a.UserToken(t, "user-0042")

@@ -60,8 +60,7 @@ func TestEveryRouteSegmentIsAReservedAlias(t *testing.T) {
 // numeric spellings browsers read as loopback — is refused with a 422
 // unless the deployment opts in. Names are never resolved.
 func TestPrivateShortLinkTargetsAreRefused(t *testing.T) {
-	t.Parallel()
-	a := shortlinklab.StartLab(e2etest.X(t), lab.Options{})
+	a := e2etest.StartLab(t, shortlinklab.StartLab, lab.Options{})
 	tok := a.UserToken(t, "user-0042")
 	refused := []string{
 		"http://127.0.0.1:8080/metrics",

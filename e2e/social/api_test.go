@@ -21,8 +21,7 @@ import (
 // both directions of the block), to a forged, expired or missing token
 // (401); nobody follows, approves or edits on another's behalf.
 func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	for _, u := range []string{"user-ownerp", "user-fan", "user-stranger", "user-c"} {
 		relations.RequireStatus(t, e.Call(t, u, "PUT", "/social/me", map[string]any{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}
@@ -113,8 +112,7 @@ func TestRELSecurityReadsAndActingAsAnother(t *testing.T) {
 // timeline paged by cursor while posts keep arriving, an idempotent post,
 // visibility changes, the admin view-lag endpoint and the metrics.
 func TestRELAPIListsCountsTimelineAndLag(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	for _, u := range []string{"user-a", "user-b", "user-cp"} {
 		relations.RequireStatus(t, e.Call(t, u, "PUT", "/social/me", map[string]bool{"private": strings.HasSuffix(u, "p")}), http.StatusOK, "")
 	}

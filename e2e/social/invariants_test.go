@@ -18,54 +18,35 @@ import (
 // service's back, inside a transaction rolled back afterwards — makes its
 // invariant report rows. A check that cannot fail would prove nothing.
 func TestRELInvariantsCatchEachCorruption(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	e.Users(t, "user-a", "user-b", "user-c")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-c", "user-b")
 	e.CatchUp(t)
 	e2etest.Assert(t, e.Pool, "social")
 
-	ctx := context.Background()
-	for _, c := range []struct {
-		id, name string
-		sql      []string
-	}{
-		{"REL-I1", "a change without its event", []string{
+	e2etest.RequireCaught(t, e.Pool, []e2etest.Corruption{
+		{ID: "REL-I1", Name: "a change without its event", SQL: []string{
 			`UPDATE social_relation SET state = 'none', version = version + 1 WHERE follower = 'user-a' AND followee = 'user-b'`}},
-		{"REL-I1", "two events for one version", []string{
+		{ID: "REL-I1", Name: "two events for one version", SQL: []string{
 			`INSERT INTO outbox_event (topic, key, payload) VALUES ('social.rel', 'user-b',
 			  '{"follower":"user-a","followee":"user-b","state":"active","version":1,"op":"follow"}')`}},
-		{"REL-I2", "a block beside a follow", []string{
+		{ID: "REL-I2", Name: "a block beside a follow", SQL: []string{
 			`UPDATE social_relation SET state = 'blocked', version = version + 1, event_id = 0, changed_tx = pg_current_xact_id()
 			  WHERE follower = 'user-b' AND followee = 'user-a'`}},
-		{"REL-I3", "a view ahead of the truth", []string{
+		{ID: "REL-I3", Name: "a view ahead of the truth", SQL: []string{
 			`UPDATE social_followers SET version = version + 5 WHERE user_id = 'user-b' AND peer_id = 'user-a'`}},
-		{"REL-I3", "a caught-up view behind the truth", []string{
+		{ID: "REL-I3", Name: "a caught-up view behind the truth", SQL: []string{
 			`UPDATE social_following SET version = 0 + 1, active = false WHERE user_id = 'user-c'`,
 			`UPDATE social_relation SET state = 'none', version = version + 1 WHERE follower = 'user-c' AND followee = 'user-b'`}},
-		{"REL-I4", "a view granting what the truth does not", []string{
+		{ID: "REL-I4", Name: "a view granting what the truth does not", SQL: []string{
 			`UPDATE social_followers SET active = false WHERE user_id = 'user-b' AND peer_id = 'user-a'`}},
-		{"REL-I4", "a count off its view", []string{
+		{ID: "REL-I4", Name: "a count off its view", SQL: []string{
 			`UPDATE social_follower_count SET n = n + 1 WHERE user_id = 'user-b'`}},
-		{"REL-I4", "a lag beyond the declared bound", []string{
+		{ID: "REL-I4", Name: "a lag beyond the declared bound", SQL: []string{
 			`INSERT INTO outbox_event (topic, key, payload, created_at) VALUES ('social.rel', 'user-c',
 			  '{"follower":"user-b","followee":"user-c","state":"none","version":1,"op":"unfollow"}', now() - interval '2 minutes')`}},
-	} {
-		func() {
-			tx, err := e.Pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }() // a failed require must not strand the connection
-			for _, sql := range c.sql {
-				_, err := tx.Exec(ctx, sql)
-				require.NoError(t, err, c.name)
-			}
-			res := e2etest.Invariants().Run(ctx, tx, c.id)
-			require.Len(t, res, 1)
-			require.NoError(t, res[0].Err, c.name)
-			require.False(t, res[0].Holds(), "%s: %s should report it", c.id, c.name)
-		}()
-	}
+	})
 	e2etest.Assert(t, e.Pool, "social")
 }
 
@@ -73,8 +54,7 @@ func TestRELInvariantsCatchEachCorruption(t *testing.T) {
 // is the first line of REL-I1 and REL-I3 (a deleted row would restart its
 // version and every view would ignore the pair's new events).
 func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	e.DoOp(t, rel.OpFollow, "user-a", "user-b")
 	ctx := context.Background()
@@ -95,8 +75,7 @@ func TestRELTruthRowsAreNeverDeletedAndVersionsOnlyGrow(t *testing.T) {
 // the planner inlines into the caller's query (no opaque Function Scan),
 // so a feed that re-checks a page with it gets index scans and joins.
 func TestRELReadablePostsIsInlined(t *testing.T) {
-	t.Parallel()
-	e := relations.StartLab(e2etest.X(t), e2etest.Options{})
+	e := e2etest.StartLab(t, relations.StartLab, e2etest.Options{})
 	e.Users(t, "user-a", "user-b")
 	p := e.Post(t, "user-b", rel.Public)
 	rows, err := e.Pool.Query(context.Background(),

@@ -21,8 +21,7 @@ import (
 // them leaves a reference to any byte: no blob row, no blob file, no
 // file_object.
 func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{Settings: map[string]string{
 		upload.EnvMaxFileSize: "8MiB", upload.EnvMaxChunkSize: "1MiB", upload.EnvMaxChunks: "100",
 	}})
 	const chunkSize = 200 << 10
@@ -170,8 +169,7 @@ func TestBadInputIs4xxAndReferencesNothing(t *testing.T) {
 // writer in another process would hold it) is a 409 chunk_in_progress with
 // Retry-After; once the lock is gone the same PUT stores it.
 func TestChunkBeingWrittenElsewhereIs409InProgress(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{})
 	data, digest := uploadlab.Payload(7, 96<<10)
 	parts := uploadlab.Chunks(data, 32<<10)
 	s := l.Open(t, l.Alice, data, 32<<10, digest)
@@ -196,8 +194,7 @@ func TestChunkBeingWrittenElsewhereIs409InProgress(t *testing.T) {
 
 // The empty file is one empty chunk.
 func TestEmptyFileUploads(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{})
 	f := l.Committed(t, l.Alice, []byte{}, 1, "empty.txt")
 	l.Publish(t, f)
 	r := l.Read(t, l.Alice, f.ID, nil)

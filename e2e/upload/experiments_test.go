@@ -10,21 +10,17 @@ import (
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
 func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, uploadlab.ChunksInRandomOrder)
 }
 
 func TestUP03ProcessingLeaseExpiresSecondRunnerTakesOverOnePublish(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, uploadlab.ProcessingLeaseTakenOver)
 }
 
 func TestUP04ReadBeforePublishIs409NotReady(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, uploadlab.ReadBeforePublish)
 }
 
 func TestUP05WrongDeclaredSHA256FailsCompletionNothingReferenced(t *testing.T) {
-	t.Parallel()
 	e2etest.Experiment(t, uploadlab.WrongDeclaredSHA256)
 }

@@ -35,8 +35,7 @@ func age(t *testing.T, l *uploadlab.Lab, tables ...string) {
 // its grace period. GC passes over the locked row; the commit lands; GC
 // never removes the now referenced blob.
 func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{Settings: oneHour})
 	data, digest := uploadlab.Payload(8, 256<<10)
 	s := l.UploadAll(t, l.Alice, data, 64<<10)
 	age(t, l, "upload_blob")
@@ -64,8 +63,7 @@ func TestGCPassesOverABlobACommitIsReferencing(t *testing.T) {
 // arrives. The commit's conditional UPDATE finds no 'present' row and is
 // refused with 410 upload_expired; nothing references the reclaimed bytes.
 func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{Settings: oneHour})
 	data, digest := uploadlab.Payload(9, 256<<10)
 	s := l.UploadAll(t, l.Alice, data, 64<<10)
 	age(t, l, "upload_blob")
@@ -88,8 +86,7 @@ func TestCommitAfterGCDecidedIsRefused(t *testing.T) {
 // copy: it waits for GC's row lock, then announces a fresh row and renames
 // its own file into place. The blob exists after both, and commits.
 func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{Settings: oneHour})
 	data, digest := uploadlab.Payload(10, 200<<10)
 	first := l.UploadAll(t, l.Alice, data, 50<<10)
 	require.Equal(t, http.StatusOK, l.Do(t, e2etest.Req{Method: "DELETE", Path: "/upload/sessions/" + first.ID, Token: l.Alice}).Status)
@@ -120,8 +117,7 @@ func TestCompletionOfTheSameBytesWaitsForGCThenRewritesThem(t *testing.T) {
 // Abandoned and aborted sessions, and files nobody announced, are
 // reclaimed after the grace period; young ones are left alone.
 func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: oneHour})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{Settings: oneHour})
 	ctx := context.Background()
 
 	data, digest := uploadlab.Payload(11, 100<<10)
@@ -185,8 +181,7 @@ func TestAbandonedSessionsAndStrayFilesAreReclaimed(t *testing.T) {
 // the client's retried completion finds the bytes at their address and
 // completes from them.
 func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{})
 	data, digest := uploadlab.Payload(14, 300<<10)
 	s := l.Open(t, l.Alice, data, 100<<10, digest)
 	for n, c := range uploadlab.Chunks(data, 100<<10) {
@@ -215,8 +210,7 @@ func TestCompleteRetriedAfterACrashFinishesFromTheBlob(t *testing.T) {
 // The invariants are not vacuous: each one reports the damage it exists
 // to catch, and holds again once the damage is repaired.
 func TestUploadInvariantsSeeTheDamageTheyGuardAgainst(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{})
 	ctx := context.Background()
 	data, digest := uploadlab.Payload(15, 100<<10)
 	f := l.Committed(t, l.Alice, data, 25<<10, "guarded.bin")
@@ -288,8 +282,7 @@ func toString(v any) string {
 // it (a misconfiguration) is refused before it writes a blob or sweeps:
 // its GC would take the first database's blobs for stray files.
 func TestABlobStoreServesOneDatabase(t *testing.T) {
-	t.Parallel()
-	first := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	first := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{})
 	f := first.Committed(t, first.Alice, []byte("first database's file"), 8, "mine.txt")
 	second := uploadlab.StartLab(e2etest.X(t), e2etest.Options{Settings: map[string]string{upload.EnvDir: first.Dir, upload.EnvGrace: "1s"}})
 	s := second.Open(t, second.Alice, []byte("x"), 1, uploadlab.SHA256Hex([]byte("x")))

@@ -76,8 +76,7 @@ func hashedBytes(t *testing.T, l *uploadlab.Lab, how string) int {
 // PostgreSQL. After every step the saved state is exactly the SHA-256
 // state of the leading chunks; the completed blob is the declared file.
 func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
-	t.Parallel()
-	first := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	first := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{})
 	const chunkSize = 64 << 10
 	data, digest := uploadlab.Payload(31, 6*chunkSize+1234)
 	chunks := uploadlab.Chunks(data, chunkSize)
@@ -147,8 +146,7 @@ func TestRunningHashContinuesAcrossARestartAndOutOfOrderChunks(t *testing.T) {
 // newer one — the saved hash still covers exactly chunks 0..2 — and the
 // file completes as declared.
 func TestAStaleStreamedHashIsDroppedNotSaved(t *testing.T) {
-	t.Parallel()
-	l := uploadlab.StartLab(e2etest.X(t), e2etest.Options{})
+	l := e2etest.StartLab(t, uploadlab.StartLab, e2etest.Options{})
 	const chunkSize = 32 << 10
 	data, digest := uploadlab.Payload(32, 4*chunkSize)
 	chunks := uploadlab.Chunks(data, chunkSize)
