@@ -38,8 +38,9 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 
 // Counter registers the counter name on reg (as Register does: shared
 // with an instance already registered there, unregistered for a nil reg).
-// Counter, CounterVec and GaugeFunc are the one way a component declares
-// a series: name, help and labels, nothing else differs between them.
+// Counter, CounterVec, GaugeFunc, Histogram and HistogramVec are the one way a component declares
+// a series: name, help, labels (and buckets), nothing else differs
+// between them.
 func Counter(reg prometheus.Registerer, name, help string) prometheus.Counter {
 	return Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
 }
@@ -53,6 +54,17 @@ func CounterVec(reg prometheus.Registerer, name, help string, labels ...string) 
 // scrape time.
 func GaugeFunc(reg prometheus.Registerer, name, help string, value func() float64) prometheus.GaugeFunc {
 	return Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
+}
+
+// Histogram registers the histogram name, with buckets, on reg.
+func Histogram(reg prometheus.Registerer, name, help string, buckets []float64) prometheus.Histogram {
+	return Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}))
+}
+
+// HistogramVec registers the histogram name, with buckets and partitioned
+// by labels, on reg.
+func HistogramVec(reg prometheus.Registerer, name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
 }
 
 // Value reads a counter or gauge from g as /metrics would serve it: the
