@@ -22,3 +22,30 @@ func TestEnvReadersParseOrKeepTheDefault(t *testing.T) {
 	require.Equal(t, 250*time.Millisecond, app.EnvDuration("FENCELAB_TEST_DUR", time.Second))
 	require.Equal(t, time.Second, app.EnvDuration("FENCELAB_TEST_UNSET_DUR", time.Second))
 }
+
+// A settings reader sets what is present and well-formed, keeps the default
+// otherwise, and reports the first malformed or out-of-bounds value by key.
+func TestSettingsReaderKeepsDefaultsAndReportsTheFirstBadValue(t *testing.T) {
+	cfg := app.Config{Settings: map[string]string{
+		"X_DUR": "2s", "X_INT": "5", "X_BOOL": "true", "X_FAR": "10h", "X_WORD": "maybe",
+	}}
+	dur, n, b, unset := time.Second, 1, false, 3
+	r := app.NewSettingsReader(cfg, "mod")
+	r.Duration("X_DUR", &dur, time.Millisecond, time.Minute)
+	r.Int("X_INT", &n, 1, 10)
+	r.Bool("X_BOOL", &b)
+	r.Int("X_UNSET", &unset, 1, 10)
+	require.NoError(t, r.Err())
+	require.Equal(t, 2*time.Second, dur)
+	require.Equal(t, 5, n)
+	require.True(t, b)
+	require.Equal(t, 3, unset)
+
+	far, word := time.Second, false
+	r = app.NewSettingsReader(cfg, "mod")
+	r.Duration("X_FAR", &far, time.Millisecond, time.Minute)
+	r.Bool("X_WORD", &word)
+	require.EqualError(t, r.Err(), `mod: X_FAR="10h": want a duration in 1ms..1m0s`)
+	require.Equal(t, time.Second, far, "an out-of-bounds value leaves the default")
+	require.False(t, word)
+}
