@@ -247,26 +247,13 @@ func (ss *steppingStore) run(ctx context.Context) error {
 	}
 }
 
-// variantFlag is the replay command's flag for v.
+// variantFlag is the replay command's flag for v: none for the guarded
+// run, else the variant's name (lab.Variant.String) as a flag.
 func variantFlag(v lab.Variant) string {
-	switch v {
-	case lab.Naive:
-		return " --naive"
-	case lab.Control:
-		return " --control"
+	if v == lab.Guarded {
+		return ""
 	}
-	return ""
-}
-
-// variantName is v as a word (the form's value).
-func variantName(v lab.Variant) string {
-	switch v {
-	case lab.Naive:
-		return "naive"
-	case lab.Control:
-		return "control"
-	}
-	return "guarded"
+	return " --" + v.String()
 }
 
 // parseVariant reads the form's variant for e: only versions e declares.

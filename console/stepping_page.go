@@ -59,14 +59,14 @@ func (c *Console) startStepping(ec echo.Context) error {
 			"Title": "You have a stepping session already", "Status": http.StatusConflict, "StatusText": http.StatusText(http.StatusConflict),
 			"Detail": "One stepping session per admin: each holds a scratch database. End it (or let it end after " +
 				steppingIdle.String() + " without a step) to start another.",
-			"Link": steppingPath(st.ID), "LinkText": "Your session: " + st.Exp.ID + " (" + variantName(st.Variant) + ")"})
+			"Link": steppingPath(st.ID), "LinkText": "Your session: " + st.Exp.ID + " (" + st.Variant.String() + ")"})
 	case errors.Is(err, errSteppingFull):
 		return c.fail(ec, http.StatusTooManyRequests, "Every stepping session is in use",
 			fmt.Sprintf("This console runs at most %d stepping sessions at once (each holds a scratch database); one ends when its reader ends it or after %s without a step. Try again then.", c.stepping.max, steppingIdle))
 	case err != nil:
 		return c.fail(ec, http.StatusServiceUnavailable, "The session did not start", err.Error())
 	}
-	c.log.Info("console: stepping session", "id", e.ID, "variant", variantName(v), "by", st.Owner)
+	c.log.Info("console: stepping session", "id", e.ID, "variant", v.String(), "by", st.Owner)
 	return ec.Redirect(http.StatusSeeOther, steppingPath(st.ID))
 }
 
@@ -162,7 +162,7 @@ func steppingPageData(st *stepping, problem string) map[string]any {
 		replay = "fencelab lab run " + st.Exp.ID + variantFlag(st.Variant) + " --schedule " + view.Result.Schedule
 	}
 	return map[string]any{
-		"St": st, "View": view, "Ended": ended, "Chapter": ch, "Variant": variantName(st.Variant),
+		"St": st, "View": view, "Ended": ended, "Chapter": ch, "Variant": st.Variant.String(),
 		"Actors": rows, "Timeline": tl, "SVG": swimlane(res), "Invariants": view.Invariants,
 		"Verdict": verdict, "Replay": replay, "Schedule": strings.Join(view.Schedule, ","), "Problem": problem,
 		"Idle": steppingIdle, "Anchor": anchor(st.Exp.ID), "Started": st.Started.UTC().Format(time.RFC3339),

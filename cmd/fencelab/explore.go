@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
 	"github.com/fencelab/fencelab/core/lab"
-	"github.com/fencelab/fencelab/lab/labenv"
-	"github.com/fencelab/fencelab/program"
 )
 
 func labExplore(args []string) error { return labExploreTo(os.Stdout, args) }
@@ -58,18 +54,11 @@ func labExploreTo(out io.Writer, args []string) error {
 	case *control:
 		v = lab.Control
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
-	defer stop()
-	if !*asJSON {
-		fmt.Fprintf(os.Stderr, "provisioning a scratch PostgreSQL for %s …\n", id)
-	}
-	cluster, err := labenv.NewCluster(ctx, *url, program.Lab())
+	ctx, cluster, done, err := scratchCluster(*timeout, *url, id, *asJSON)
 	if err != nil {
 		return err
 	}
-	defer cluster.Close()
+	defer done()
 	o := lab.ExploreOptions{Variant: v, Max: *maxN, Seed: *seed, Parallel: *parallel}
 	if !*asJSON {
 		fmt.Fprintf(out, "%s (%s) — %s\n", id, v, e.Explore.Claim)

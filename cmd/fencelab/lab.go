@@ -206,18 +206,11 @@ func labRunTo(out io.Writer, args []string) error {
 	default:
 		variants = []lab.Variant{lab.Guarded}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
-	defer stop()
-	if !*asJSON {
-		fmt.Fprintf(os.Stderr, "provisioning a scratch PostgreSQL for %s …\n", id)
-	}
-	cluster, err := labenv.NewCluster(ctx, *url, program.Lab())
+	ctx, cluster, done, err := scratchCluster(*timeout, *url, id, *asJSON)
 	if err != nil {
 		return err
 	}
-	defer cluster.Close()
+	defer done()
 	var results []lab.Result
 	for _, v := range variants {
 		if *schedule != "" {
@@ -336,4 +329,22 @@ func printBeside(out io.Writer, naive, control lab.Result) {
 	for _, v := range naive.Invariants {
 		fmt.Fprintf(out, "  %-12s %-28s %s\n", v.ID, outcome(naive, v.ID), outcome(control, v.ID))
 	}
+}
+
+// scratchCluster is where `lab run` and `lab explore` run experiment id: a
+// scratch PostgreSQL cluster (the one at url when given), under a context
+// that ends after timeout or at ^C. done closes the cluster and the context.
+func scratchCluster(timeout time.Duration, url, id string, quiet bool) (ctx context.Context, cluster *labenv.Cluster, done func(), err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	if !quiet {
+		fmt.Fprintf(os.Stderr, "provisioning a scratch PostgreSQL for %s …\n", id)
+	}
+	cluster, err = labenv.NewCluster(ctx, url, program.Lab())
+	if err != nil {
+		stop()
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, cluster, func() { cluster.Close(); stop(); cancel() }, nil
 }

@@ -139,44 +139,30 @@ func Env(key, def string) string {
 }
 
 // EnvInt is Env for integers; a malformed value is fatal at start-up rather
-// than silently replaced.
-func EnvInt(key string, def int) int {
-	v := Env(key, "")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "fencelab: %s=%q is not an integer\n", key, v)
-		os.Exit(2)
-	}
-	return n
-}
+// than silently replaced (as for EnvBool and EnvDuration).
+func EnvInt(key string, def int) int { return envParsed(key, def, "an integer", strconv.Atoi) }
 
 // EnvBool is Env for booleans.
 func EnvBool(key string, def bool) bool {
-	v := Env(key, "")
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(strings.ToLower(v))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "fencelab: %s=%q is not a boolean\n", key, v)
-		os.Exit(2)
-	}
-	return b
+	return envParsed(key, def, "a boolean", func(v string) (bool, error) { return strconv.ParseBool(strings.ToLower(v)) })
 }
 
 // EnvDuration is Env for durations ("250ms", "30s").
 func EnvDuration(key string, def time.Duration) time.Duration {
+	return envParsed(key, def, "a duration", time.ParseDuration)
+}
+
+// envParsed is Env read through parse: def when unset or empty, and exit 2
+// with a message naming the key when the value is not what (an integer, …).
+func envParsed[V any](key string, def V, what string, parse func(string) (V, error)) V {
 	v := Env(key, "")
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
+	x, err := parse(v)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "fencelab: %s=%q is not a duration\n", key, v)
+		fmt.Fprintf(os.Stderr, "fencelab: %s=%q is not %s\n", key, v, what)
 		os.Exit(2)
 	}
-	return d
+	return x
 }

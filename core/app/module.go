@@ -53,6 +53,26 @@ type Runtime struct {
 	Mounted func(firstSegments []string)
 }
 
+// BuildService is a module's Build in the shape most modules share: read
+// the module's settings (load), make its service from the shared
+// dependencies and those settings (newService), then describe the runtime
+// from the three (runtime). The first error stops the build, as `serve`
+// must not start with a module half-configured.
+func BuildService[C, S any](load func(Config) (C, error), newService func(Deps, C) (S, error),
+	runtime func(Deps, C, S) (Runtime, error)) func(Deps) (Runtime, error) {
+	return func(d Deps) (Runtime, error) {
+		cfg, err := load(d.Config)
+		if err != nil {
+			return Runtime{}, err
+		}
+		svc, err := newService(d, cfg)
+		if err != nil {
+			return Runtime{}, err
+		}
+		return runtime(d, cfg, svc)
+	}
+}
+
 // Merge combines runtimes into one (a module built from parts): routes,
 // tasks, kinds and large-body prefixes of every part, seeds in order.
 func Merge(parts ...Runtime) Runtime {

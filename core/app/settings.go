@@ -31,44 +31,35 @@ func (r *SettingsReader) fail(key, v, want string) {
 
 // Duration sets *dst from key when present, within [lo, hi].
 func (r *SettingsReader) Duration(key string, dst *time.Duration, lo, hi time.Duration) {
-	v, ok := r.cfg.Lookup(key)
-	if !ok {
-		return
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < lo || d > hi {
-		r.fail(key, v, fmt.Sprintf("a duration in %v..%v", lo, hi))
-		return
-	}
-	*dst = d
+	setting(r, key, dst, time.ParseDuration, func(d time.Duration) bool { return d >= lo && d <= hi },
+		fmt.Sprintf("a duration in %v..%v", lo, hi))
 }
 
 // Int sets *dst from key when present, within [lo, hi].
 func (r *SettingsReader) Int(key string, dst *int, lo, hi int) {
-	v, ok := r.cfg.Lookup(key)
-	if !ok {
-		return
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		r.fail(key, v, fmt.Sprintf("an integer in %d..%d", lo, hi))
-		return
-	}
-	*dst = n
+	setting(r, key, dst, strconv.Atoi, func(n int) bool { return n >= lo && n <= hi },
+		fmt.Sprintf("an integer in %d..%d", lo, hi))
 }
 
 // Bool sets *dst from key when present.
 func (r *SettingsReader) Bool(key string, dst *bool) {
+	setting(r, key, dst, strconv.ParseBool, nil, "true or false")
+}
+
+// setting sets *dst from key when present: parsed by parse and, when
+// inBounds is given, accepted by it; anything else is r's error, saying
+// what was wanted, and leaves *dst (the default) as it was.
+func setting[V any](r *SettingsReader, key string, dst *V, parse func(string) (V, error), inBounds func(V) bool, want string) {
 	v, ok := r.cfg.Lookup(key)
 	if !ok {
 		return
 	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		r.fail(key, v, "true or false")
+	x, err := parse(v)
+	if err != nil || (inBounds != nil && !inBounds(x)) {
+		r.fail(key, v, want)
 		return
 	}
-	*dst = b
+	*dst = x
 }
 
 // String sets *dst from key when present; check, if given, validates it.

@@ -313,6 +313,22 @@ func (s *Server) arrive(r *http.Request, op Op, key string) *Fault {
 	return nil
 }
 
+// admit counts the request, applies its fault and refuses an operation
+// the party lacks (can false: 501, cannot says why after its name). It
+// returns the fault, whose DropResponse the handler applies after the
+// effect, and whether the handler goes on.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, op Op, key string, can bool, cannot string) (*Fault, bool) {
+	f := s.arrive(r, op, key)
+	if before(w, r, f) {
+		return f, false
+	}
+	if !can {
+		writeErr(w, http.StatusNotImplemented, "unsupported", s.caps.Name+cannot)
+		return f, false
+	}
+	return f, true
+}
+
 // before applies a fault's delay and error status; it reports whether the
 // request was answered already.
 func before(w http.ResponseWriter, r *http.Request, f *Fault) bool {
@@ -432,12 +448,8 @@ func replay(w http.ResponseWriter, st *stored, fp [32]byte) {
 
 func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 	key, ref := r.URL.Query().Get("key"), r.URL.Query().Get("reference")
-	f := s.arrive(r, OpQuery, firstNonEmpty(key, ref))
-	if before(w, r, f) {
-		return
-	}
-	if !s.caps.Query {
-		writeErr(w, http.StatusNotImplemented, "unsupported", s.caps.Name+" cannot be queried")
+	f, ok := s.admit(w, r, OpQuery, firstNonEmpty(key, ref), s.caps.Query, " cannot be queried")
+	if !ok {
 		return
 	}
 	if (key == "") == (ref == "") {
@@ -462,12 +474,8 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	f := s.arrive(r, OpClose, id)
-	if before(w, r, f) {
-		return
-	}
-	if !s.caps.Close {
-		writeErr(w, http.StatusNotImplemented, "unsupported", s.caps.Name+" cannot close effects")
+	f, ok := s.admit(w, r, OpClose, id, s.caps.Close, " cannot close effects")
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -512,12 +520,8 @@ func (s *Server) refund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
-	f := s.arrive(r, OpRefund, firstNonEmpty(key, id))
-	if before(w, r, f) {
-		return
-	}
-	if !s.caps.Refund {
-		writeErr(w, http.StatusNotImplemented, "unsupported", s.caps.Name+" cannot refund")
+	f, ok := s.admit(w, r, OpRefund, firstNonEmpty(key, id), s.caps.Refund, " cannot refund")
+	if !ok {
 		return
 	}
 	fp := sha256.Sum256(append([]byte(id+"\x00"), raw...))

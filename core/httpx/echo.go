@@ -178,11 +178,9 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 // method is folded by MethodLabel, the route is the template (or
 // "unmatched"), the status is a three-digit code the server chose.
 func metricsMiddleware(reg prometheus.Registerer, t *Errors) echo.MiddlewareFunc {
-	hist := promx.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "fencelab_http_request_duration_seconds",
-		Help:    "HTTP request latency by method, route template and status.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-	}, []string{"method", "route", "status"}))
+	hist := promx.HistogramVec(reg, "fencelab_http_request_duration_seconds",
+		"HTTP request latency by method, route template and status.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "method", "route", "status")
 	obs := &observers{vec: hist, m: map[observerKey]prometheus.Observer{}}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

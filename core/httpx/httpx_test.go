@@ -209,6 +209,28 @@ func TestErrorsMapToProblemsWithoutLeakingInternals(t *testing.T) {
 	require.NotEmpty(t, resp.Header.Get("X-Request-Id"))
 }
 
+// An ErrorTable's sentinels are answered as they were declared, wrapped or
+// not, and the table lists them in declaration order (the order a module's
+// Errors field hands to NewErrors).
+func TestErrorTableAnswersEachSentinelAsDeclared(t *testing.T) {
+	t.Parallel()
+	var tbl httpx.ErrorTable
+	errGone := tbl.New(http.StatusGone, "thing_gone", "pkg: thing gone")
+	errTaken := tbl.New(http.StatusConflict, "thing_taken", "pkg: thing taken")
+	require.Equal(t, []httpx.ErrorMapping{
+		httpx.Map(errGone, http.StatusGone, "thing_gone"),
+		httpx.Map(errTaken, http.StatusConflict, "thing_taken"),
+	}, []httpx.ErrorMapping(tbl))
+	require.Equal(t, "pkg: thing gone", errGone.Error())
+
+	errs := httpx.NewErrors(tbl)
+	p := errs.Problem(fmt.Errorf("%w: id 7", errTaken))
+	require.Equal(t, http.StatusConflict, p.Status)
+	require.Equal(t, "thing_taken", p.Code)
+	require.Equal(t, "pkg: thing taken: id 7", p.Detail)
+	require.Equal(t, "thing_gone", errs.Problem(errGone).Code)
+}
+
 // A database outage is the server's trouble and transient: 503 with
 // Retry-After and no connection details, even for a raw driver error a
 // module forgot to map.

@@ -93,6 +93,25 @@ func Map(err error, status int, code string) ErrorMapping {
 	return ErrorMapping{Err: err, Status: status, Code: code}
 }
 
+// ErrorTable is a package's error mappings, declared with the sentinels
+// themselves: New makes a sentinel and records the answer it gets, so a
+// package's client-facing errors and their HTTP answers are one literal,
+// and a sentinel cannot be declared without its answer. A package declares
+//
+//	var Errors httpx.ErrorTable
+//
+// with no initializer (its sentinels' initializers fill it, in declaration
+// order) and its module lists it in app.Module.Errors.
+type ErrorTable []ErrorMapping
+
+// New makes a sentinel error with text and records that it is answered
+// with status and code.
+func (t *ErrorTable) New(status int, code, text string) error {
+	err := errors.New(text)
+	*t = append(*t, Map(err, status, code))
+	return err
+}
+
 // baseMappings answer the database sentinels every module may return; they
 // are consulted after the modules' own, which are more specific.
 var baseMappings = []ErrorMapping{

@@ -26,14 +26,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
-		requests: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_idem_requests_total",
-			Help: "Idempotency-Key outcomes by scope: first, replayed, in_flight, reused, takeover, fence_refused, released.",
-		}, []string{"scope", "outcome"})),
-		purged: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_idem_purged_total",
-			Help: "Idempotency records deleted by the retention purge.",
-		})),
+		requests: promx.CounterVec(reg, "fencelab_idem_requests_total",
+			"Idempotency-Key outcomes by scope: first, replayed, in_flight, reused, takeover, fence_refused, released.", "scope", "outcome"),
+		purged: promx.Counter(reg, "fencelab_idem_purged_total",
+			"Idempotency records deleted by the retention purge."),
 	}
 }
 

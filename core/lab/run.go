@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelab/fencelab/core/invariant"
 )
 
 // Result is what one run showed: its timeline, the book's figure line and
@@ -184,16 +186,10 @@ func dataRows(views []InvariantView, id string) []string {
 // the proof that the invariant can fail. It returns the run's invariants.
 func TestNaive(t *testing.T, e Experiment, env Env) []InvariantView {
 	t.Helper()
-	if e.Naive == "" {
-		t.Fatalf("%s has no naive version", e.ID)
-	}
-	x := newX(t, env, e, Naive)
-	t.Logf("%s (naive: %s)", e.ID, e.Naive)
-	e.Run(x)
-	if t.Failed() {
+	views := testVariant(t, e, env, Naive, e.Naive, "naive version")
+	if views == nil {
 		return nil
 	}
-	views := x.check(e)
 	for _, v := range views {
 		if !v.Holds {
 			t.Logf("caught, as it should be:\n%s", formatInvariant(v))
@@ -210,16 +206,10 @@ func TestNaive(t *testing.T, e Experiment, env Env) []InvariantView {
 // invariants.
 func TestControl(t *testing.T, e Experiment, env Env) []InvariantView {
 	t.Helper()
-	if e.Control == "" {
-		t.Fatalf("%s has no control", e.ID)
-	}
-	x := newX(t, env, e, Control)
-	t.Logf("%s (control: %s)", e.ID, e.Control)
-	e.Run(x)
-	if t.Failed() {
+	views := testVariant(t, e, env, Control, e.Control, "control")
+	if views == nil {
 		return nil
 	}
-	views := x.check(e)
 	for _, v := range views {
 		switch {
 		case v.Holds:
@@ -230,6 +220,23 @@ func TestControl(t *testing.T, e Experiment, env Env) []InvariantView {
 		}
 	}
 	return views
+}
+
+// testVariant runs e's naive version or its control (named name, what the
+// experiment calls it; a variant e lacks is fatal) and returns the run's
+// invariants, or nil when the run itself failed.
+func testVariant(t *testing.T, e Experiment, env Env, v Variant, name, what string) []InvariantView {
+	t.Helper()
+	if name == "" {
+		t.Fatalf("%s has no %s", e.ID, what)
+	}
+	x := newX(t, env, e, v)
+	t.Logf("%s (%s: %s)", e.ID, strings.Fields(what)[0], name)
+	e.Run(x)
+	if t.Failed() {
+		return nil
+	}
+	return x.check(e)
 }
 
 func newX(t T, env Env, e Experiment, v Variant) *X {
@@ -393,8 +400,14 @@ func (x *X) check(e Experiment) []InvariantView {
 		x.Fatalf("lab: connect to check invariants: %v", err)
 	}
 	defer pool.Close()
+	return invariantViews(reg.Run(ctx, pool, e.Invariants...))
+}
+
+// invariantViews are results as a run reports them (the end-of-run check
+// and the mid-run look share this one conversion).
+func invariantViews(results []invariant.Result) []InvariantView {
 	var out []InvariantView
-	for _, r := range reg.Run(ctx, pool, e.Invariants...) {
+	for _, r := range results {
 		v := InvariantView{ID: r.ID, Statement: r.Statement, SQL: r.SQL, Schema: r.Schema, Holds: r.Holds(),
 			Columns: r.Columns, Rows: r.Rows, More: r.More}
 		if r.Err != nil {

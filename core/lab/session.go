@@ -150,14 +150,5 @@ func (x *X) invariantsNow(e Experiment) []InvariantView {
 		return nil
 	}
 	defer pool.Close()
-	var out []InvariantView
-	for _, r := range x.Env.Invariants().Run(ctx, pool, e.Invariants...) {
-		v := InvariantView{ID: r.ID, Statement: r.Statement, SQL: r.SQL, Schema: r.Schema, Holds: r.Holds(),
-			Columns: r.Columns, Rows: r.Rows, More: r.More}
-		if r.Err != nil {
-			v.Error = r.Err.Error()
-		}
-		out = append(out, v)
-	}
-	return out
+	return invariantViews(x.Env.Invariants().Run(ctx, pool, e.Invariants...))
 }

@@ -51,19 +51,15 @@ type runnerMetrics struct {
 
 func newRunnerMetrics(reg prometheus.Registerer, consumer string) runnerMetrics {
 	counter := func(name, help string) prometheus.Counter {
-		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
-		return promx.Register(reg, v).WithLabelValues(consumer)
+		return promx.CounterVec(reg, name, help, "consumer").WithLabelValues(consumer)
 	}
-	batch := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "fencelab_outbox_batch_seconds",
-		Help:    "Duration of committed consumer batches.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	}, []string{"consumer"})
+	batch := promx.HistogramVec(reg, "fencelab_outbox_batch_seconds", "Duration of committed consumer batches.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "consumer")
 	return runnerMetrics{
 		applied:     counter("fencelab_outbox_applied_total", "Events applied by this process's runners (redeliveries excluded)."),
 		redelivered: counter("fencelab_outbox_redelivered_total", "Events read again and skipped because the inbox already had them."),
 		acquired:    counter("fencelab_outbox_lease_acquired_total", "Consumer leases acquired by this process."),
 		lost:        counter("fencelab_outbox_lease_lost_total", "Batches refused because the lease had expired or been taken over."),
-		batch:       promx.Register(reg, batch).WithLabelValues(consumer),
+		batch:       batch.WithLabelValues(consumer),
 	}
 }

@@ -36,6 +36,37 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	panic(fmt.Sprintf("promx: register %T: %v", c, err))
 }
 
+// Counter registers the counter name on reg (as Register does: shared
+// with an instance already registered there, unregistered for a nil reg).
+// Counter, CounterVec, GaugeFunc, Histogram and HistogramVec are the one way a component declares
+// a series: name, help, labels (and buckets), nothing else differs
+// between them.
+func Counter(reg prometheus.Registerer, name, help string) prometheus.Counter {
+	return Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
+}
+
+// CounterVec registers the counter name, partitioned by labels, on reg.
+func CounterVec(reg prometheus.Registerer, name, help string, labels ...string) *prometheus.CounterVec {
+	return Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+// GaugeFunc registers the gauge name on reg, read by calling value at
+// scrape time.
+func GaugeFunc(reg prometheus.Registerer, name, help string, value func() float64) prometheus.GaugeFunc {
+	return Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
+}
+
+// Histogram registers the histogram name, with buckets, on reg.
+func Histogram(reg prometheus.Registerer, name, help string, buckets []float64) prometheus.Histogram {
+	return Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}))
+}
+
+// HistogramVec registers the histogram name, with buckets and partitioned
+// by labels, on reg.
+func HistogramVec(reg prometheus.Registerer, name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
+}
+
 // Value reads a counter or gauge from g as /metrics would serve it: the
 // sum of the samples of name carrying every name/value pair in labels (one
 // sample when labels name a series). ok is false when no sample matches.

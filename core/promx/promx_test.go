@@ -50,3 +50,31 @@ func TestRegisterPanicsOnAConflictingSeries(t *testing.T) {
 		promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "promx_test_total", Help: "test"}, []string{"other"}))
 	})
 }
+
+// The declaring helpers register what they say, share within a registry as
+// Register does, and a gauge is read when scraped.
+func TestDeclaringHelpersRegisterAndShare(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	promx.Counter(reg, "promx_plain_total", "plain").Add(2)
+	promx.Counter(reg, "promx_plain_total", "plain").Inc()
+	promx.CounterVec(reg, "promx_vec_total", "vec", "k").WithLabelValues("x").Inc()
+	depth := 7.0
+	promx.GaugeFunc(reg, "promx_gauge", "gauge", func() float64 { return depth })
+
+	v, ok, err := promx.Value(reg, "promx_plain_total")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 3.0, v)
+	v, ok, err = promx.Value(reg, "promx_vec_total", "k", "x")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 1.0, v)
+	v, ok, err = promx.Value(reg, "promx_gauge")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 7.0, v)
+	depth = 9
+	v, _, err = promx.Value(reg, "promx_gauge")
+	require.NoError(t, err)
+	require.Equal(t, 9.0, v, "the gauge is read when scraped, not when registered")
+}

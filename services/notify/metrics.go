@@ -11,10 +11,8 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{calls: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_notify_calls_total",
-		Help: "Calls to notification channels, by channel, op (send, query) and outcome (success, failed, unknown).",
-	}, []string{"channel", "op", "outcome"}))}
+	m := &metrics{calls: promx.CounterVec(reg, "fencelab_notify_calls_total",
+		"Calls to notification channels, by channel, op (send, query) and outcome (success, failed, unknown).", "channel", "op", "outcome")}
 	return m, nil
 }
 

@@ -21,20 +21,14 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "notify", Chapter: "notify",
-		Invariants: Invariants, Errors: Errors, Build: build,
+		Invariants: Invariants, Errors: Errors,
+		Build: app.BuildService(LoadConfig, NewService, runtime),
 	}
 }
 
-// build builds the module from the shared dependencies.
-func build(d app.Deps) (app.Runtime, error) {
-	cfg, err := LoadConfig(d.Config)
-	if err != nil {
-		return app.Runtime{}, err
-	}
-	s, err := NewService(d, cfg)
-	if err != nil {
-		return app.Runtime{}, err
-	}
+// runtime is the module's part of a process: routes, delivery kinds,
+// demo seed.
+func runtime(d app.Deps, _ Config, s *Service) (app.Runtime, error) {
 	keys := d.Keys()
 	h := &handlers{svc: s}
 	return app.Runtime{

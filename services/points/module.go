@@ -16,20 +16,13 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "points", Chapter: "points",
-		Invariants: Invariants, Errors: Errors, Build: build,
+		Invariants: Invariants, Errors: Errors,
+		Build: app.BuildService(LoadConfig, NewService, runtime),
 	}
 }
 
-// build builds the module from the shared dependencies.
-func build(d app.Deps) (app.Runtime, error) {
-	cfg, err := LoadConfig(d.Config)
-	if err != nil {
-		return app.Runtime{}, err
-	}
-	svc, err := NewService(d, cfg)
-	if err != nil {
-		return app.Runtime{}, err
-	}
+// runtime is the module's part of a process: its routes and demo seed.
+func runtime(d app.Deps, _ Config, svc *Service) (app.Runtime, error) {
 	h := &handlers{svc: svc}
 	keys := d.Keys()
 	return app.Runtime{

@@ -71,10 +71,8 @@ func NewService(d app.Deps, cfg Config) (*Service, error) {
 	if cfg.Output == nil {
 		cfg.Output = FencedOutput{DB: d.Pool}
 	}
-	runs := promx.Register(d.Registerer(), prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencelab_report_runs_total",
-		Help: "Daily report job runs by outcome (written, already_written, held, lost, stale_fence, error).",
-	}, []string{"outcome"}))
+	runs := promx.CounterVec(d.Registerer(), "fencelab_report_runs_total",
+		"Daily report job runs by outcome (written, already_written, held, lost, stale_fence, error).", "outcome")
 	return &Service{db: d.Pool, leases: lease.New(d.Pool), out: cfg.Output, faults: d.Faults,
 		log: d.Logger().With("module", "report", "holder", cfg.Holder), cfg: cfg, runs: runs}, nil
 }

@@ -23,40 +23,24 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, queue func() int, cacheLen func() int) *metrics {
 	m := &metrics{
 		reg: reg,
-		lookups: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_shortlink_cache_lookups_total",
-			Help: "Redirect lookups by result: hit, negative_hit (cached unknown code) or miss (read from the database).",
-		}, []string{"result"})),
-		dropped: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_shortlink_clicks_dropped_total",
-			Help: "Clicks not recorded, by reason: queue_full or write_failed (SL-I4: every drop is counted).",
-		}, []string{"reason"})),
-		dropsUnattributed: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_shortlink_clicks_dropped_unattributed_total",
-			Help: "Dropped clicks counted here only, because too many links had drops pending a flush.",
-		})),
-		written: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_shortlink_clicks_written_total",
-			Help: "Clicks written by the batch writer.",
-		})),
-		batchRetries: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_shortlink_click_batch_retries_total",
-			Help: "Click batches tried again after a failed attempt.",
-		})),
-		invalidations: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_shortlink_cache_invalidations_total",
-			Help: "Cache invalidations received through LISTEN/NOTIFY.",
-		})),
+		lookups: promx.CounterVec(reg, "fencelab_shortlink_cache_lookups_total",
+			"Redirect lookups by result: hit, negative_hit (cached unknown code) or miss (read from the database).", "result"),
+		dropped: promx.CounterVec(reg, "fencelab_shortlink_clicks_dropped_total",
+			"Clicks not recorded, by reason: queue_full or write_failed (SL-I4: every drop is counted).", "reason"),
+		dropsUnattributed: promx.Counter(reg, "fencelab_shortlink_clicks_dropped_unattributed_total",
+			"Dropped clicks counted here only, because too many links had drops pending a flush."),
+		written: promx.Counter(reg, "fencelab_shortlink_clicks_written_total",
+			"Clicks written by the batch writer."),
+		batchRetries: promx.Counter(reg, "fencelab_shortlink_click_batch_retries_total",
+			"Click batches tried again after a failed attempt."),
+		invalidations: promx.Counter(reg, "fencelab_shortlink_cache_invalidations_total",
+			"Cache invalidations received through LISTEN/NOTIFY."),
 	}
 	m.hit, m.negHit, m.miss = m.lookups.WithLabelValues("hit"), m.lookups.WithLabelValues("negative_hit"), m.lookups.WithLabelValues("miss")
 	m.droppedQueueFull, m.droppedWriteFailed = m.dropped.WithLabelValues(dropQueueFull), m.dropped.WithLabelValues(dropWriteFailed)
-	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fencelab_shortlink_click_queue_depth",
-		Help: "Clicks waiting for the batch writer.",
-	}, func() float64 { return float64(queue()) }))
-	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fencelab_shortlink_cache_entries",
-		Help: "Entries in the redirect caches (known and unknown codes), expired ones included.",
-	}, func() float64 { return float64(cacheLen()) }))
+	promx.GaugeFunc(reg, "fencelab_shortlink_click_queue_depth",
+		"Clicks waiting for the batch writer.", func() float64 { return float64(queue()) })
+	promx.GaugeFunc(reg, "fencelab_shortlink_cache_entries",
+		"Entries in the redirect caches (known and unknown codes), expired ones included.", func() float64 { return float64(cacheLen()) })
 	return m
 }

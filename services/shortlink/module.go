@@ -25,20 +25,14 @@ const DemoCode = "demo"
 func Module() app.Module {
 	return app.Module{
 		Name: "shortlink", Chapter: "shortlink",
-		Invariants: Invariants, Errors: Errors, Build: build,
+		Invariants: Invariants, Errors: Errors,
+		Build: app.BuildService(LoadConfig, NewService, runtime),
 	}
 }
 
-// build builds the module from the shared dependencies.
-func build(d app.Deps) (app.Runtime, error) {
-	cfg, err := LoadConfig(d.Config)
-	if err != nil {
-		return app.Runtime{}, err
-	}
-	svc, err := NewService(d, cfg)
-	if err != nil {
-		return app.Runtime{}, err
-	}
+// runtime is the module's part of a process: routes, the click writer
+// and invalidation listener, the click retention, the demo seed.
+func runtime(d app.Deps, cfg Config, svc *Service) (app.Runtime, error) {
 	tasks := []app.Task{{Name: "click-writer", Run: svc.clicks.Run}}
 	if cfg.Listen {
 		tasks = append(tasks, app.Task{Name: "invalidation-listener", Run: svc.listen})

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net/http"
 	"strconv"
 
 	"github.com/fencelab/fencelab/core/httpx"
@@ -83,7 +84,7 @@ var errStoredMeanwhile = errors.New("upload: chunk stored meanwhile")
 
 // errBody wraps failures to read a request body (the client went away, or
 // was too slow): the client's problem, answered with a 400.
-var errBody = errors.New("upload: chunk body incomplete")
+var errBody = Errors.New(http.StatusBadRequest, "body_incomplete", "upload: chunk body incomplete")
 
 // writeChunk writes chunk n in place under its range lock and records it.
 // When the running hash stands exactly at n (the chunk arrives in order),

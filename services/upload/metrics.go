@@ -21,34 +21,20 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		chunks: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_upload_chunks_total",
-			Help: "Chunk PUTs by outcome: stored, duplicate (same bytes again), conflict, in_progress, rejected (any other 4xx or error).",
-		}, []string{"outcome"})),
-		chunkBytes: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_upload_chunk_bytes_total",
-			Help: "Bytes of chunks stored (retransmits not counted).",
-		})),
-		hashed: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_upload_hashed_bytes_total",
-			Help: "Bytes fed to sessions' running SHA-256, by how: streamed (hashed as the chunk was written, in order) or reread (read back from the partial file: chunks that arrived ahead of a gap).",
-		}, []string{"how"})),
-		completions: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_upload_completions_total",
-			Help: "Completions by outcome: completed, or failed (size or SHA-256 differed from the declaration, UP-F5).",
-		}, []string{"outcome"})),
-		commits: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_upload_commits_total",
-			Help: "Files committed (file_object rows created).",
-		})),
-		publishes: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_upload_publishes_total",
-			Help: "Files published by processing runs.",
-		})),
-		gc: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_upload_gc_total",
-			Help: "What GC reclaimed: sessions_expired, blobs_reclaimed, stray_blobs, stray_partials.",
-		}, []string{"what"})),
+		chunks: promx.CounterVec(reg, "fencelab_upload_chunks_total",
+			"Chunk PUTs by outcome: stored, duplicate (same bytes again), conflict, in_progress, rejected (any other 4xx or error).", "outcome"),
+		chunkBytes: promx.Counter(reg, "fencelab_upload_chunk_bytes_total",
+			"Bytes of chunks stored (retransmits not counted)."),
+		hashed: promx.CounterVec(reg, "fencelab_upload_hashed_bytes_total",
+			"Bytes fed to sessions' running SHA-256, by how: streamed (hashed as the chunk was written, in order) or reread (read back from the partial file: chunks that arrived ahead of a gap).", "how"),
+		completions: promx.CounterVec(reg, "fencelab_upload_completions_total",
+			"Completions by outcome: completed, or failed (size or SHA-256 differed from the declaration, UP-F5).", "outcome"),
+		commits: promx.Counter(reg, "fencelab_upload_commits_total",
+			"Files committed (file_object rows created)."),
+		publishes: promx.Counter(reg, "fencelab_upload_publishes_total",
+			"Files published by processing runs."),
+		gc: promx.CounterVec(reg, "fencelab_upload_gc_total",
+			"What GC reclaimed: sessions_expired, blobs_reclaimed, stray_blobs, stray_partials.", "what"),
 	}
 	return m
 }

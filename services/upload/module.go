@@ -11,26 +11,24 @@ import (
 func Module() app.Module {
 	return app.Module{
 		Name: "upload", Chapter: "upload",
-		Invariants: Invariants, Errors: Errors, Build: build,
+		Invariants: Invariants, Errors: Errors,
+		Build: app.BuildService(LoadConfig, newLocalService, runtime),
 	}
 }
 
-// build builds the module from the shared dependencies: the local blob store
-// under Config.Dir, the routes, and two job kinds — processing (one job per
-// committed file) and GC (periodic).
-func build(d app.Deps) (app.Runtime, error) {
-	cfg, err := LoadConfig(d.Config)
-	if err != nil {
-		return app.Runtime{}, err
-	}
+// newLocalService is the module's service over the local blob store under
+// Config.Dir.
+func newLocalService(d app.Deps, cfg Config) (*Service, error) {
 	store, err := NewLocalStore(cfg.Dir)
 	if err != nil {
-		return app.Runtime{}, err
+		return nil, err
 	}
-	svc, err := NewService(d, cfg, store)
-	if err != nil {
-		return app.Runtime{}, err
-	}
+	return NewService(d, cfg, store)
+}
+
+// runtime is the module's part of a process: the routes, and two job
+// kinds — processing (one job per committed file) and GC (periodic).
+func runtime(d app.Deps, cfg Config, svc *Service) (app.Runtime, error) {
 	h := &handlers{svc: svc, cfg: cfg}
 	return app.Runtime{
 		Routes:            func(e *echo.Echo) { routes(e, h, d.Auth) },

@@ -259,12 +259,12 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		moves: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_order_moves_total",
-			Help: "Order moves by target state, applied or refused (ORD-O1)."}, []string{"to", "applied"})),
-		calls: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_payment_calls_total",
-			Help: "Payment channel calls by operation and recorded status (unknown: no answer)."}, []string{"op", "status"})),
-		callbacks: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_payment_callbacks_total",
-			Help: "Payment callbacks by outcome (applied, duplicate, forged, stale, malformed, conflict, unknown_order, mismatch)."}, []string{"outcome"})),
+		moves: promx.CounterVec(reg, "fencelab_flashsale_order_moves_total",
+			"Order moves by target state, applied or refused (ORD-O1).", "to", "applied"),
+		calls: promx.CounterVec(reg, "fencelab_flashsale_payment_calls_total",
+			"Payment channel calls by operation and recorded status (unknown: no answer).", "op", "status"),
+		callbacks: promx.CounterVec(reg, "fencelab_flashsale_payment_callbacks_total",
+			"Payment callbacks by outcome (applied, duplicate, forged, stale, malformed, conflict, unknown_order, mismatch).", "outcome"),
 	}
 	return m
 }

@@ -187,17 +187,17 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, inDB *concurrency) *metrics {
 	m := &metrics{
-		outcomes: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencelab_flashsale_reservation_requests_total",
-			Help: "Reservation requests by outcome (held, replayed, sold_out, already_holding, overloaded, …)."}, []string{"outcome"})),
-		released: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "fencelab_flashsale_released_total",
-			Help: "Expired holds whose unit the release returned."})),
+		outcomes: promx.CounterVec(reg, "fencelab_flashsale_reservation_requests_total",
+			"Reservation requests by outcome (held, replayed, sold_out, already_holding, overloaded, …).", "outcome"),
+		released: promx.Counter(reg, "fencelab_flashsale_released_total",
+			"Expired holds whose unit the release returned."),
 	}
-	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db",
-		Help: "Reservation operations inside the database now (FS-R4: at most FENCELAB_FLASHSALE_LIMIT)."},
-		func() float64 { n, _ := inDB.read(); return float64(n) }))
-	promx.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fencelab_flashsale_reservation_ops_in_db_peak",
-		Help: "Most reservation operations ever inside the database at once in this process."},
-		func() float64 { _, p := inDB.read(); return float64(p) }))
+	promx.GaugeFunc(reg, "fencelab_flashsale_reservation_ops_in_db",
+		"Reservation operations inside the database now (FS-R4: at most FENCELAB_FLASHSALE_LIMIT).",
+		func() float64 { n, _ := inDB.read(); return float64(n) })
+	promx.GaugeFunc(reg, "fencelab_flashsale_reservation_ops_in_db_peak",
+		"Most reservation operations ever inside the database at once in this process.",
+		func() float64 { _, p := inDB.read(); return float64(p) })
 	return m
 }
 

@@ -15,18 +15,12 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
-		clicks: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_social_like_clicks_total",
-			Help: "Like and unlike requests that reached the facts, by operation and whether they changed the fact (a repeated click does not).",
-		}, []string{"op", "changed"})),
-		events: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_social_like_counter_events_total",
-			Help: "Like events the counter consumed: added to a count, or skipped because a recompute had counted them.",
-		}, []string{"result"})),
-		recomputed: promx.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencelab_social_like_recomputed_items_total",
-			Help: "Item counts rewritten from the facts by a recompute.",
-		})),
+		clicks: promx.CounterVec(reg, "fencelab_social_like_clicks_total",
+			"Like and unlike requests that reached the facts, by operation and whether they changed the fact (a repeated click does not).", "op", "changed"),
+		events: promx.CounterVec(reg, "fencelab_social_like_counter_events_total",
+			"Like events the counter consumed: added to a count, or skipped because a recompute had counted them.", "result"),
+		recomputed: promx.Counter(reg, "fencelab_social_like_recomputed_items_total",
+			"Item counts rewritten from the facts by a recompute."),
 	}
 }
 

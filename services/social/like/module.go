@@ -31,15 +31,9 @@ import (
 
 // Build makes like's part of the social module: routes, the counter
 // consumer (a task in serve and worker), metrics, the demo seed.
-func Build(d app.Deps) (app.Runtime, error) {
-	cfg, err := LoadConfig(d.Config)
-	if err != nil {
-		return app.Runtime{}, err
-	}
-	s, err := NewService(d, cfg)
-	if err != nil {
-		return app.Runtime{}, err
-	}
+var Build = app.BuildService(LoadConfig, NewService, runtime)
+
+func runtime(d app.Deps, _ Config, s *Service) (app.Runtime, error) {
 	task, err := app.ConsumerTask(d, s.Counter())
 	if err != nil {
 		return app.Runtime{}, err

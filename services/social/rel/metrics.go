@@ -21,19 +21,13 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
-		changes: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_social_relation_changes_total",
-			Help: "Truth-table row changes (each wrote one social.rel event), by operation.",
-		}, []string{"op"})),
-		access: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_social_access_checks_total",
-			Help: "Single-post AccessCheck decisions, by result (allowed, denied).",
-		}, []string{"result"})),
-		applyDelay: promx.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "fencelab_social_view_apply_delay_seconds",
-			Help:    "Time from a relation change to its application in a derived view.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"view"})),
+		changes: promx.CounterVec(reg, "fencelab_social_relation_changes_total",
+			"Truth-table row changes (each wrote one social.rel event), by operation.", "op"),
+		access: promx.CounterVec(reg, "fencelab_social_access_checks_total",
+			"Single-post AccessCheck decisions, by result (allowed, denied).", "result"),
+		applyDelay: promx.HistogramVec(reg, "fencelab_social_view_apply_delay_seconds",
+			"Time from a relation change to its application in a derived view.",
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}, "view"),
 	}
 }
 
