@@ -41,6 +41,7 @@ func main() {
 func run() error {
 	jobs := flag.Int("jobs", 50_000, "jobs to enqueue and drain")
 	workers := flag.Int("workers", 2000, "MaxWorkers of the default queue")
+	cooldown := flag.Duration("fetch-cooldown", river.FetchCooldownDefault, "River's FetchCooldown: the least time between two fetches, which caps a queue at MaxWorkers jobs per cooldown (River's default, 100 ms, caps 100 workers at 1,000 jobs/s)")
 	maxConns := flag.Int("db-max-conns", 12, "database pool size")
 	url := flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL")
 	flag.Parse()
@@ -73,9 +74,10 @@ func run() error {
 	w := river.NewWorkers()
 	river.AddWorker(w, &noopWorker{})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: *workers}},
-		Workers: w,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: *workers}},
+		FetchCooldown: *cooldown,
+		Workers:       w,
 	})
 	if err != nil {
 		return err
