@@ -7,19 +7,17 @@ import (
 	"github.com/fencelab/fencelab/core/httpx"
 )
 
+// Errors is how the package's sentinels are answered over HTTP: each is
+// declared below with its answer (httpx.ErrorTable); the module lists it in
+// app.Module.Errors.
+var Errors httpx.ErrorTable
+
 var (
 	// errInvalidDate: the date is not YYYY-MM-DD.
-	errInvalidDate = errors.New("report: invalid date")
+	errInvalidDate = Errors.New(http.StatusBadRequest, "invalid_date", "report: invalid date")
 	// ErrNoReport: nothing has been written for that day yet.
-	ErrNoReport = errors.New("report: no report for that day")
+	ErrNoReport = Errors.New(http.StatusNotFound, "report_not_found", "report: no report for that day")
 	// ErrAlreadyWritten: a run found the day's report already written and
 	// did nothing.
 	ErrAlreadyWritten = errors.New("report: already written")
 )
-
-// Errors is how the package's sentinels are answered over HTTP (the
-// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
-var Errors = []httpx.ErrorMapping{
-	httpx.Map(errInvalidDate, http.StatusBadRequest, "invalid_date"),
-	httpx.Map(ErrNoReport, http.StatusNotFound, "report_not_found"),
-}

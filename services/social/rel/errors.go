@@ -1,58 +1,42 @@
 package rel
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/fencelab/fencelab/core/httpx"
 )
 
+// Errors is how the package's sentinels are answered over HTTP: each is
+// declared below with its answer (httpx.ErrorTable); the module lists it in
+// app.Module.Errors.
+var Errors httpx.ErrorTable
+
 var (
 	// errUserNotFound: the other user has never used the service.
-	errUserNotFound = errors.New("social: no such user")
+	errUserNotFound = Errors.New(http.StatusNotFound, "user_not_found", "social: no such user")
 	// ErrSelf: an operation on oneself (follow yourself, block yourself).
-	ErrSelf = errors.New("social: cannot do that to yourself")
+	ErrSelf = Errors.New(http.StatusUnprocessableEntity, "self_relation", "social: cannot do that to yourself")
 	// ErrBlocked: the other user blocks you (REL-I2 refuses new requests).
-	ErrBlocked = errors.New("social: this user blocks you")
+	ErrBlocked = Errors.New(http.StatusForbidden, "blocked", "social: this user blocks you")
 	// ErrYouBlock: you block this user; unblock first (REL-I2).
-	ErrYouBlock = errors.New("social: you block this user; unblock first")
+	ErrYouBlock = Errors.New(http.StatusConflict, "you_block", "social: you block this user; unblock first")
 	// ErrNotPending: no pending follow request from that user.
-	ErrNotPending = errors.New("social: no pending request from this user")
+	ErrNotPending = Errors.New(http.StatusConflict, "not_pending", "social: no pending request from this user")
 	// ErrPostNotFound: no post with this id.
-	ErrPostNotFound = errors.New("social: no such post")
+	ErrPostNotFound = Errors.New(http.StatusNotFound, "post_not_found", "social: no such post")
 	// ErrForbidden: AccessCheck refuses the read.
-	ErrForbidden = errors.New("social: you may not read this")
+	ErrForbidden = Errors.New(http.StatusForbidden, "forbidden", "social: you may not read this")
 	// errNotAuthor: only the author changes a post.
-	errNotAuthor = errors.New("social: only the author may change this post")
+	errNotAuthor = Errors.New(http.StatusForbidden, "not_author", "social: only the author may change this post")
 	// errInvalidVisibility, errInvalidBody, ErrInvalidUser, errInvalidCursor,
 	// errInvalidLimit, errInvalidPostID: client input out of bounds.
-	errInvalidVisibility = errors.New("social: visibility must be PUBLIC, FOLLOWERS or SELF")
-	errInvalidBody       = errors.New("social: body must be 1..4000 characters")
-	ErrInvalidUser       = errors.New("social: invalid user id")
-	errInvalidCursor     = errors.New("social: invalid cursor")
-	errInvalidLimit      = errors.New("social: limit must be 1..200")
-	errInvalidPostID     = errors.New("social: post id must be a positive integer")
+	errInvalidVisibility = Errors.New(http.StatusUnprocessableEntity, "invalid_visibility", "social: visibility must be PUBLIC, FOLLOWERS or SELF")
+	errInvalidBody       = Errors.New(http.StatusUnprocessableEntity, "invalid_body", "social: body must be 1..4000 characters")
+	ErrInvalidUser       = Errors.New(http.StatusBadRequest, "invalid_id", "social: invalid user id")
+	errInvalidCursor     = Errors.New(http.StatusBadRequest, "invalid_cursor", "social: invalid cursor")
+	errInvalidLimit      = Errors.New(http.StatusBadRequest, "invalid_limit", "social: limit must be 1..200")
+	errInvalidPostID     = Errors.New(http.StatusBadRequest, "invalid_post_id", "social: post id must be a positive integer")
 	// errRaced: the pair's row moved under its lock — impossible while the
 	// locking holds; reported as a retryable 503, never applied.
-	errRaced = errors.New("social: relation changed under its lock; retry")
+	errRaced = Errors.New(http.StatusServiceUnavailable, "retry", "social: relation changed under its lock; retry")
 )
-
-// Errors is how the package's sentinels are answered over HTTP (the
-// module lists it in app.Module.Errors; httpx.NewErrors builds the table).
-var Errors = []httpx.ErrorMapping{
-	httpx.Map(errUserNotFound, http.StatusNotFound, "user_not_found"),
-	httpx.Map(ErrSelf, http.StatusUnprocessableEntity, "self_relation"),
-	httpx.Map(ErrBlocked, http.StatusForbidden, "blocked"),
-	httpx.Map(ErrYouBlock, http.StatusConflict, "you_block"),
-	httpx.Map(ErrNotPending, http.StatusConflict, "not_pending"),
-	httpx.Map(ErrPostNotFound, http.StatusNotFound, "post_not_found"),
-	httpx.Map(ErrForbidden, http.StatusForbidden, "forbidden"),
-	httpx.Map(errNotAuthor, http.StatusForbidden, "not_author"),
-	httpx.Map(errInvalidVisibility, http.StatusUnprocessableEntity, "invalid_visibility"),
-	httpx.Map(errInvalidBody, http.StatusUnprocessableEntity, "invalid_body"),
-	httpx.Map(ErrInvalidUser, http.StatusBadRequest, "invalid_id"), // the one rule for malformed ids
-	httpx.Map(errInvalidCursor, http.StatusBadRequest, "invalid_cursor"),
-	httpx.Map(errInvalidLimit, http.StatusBadRequest, "invalid_limit"),
-	httpx.Map(errInvalidPostID, http.StatusBadRequest, "invalid_post_id"),
-	httpx.Map(errRaced, http.StatusServiceUnavailable, "retry"),
-}
