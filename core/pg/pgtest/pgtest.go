@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for pgtestdb
 	"github.com/peterldowns/pgtestdb"
 	"github.com/peterldowns/pgtestdb/migrators/golangmigrator"
 
@@ -117,7 +116,7 @@ func roleOn(s *pgserver.Server) *pgtestdb.Role {
 
 func config(s *pgserver.Server) pgtestdb.Config {
 	return pgtestdb.Config{
-		DriverName:                "pgx",
+		DriverName:                fileCopyDriver(),
 		Host:                      s.Host,
 		Port:                      strconv.Itoa(s.Port),
 		User:                      s.User,
