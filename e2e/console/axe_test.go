@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,9 +25,10 @@ const EnvConsoleShots = "FENCELAB_CONSOLE_SHOTS"
 // (tools/npm/package.json).
 func axeSource(t *testing.T) string {
 	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(here), "..", "..")
-	p := filepath.Join(root, "tools", "npm", "node_modules", "axe-core", "axe.min.js")
+	// go test runs a package's tests in its directory: the repository's
+	// root is two levels up (a path from runtime.Caller would not do: ./test
+	// builds with -trimpath).
+	p := filepath.Join("..", "..", "tools", "npm", "node_modules", "axe-core", "axe.min.js")
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatalf("the accessibility check needs axe-core (%v): install the pinned npm tools with `npm ci --prefix tools/npm` from the repository's root", err)

@@ -1,3 +1,5 @@
+//go:build !fencelab_nocontainer
+
 package pgtest
 
 import (
@@ -14,7 +16,11 @@ import (
 // when a Docker engine answers. It lives here, in the test harness, and
 // not in pgserver, because testcontainers-go links a test framework and
 // the deployable must not (pgserver runs the docker CLI for `dev`).
-func testcontainer(ctx context.Context, image string) (string, func(context.Context) error, error) {
+//
+// ./test builds with the tag fencelab_nocontainer (container_off.go): it
+// installs PostgreSQL itself, so its test binaries never reach this
+// choice, and testcontainers-go is a fifth of every test binary's link.
+var testcontainer = func(ctx context.Context, image string) (string, func(context.Context) error, error) {
 	c, err := tcpostgres.Run(ctx, image,
 		tcpostgres.WithDatabase("postgres"),
 		testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "max_connections=400"),
