@@ -153,6 +153,14 @@ type Options struct {
 	// it is the field's tool for tests, but it carries a test framework,
 	// so the deployable (dev, bench, the lab) never links it.
 	Container func(ctx context.Context, image string) (url string, terminate func(context.Context) error, err error)
+	// Seed prepares what every throwaway cluster made from the initdb
+	// cache starts with (the test harness: its role and migrated template
+	// database). It runs once per SeedKey on a server over a copy of the
+	// cache, and that cluster, stopped, is cached beside it; later
+	// clusters are copies of it. Only for Ephemeral servers with no
+	// DataDir; SeedKey must change whenever what Seed makes would.
+	Seed    func(ctx context.Context, s *Server) error
+	SeedKey string
 }
 
 // Server is a running PostgreSQL.
@@ -283,13 +291,14 @@ func StartLocal(ctx context.Context, binDir string, o Options) (*Server, error) 
 		}
 		s.dataDir = abs
 	}
-	if err := s.initdb(ctx); err != nil {
-		s.cleanup()
-		return nil, err
-	}
+	// The port is chosen first: a Seed runs on it (see seededCache).
 	s.Port = o.Port
 	if s.Port == 0 {
 		s.Port = freePort(o.PreferredPort)
+	}
+	if err := s.initdb(ctx); err != nil {
+		s.cleanup()
+		return nil, err
 	}
 	if err := s.Start(ctx); err != nil {
 		s.cleanup()
@@ -393,12 +402,95 @@ func (s *Server) initdbFromCache(ctx context.Context) error {
 			}
 		}
 	}
-	// cp -a keeps the owner (postgres) and modes (0700) PostgreSQL wants.
-	out, err := exec.CommandContext(ctx, "cp", "-a", filepath.Join(cache, "data")+"/.", s.dataDir).CombinedOutput()
+	if s.opts.Seed != nil {
+		seeded, err := s.seededCache(ctx, cache)
+		if err != nil {
+			return err
+		}
+		cache = seeded
+	}
+	return copyCluster(ctx, cache, s.dataDir)
+}
+
+// copyCluster copies a cached cluster's data directory into dst; cp -a
+// keeps the owner (postgres) and modes (0700) PostgreSQL wants.
+func copyCluster(ctx context.Context, cache, dst string) error {
+	out, err := exec.CommandContext(ctx, "cp", "-a", filepath.Join(cache, "data")+"/.", dst).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pgserver: copy the initialised cluster: %w\n%s", err, out)
 	}
 	return nil
+}
+
+// seededCache returns the cache of base's cluster after Options.Seed ran
+// on it, building it first if no process has. The test harness seeds its
+// migrated template this way: some forty test processes each started a
+// server and ran every migration on it (about 0.6 s of CPU each); now the
+// first one does, and the others copy the result. Like the initdb cache it
+// is made whole under a temporary name and renamed into place.
+func (s *Server) seededCache(ctx context.Context, base string) (string, error) {
+	sum := sha256.Sum256([]byte(s.opts.SeedKey))
+	cache := fmt.Sprintf("%s-seed-%x", base, sum[:8])
+	if _, err := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); err == nil {
+		return cache, nil
+	}
+	tmp, err := os.MkdirTemp("", "fencelab-initdb-new-")
+	if err != nil {
+		return "", fmt.Errorf("pgserver: temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	data := filepath.Join(tmp, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		return "", err
+	}
+	if err := s.chown(data); err != nil {
+		return "", fmt.Errorf("pgserver: chown data dir: %w", err)
+	}
+	if err := copyCluster(ctx, base, data); err != nil {
+		return "", err
+	}
+	// The seed server listens on the port this server will: what Seed
+	// remembers in-process about the server it ran on (pgtestdb keeps the
+	// template's host and port) stays true of this one.
+	seed := &Server{Strategy: Local, Host: s.Host, User: s.User, Password: s.Password, binDir: s.binDir, cred: s.cred,
+		dataDir: data, opts: Options{Ephemeral: true, MaxConnections: 20}, Port: s.Port}
+	if err := seed.Start(ctx); err != nil {
+		seed.cleanup()
+		return "", err
+	}
+	err = s.opts.Seed(ctx, seed)
+	// A fast stop ends with a checkpoint: the copy needs no recovery.
+	if serr := seed.Stop("fast"); err == nil {
+		err = serr
+	}
+	seed.cleanup()
+	if err != nil {
+		return "", fmt.Errorf("pgserver: seed the cached cluster: %w", err)
+	}
+	// Another process may have won the race: its cache is as good.
+	if err := os.Rename(tmp, cache); err != nil {
+		if _, serr := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); serr != nil {
+			return "", fmt.Errorf("pgserver: seeded cache: %w", err)
+		}
+	}
+	pruneSeeds(base, cache)
+	return cache, nil
+}
+
+// pruneSeeds removes base's other seeded caches (older migrations, say)
+// made over a day ago: they may live in memory (./test puts TMPDIR on
+// /dev/shm), one more for every change to the migrations. A day keeps
+// clear of another checkout's run that still copies its own.
+func pruneSeeds(base, keep string) {
+	old, _ := filepath.Glob(base + "-seed-*")
+	for _, d := range old {
+		if st, err := os.Stat(d); err == nil && d != keep && time.Since(st.ModTime()) > 24*time.Hour {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // traversable checks that every parent of dir lets others search it, which

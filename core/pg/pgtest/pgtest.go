@@ -62,7 +62,7 @@ func Server(t testing.TB) *pgserver.Server {
 	once.Do(func() {
 		begin := time.Now()
 		shared, sharedErr = pgserver.Provision(context.Background(), os.Getenv(EnvURL),
-			pgserver.Options{Ephemeral: true, Container: testcontainer})
+			pgserver.Options{Ephemeral: true, Container: testcontainer, Seed: seedTemplate, SeedKey: seedKey()})
 		started = time.Since(begin)
 	})
 	if sharedErr != nil {
@@ -129,6 +129,46 @@ func config(s *pgserver.Server) pgtestdb.Config {
 }
 
 var migrator = golangmigrator.New(".", golangmigrator.WithFS(migrations.FS))
+
+// seedTemplate makes, on the server pgserver caches as every test
+// process's starting cluster, what pgtestdb would otherwise make in each
+// process: the test role and the migrated template database (pgtestdb
+// finds both there and skips them). It clones one database the way a
+// test does and drops it again.
+func seedTemplate(ctx context.Context, s *pgserver.Server) error {
+	tb := &seedTB{}
+	pgtestdb.Custom(tb, config(s), migrator)
+	for i := len(tb.cleanups) - 1; i >= 0; i-- {
+		tb.cleanups[i]()
+	}
+	return tb.err
+}
+
+// seedKey names what seedTemplate makes: the role and the migrations.
+func seedKey() string {
+	h, err := migrator.Hash()
+	if err != nil {
+		h = "unhashed:" + err.Error() // pgtestdb fails the same way later, with this error
+	}
+	return fmt.Sprintf("pgtestdb|%s|%s|%s|%s", Role.Username, Role.Password, Role.Capabilities, h)
+}
+
+// seedTB is the testing.TB pgtestdb asks for, outside any test: it keeps
+// the first failure and the clean-ups.
+type seedTB struct {
+	err      error
+	cleanups []func()
+}
+
+func (b *seedTB) Cleanup(f func())    { b.cleanups = append(b.cleanups, f) }
+func (b *seedTB) Failed() bool        { return b.err != nil }
+func (b *seedTB) Helper()             {}
+func (b *seedTB) Logf(string, ...any) {}
+func (b *seedTB) Fatalf(f string, a ...any) {
+	if b.err == nil {
+		b.err = fmt.Errorf(f, a...)
+	}
+}
 
 // URL returns the URL of a fresh migrated database on the shared server,
 // dropped when the test passes. Child processes of the test connect with it.
