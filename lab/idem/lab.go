@@ -71,6 +71,9 @@ func newIdemDemo(x *lab.X) *idemDemo {
 	// is two copies of the request meeting at the key).
 	cfg.ConnConfig.RuntimeParams["application_name"] = idemDemoApp
 	x.ActorSessions(idemDemoApp)
+	// One session per concurrent copy (pgxpool's default is 4 on 2 cores),
+	// so that the copies can all be in the database at once.
+	cfg.MaxConns = demoSessions
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(x, err)
 	x.Cleanup(pool.Close)
@@ -103,6 +106,32 @@ func newIdemDemo(x *lab.X) *idemDemo {
 	tok, err := auth.Mint(idemUser, httpx.RoleUser, time.Hour)
 	require.NoError(x, err)
 	return &idemDemo{pool: pool, url: srv.URL, faults: fs, token: tok}
+}
+
+// demoSessions bounds the demo pool: as many sessions as the largest
+// crowd of copies an experiment sends at once.
+const demoSessions = 20
+
+// warm opens the demo pool's sessions before a crowd of copies is let
+// go, so that the copies meet in the database and not in connection
+// start-up: a new session takes longer to start than the whole request
+// takes on a warm one, so copies that each had to open one arrived one
+// after the other, every later copy was simply replayed, and the
+// overlap the experiment claims was not there to observe.
+func (d *idemDemo) warm(x *lab.X) {
+	x.Helper()
+	ctx := context.Background()
+	conns := make([]*pgxpool.Conn, 0, demoSessions)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range demoSessions {
+		c, err := d.pool.Acquire(ctx)
+		require.NoError(x, err)
+		conns = append(conns, c)
+	}
 }
 
 // debit is the demo's effect: one guarded UPDATE and one effect row.
@@ -202,8 +231,9 @@ var IdemConcurrentSameKey = lab.Experiment{
 
 func runIdemConcurrentSameKey(x *lab.X) {
 	d := newIdemDemo(x)
-	const clients, key = 20, "k-race-1"
+	const clients, key = demoSessions, "k-race-1"
 	x.Step(lab.Step{Actor: "db", Action: "demo account user-0042 holds 1000"})
+	d.warm(x)
 	if x.Naive {
 		n := clients
 		if x.Control {
