@@ -12,13 +12,13 @@ import (
 var Errors httpx.ErrorTable
 
 var (
-	// ErrUnknownUser: no preferences are stored for the user, so the
+	// errUnknownUser: no preferences are stored for the user, so the
 	// service does not know them.
 	errUnknownUser = Errors.New(http.StatusNotFound, "unknown_user", "notify: unknown user")
-	// ErrNotificationNotFound / ErrTaskNotFound: no such id.
+	// errNotificationNotFound / errTaskNotFound: no such id.
 	errNotificationNotFound = Errors.New(http.StatusNotFound, "notification_not_found", "notify: no such notification")
 	errTaskNotFound         = Errors.New(http.StatusNotFound, "task_not_found", "notify: no such task")
-	// ErrNotYours: a user asked for another user's notification or
+	// errNotYours: a user asked for another user's notification or
 	// preferences, or a service for a notification another service
 	// submitted.
 	errNotYours = Errors.New(http.StatusForbidden, "forbidden", "notify: not yours")

@@ -13,16 +13,16 @@ import (
 var Errors httpx.ErrorTable
 
 var (
-	// ErrInsufficientBalance: the debit would overdraw the account (PTS-I1).
+	// errInsufficientBalance: the debit would overdraw the account (PTS-I1).
 	errInsufficientBalance = Errors.New(http.StatusConflict, "insufficient_balance", "points: insufficient balance")
 	// ErrAccountNotFound: no account has this id.
 	errAccountNotFound = Errors.New(http.StatusNotFound, "account_not_found", "points: no such account")
 	// ErrNotOwner: the account belongs to someone else.
 	errNotOwner = Errors.New(http.StatusForbidden, "forbidden", "points: not your account")
-	// ErrNotUserAccount: debits and grants move points in and out of user
+	// errNotUserAccount: debits and grants move points in and out of user
 	// accounts; a system account is only ever the other side.
 	errNotUserAccount = Errors.New(http.StatusUnprocessableEntity, "not_a_user_account", "points: not a user account")
-	// ErrAccountExists: another account already has the requested id.
+	// errAccountExists: another account already has the requested id.
 	errAccountExists = Errors.New(http.StatusConflict, "account_exists", "points: account id taken")
 	// ErrDuplicateTxn: this client's key already made a ledger transaction
 	// (PTS-I2's first line, points_ledger_txn_client_key), e.g. after the

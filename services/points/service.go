@@ -52,7 +52,7 @@ func validatePosting(accountID string, req PostingRequest) error {
 // own, to sys:redemption, and appends the points.debited event — all in
 // tx. key is the client's idempotency key (PTS-I2).
 //
-// Errors: ErrInsufficientBalance (PTS-I1), ErrAccountNotFound, ErrNotOwner,
+// Errors: errInsufficientBalance (PTS-I1), ErrAccountNotFound, ErrNotOwner,
 // ErrDuplicateTxn, and the validation errors.
 func (s *Service) Debit(ctx context.Context, tx pgx.Tx, actor, key, id string, req PostingRequest) (Txn, error) {
 	t, _, err := s.debit(ctx, tx, actor, key, id, req)

@@ -29,7 +29,7 @@ type blobStore interface {
 	Location() string
 	// Bind ties the store to one database (its store id): the first call
 	// records id in the store, later ones must present the same id, else
-	// ErrStoreBound. One store per database keeps GC from sweeping another
+	// errStoreBound. One store per database keeps GC from sweeping another
 	// database's blobs as stray ones.
 	Bind(ctx context.Context, id string) error
 
@@ -99,11 +99,11 @@ type blobInfo struct {
 }
 
 var (
-	// ErrBlobMissing: no file for that blob.
+	// errBlobMissing: no file for that blob.
 	errBlobMissing = errors.New("upload: blob file missing")
-	// ErrRangeBusy: another writer holds the byte range.
+	// errRangeBusy: another writer holds the byte range.
 	errRangeBusy = errors.New("upload: byte range locked by another writer")
-	// ErrStoreBound: the store belongs to another database.
+	// errStoreBound: the store belongs to another database.
 	errStoreBound = errors.New("upload: blob store is bound to another database")
 )
 

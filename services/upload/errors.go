@@ -14,62 +14,62 @@ import (
 var Errors httpx.ErrorTable
 
 var (
-	// ErrInvalidDeclaration: the session's declared layout or SHA-256 is malformed.
+	// errInvalidDeclaration: the session's declared layout or SHA-256 is malformed.
 	errInvalidDeclaration = Errors.New(http.StatusUnprocessableEntity, "invalid_declaration", "upload: invalid declaration")
-	// ErrFileTooLarge: the declared size exceeds the configured maximum.
+	// errFileTooLarge: the declared size exceeds the configured maximum.
 	errFileTooLarge = Errors.New(http.StatusRequestEntityTooLarge, "file_too_large", "upload: declared size exceeds the maximum")
-	// ErrTooManyChunks: the declared chunk count exceeds the configured maximum.
+	// errTooManyChunks: the declared chunk count exceeds the configured maximum.
 	errTooManyChunks = Errors.New(http.StatusUnprocessableEntity, "too_many_chunks", "upload: declared chunk count exceeds the maximum")
-	// ErrChunkSizeTooLarge: the declared chunk size exceeds the configured maximum.
+	// errChunkSizeTooLarge: the declared chunk size exceeds the configured maximum.
 	errChunkSizeTooLarge = Errors.New(http.StatusUnprocessableEntity, "chunk_size_too_large", "upload: chunk size exceeds the maximum")
 
-	// ErrSessionNotFound: no session with that id.
+	// errSessionNotFound: no session with that id.
 	errSessionNotFound = Errors.New(http.StatusNotFound, "session_not_found", "upload: no such session")
-	// ErrNotOwner: the session or file belongs to someone else.
+	// errNotOwner: the session or file belongs to someone else.
 	errNotOwner = Errors.New(http.StatusForbidden, "forbidden", "upload: not yours")
-	// ErrSessionNotOpen: the session no longer takes chunks (completed,
+	// errSessionNotOpen: the session no longer takes chunks (completed,
 	// committed or failed).
 	errSessionNotOpen = Errors.New(http.StatusConflict, "session_not_open", "upload: session is not open")
-	// ErrSessionGone: the session was aborted or expired.
+	// errSessionGone: the session was aborted or expired.
 	errSessionGone = Errors.New(http.StatusGone, "session_gone", "upload: session aborted or expired")
 
-	// ErrChunkOutOfRange: the chunk index is outside 0..chunk_count-1.
+	// errChunkOutOfRange: the chunk index is outside 0..chunk_count-1.
 	errChunkOutOfRange = Errors.New(http.StatusUnprocessableEntity, "chunk_out_of_range", "upload: chunk index out of range")
-	// ErrChunkTooLarge: the chunk body is longer than its slot.
+	// errChunkTooLarge: the chunk body is longer than its slot.
 	errChunkTooLarge = Errors.New(http.StatusRequestEntityTooLarge, "chunk_too_large", "upload: chunk larger than its declared size")
-	// ErrChunkSize: the chunk body is shorter than its slot.
+	// errChunkSize: the chunk body is shorter than its slot.
 	errChunkSize = Errors.New(http.StatusUnprocessableEntity, "chunk_size_mismatch", "upload: chunk shorter than its declared size")
-	// ErrChunkConflict: the chunk is stored with different bytes.
+	// errChunkConflict: the chunk is stored with different bytes.
 	errChunkConflict = Errors.New(http.StatusConflict, "chunk_conflict", "upload: chunk already stored with different bytes")
-	// ErrChunkInProgress: another request is writing this chunk right now.
+	// errChunkInProgress: another request is writing this chunk right now.
 	errChunkInProgress = Errors.New(http.StatusConflict, "chunk_in_progress", "upload: chunk is being written by another request; retry")
-	// ErrChunkChecksum: the chunk does not match the checksum sent with it.
+	// errChunkChecksum: the chunk does not match the checksum sent with it.
 	errChunkChecksum = Errors.New(http.StatusUnprocessableEntity, "chunk_checksum_mismatch", "upload: chunk does not match its checksum")
-	// ErrChecksumHeader: the checksum header is malformed or names another algorithm.
+	// errChecksumHeader: the checksum header is malformed or names another algorithm.
 	errChecksumHeader = Errors.New(http.StatusBadRequest, "invalid_checksum_header", "upload: malformed checksum header")
 
-	// ErrMissingChunks: complete was called before every chunk was stored.
+	// errMissingChunks: complete was called before every chunk was stored.
 	errMissingChunks = Errors.New(http.StatusConflict, "missing_chunks", "upload: chunks missing")
-	// ErrSHA256Mismatch: the bytes do not hash to the declared SHA-256 (UP-F5).
+	// errSHA256Mismatch: the bytes do not hash to the declared SHA-256 (UP-F5).
 	errSHA256Mismatch = Errors.New(http.StatusUnprocessableEntity, "sha256_mismatch", "upload: SHA-256 of the bytes differs from the declared one")
-	// ErrSizeMismatch: the bytes are not the declared size (UP-F5).
+	// errSizeMismatch: the bytes are not the declared size (UP-F5).
 	errSizeMismatch = Errors.New(http.StatusUnprocessableEntity, "size_mismatch", "upload: size of the bytes differs from the declared one")
 
-	// ErrNotCompleted: commit before a successful complete.
+	// errNotCompleted: commit before a successful complete.
 	errNotCompleted = Errors.New(http.StatusConflict, "not_completed", "upload: session not completed")
-	// ErrAlreadyCommitted: the session was committed under another name.
+	// errAlreadyCommitted: the session was committed under another name.
 	errAlreadyCommitted = Errors.New(http.StatusConflict, "already_committed", "upload: session already committed with other metadata")
-	// ErrUploadExpired: the completed bytes were reclaimed before the commit.
+	// errUploadExpired: the completed bytes were reclaimed before the commit.
 	errUploadExpired = Errors.New(http.StatusGone, "upload_expired", "upload: the uploaded bytes were reclaimed; upload again")
-	// ErrInvalidName and ErrInvalidMetadata: the commit's metadata is unacceptable.
+	// errInvalidName and errInvalidMetadata: the commit's metadata is unacceptable.
 	errInvalidName     = Errors.New(http.StatusUnprocessableEntity, "invalid_name", "upload: invalid name")
 	errInvalidMetadata = Errors.New(http.StatusUnprocessableEntity, "invalid_metadata", "upload: invalid metadata")
 
-	// ErrFileNotFound: no file with that id.
+	// errFileNotFound: no file with that id.
 	errFileNotFound = Errors.New(http.StatusNotFound, "file_not_found", "upload: no such file")
-	// ErrNotReady: the file is not published yet (UP-F4).
+	// errNotReady: the file is not published yet (UP-F4).
 	errNotReady = Errors.New(http.StatusConflict, "not_ready", "upload: file is not published yet")
-	// ErrAlreadyPublished: a processing run found the file published.
+	// errAlreadyPublished: a processing run found the file published.
 	errAlreadyPublished = errors.New("upload: file already published")
 )
 

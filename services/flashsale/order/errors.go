@@ -14,16 +14,16 @@ var Errors httpx.ErrorTable
 var (
 	// ErrNotFound: no such order.
 	ErrNotFound = Errors.New(http.StatusNotFound, "order_not_found", "flashsale: no such order")
-	// ErrNotOwner: the order (or the reservation to order) is someone else's.
+	// errNotOwner: the order (or the reservation to order) is someone else's.
 	errNotOwner = Errors.New(http.StatusForbidden, "forbidden", "flashsale: not your order")
-	// ErrReservationNotHeld: only a HELD reservation can be ordered.
+	// errReservationNotHeld: only a HELD reservation can be ordered.
 	errReservationNotHeld = Errors.New(http.StatusConflict, "reservation_not_held", "flashsale: the reservation is not held")
-	// ErrPaymentInProgress: the order is already paying; its outcome comes
+	// errPaymentInProgress: the order is already paying; its outcome comes
 	// by callback or reconciliation, not by paying again.
 	errPaymentInProgress = Errors.New(http.StatusConflict, "payment_in_progress", "flashsale: the order is already paying")
-	// ErrNotPayable: the order is past paying (paid, failed, closed, …).
+	// errNotPayable: the order is past paying (paid, failed, closed, …).
 	errNotPayable = Errors.New(http.StatusConflict, "order_not_payable", "flashsale: the order cannot be paid in its state")
-	// ErrHoldEnded: the hold expired or was released before payment
+	// errHoldEnded: the hold expired or was released before payment
 	// started; the order is closed and the unit is (or goes) back on sale.
 	errHoldEnded = Errors.New(http.StatusConflict, "hold_ended", "flashsale: the reservation's hold has ended; the order is closed")
 
@@ -34,7 +34,7 @@ var (
 	errCallbackConflict  = Errors.New(http.StatusConflict, "callback_event_conflict", "flashsale: callback event id already received with another body")
 	errCallbackOrder     = Errors.New(http.StatusNotFound, "callback_order_not_found", "flashsale: callback names no order of ours")
 
-	// ErrPaymentMismatch: a report of the channel names another charge or
+	// errPaymentMismatch: a report of the channel names another charge or
 	// amount than the order's (a callback: 422, nothing recorded).
 	errPaymentMismatch = Errors.New(http.StatusUnprocessableEntity, "payment_mismatch", "flashsale: the report does not match the order's payment")
 )
