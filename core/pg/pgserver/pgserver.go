@@ -366,9 +366,8 @@ func (s *Server) runInitdb(ctx context.Context, dataDir string) error {
 // a freshly initialised cluster kept under the temp dir, one per initdb
 // binary. A full test run starts some fifty throwaway servers, and initdb
 // costs each of them a second and a half of CPU; a copy costs a tenth of
-// that. The cache is made whole under a temporary name and renamed into
-// place, so a reader never copies a half-written one; it is never written
-// again, and its name keeps it clear of reapStale.
+// that. With Options.Seed the copy is of the seeded cluster cached beside
+// it (see seed).
 func (s *Server) initdbFromCache(ctx context.Context) error {
 	st, err := os.Stat(filepath.Join(s.binDir, "initdb"))
 	if err != nil {
@@ -376,40 +375,58 @@ func (s *Server) initdbFromCache(ctx context.Context) error {
 	}
 	key := fmt.Sprintf("%s|%d|%d|%d", s.binDir, st.Size(), st.ModTime().UnixNano(), os.Geteuid())
 	cache := filepath.Join(os.TempDir(), fmt.Sprintf("fencelab-initdb-%x", sha256.Sum256([]byte(key)))[:len("fencelab-initdb-")+16])
-	if _, err := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); err != nil {
-		tmp, err := os.MkdirTemp("", "fencelab-initdb-new-")
-		if err != nil {
-			return fmt.Errorf("pgserver: temp dir: %w", err)
-		}
-		defer os.RemoveAll(tmp)
-		if err := os.Chmod(tmp, 0o755); err != nil {
-			return err
-		}
-		data := filepath.Join(tmp, "data")
-		if err := os.Mkdir(data, 0o700); err != nil {
-			return err
-		}
-		if err := s.chown(data); err != nil {
-			return fmt.Errorf("pgserver: chown data dir: %w", err)
-		}
-		if err := s.runInitdb(ctx, data); err != nil {
-			return err
-		}
-		// Another process may have won the race: its cache is as good.
-		if err := os.Rename(tmp, cache); err != nil {
-			if _, serr := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); serr != nil {
-				return fmt.Errorf("pgserver: initdb cache: %w", err)
-			}
-		}
+	if err := s.cached(cache, func(data string) error { return s.runInitdb(ctx, data) }); err != nil {
+		return err
 	}
 	if s.opts.Seed != nil {
-		seeded, err := s.seededCache(ctx, cache)
+		base := cache
+		sum := sha256.Sum256([]byte(s.opts.SeedKey))
+		cache = fmt.Sprintf("%s-seed-%x", base, sum[:8])
+		seeded := cache
+		err := s.cached(seeded, func(data string) error {
+			pruneSeeds(base, seeded) // a new seed: the old ones may go
+			return s.seed(ctx, base, data)
+		})
 		if err != nil {
 			return err
 		}
-		cache = seeded
 	}
 	return copyCluster(ctx, cache, s.dataDir)
+}
+
+// cached makes cache (a directory holding a cluster's data/) with fill
+// unless it exists. It is made whole under a temporary name and renamed
+// into place, so a reader never copies a half-written one; it is never
+// written again, and its name keeps it clear of reapStale.
+func (s *Server) cached(cache string, fill func(data string) error) error {
+	if _, err := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); err == nil {
+		return nil
+	}
+	tmp, err := os.MkdirTemp("", "fencelab-initdb-new-")
+	if err != nil {
+		return fmt.Errorf("pgserver: temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	data := filepath.Join(tmp, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		return err
+	}
+	if err := s.chown(data); err != nil {
+		return fmt.Errorf("pgserver: chown data dir: %w", err)
+	}
+	if err := fill(data); err != nil {
+		return err
+	}
+	// Another process may have won the race: its cache is as good.
+	if err := os.Rename(tmp, cache); err != nil {
+		if _, serr := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); serr != nil {
+			return fmt.Errorf("pgserver: cache %s: %w", cache, err)
+		}
+	}
+	return nil
 }
 
 // copyCluster copies a cached cluster's data directory into dst; cp -a
@@ -422,35 +439,14 @@ func copyCluster(ctx context.Context, cache, dst string) error {
 	return nil
 }
 
-// seededCache returns the cache of base's cluster after Options.Seed ran
-// on it, building it first if no process has. The test harness seeds its
-// migrated template this way: some forty test processes each started a
-// server and ran every migration on it (about 0.6 s of CPU each); now the
-// first one does, and the others copy the result. Like the initdb cache it
-// is made whole under a temporary name and renamed into place.
-func (s *Server) seededCache(ctx context.Context, base string) (string, error) {
-	sum := sha256.Sum256([]byte(s.opts.SeedKey))
-	cache := fmt.Sprintf("%s-seed-%x", base, sum[:8])
-	if _, err := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); err == nil {
-		return cache, nil
-	}
-	tmp, err := os.MkdirTemp("", "fencelab-initdb-new-")
-	if err != nil {
-		return "", fmt.Errorf("pgserver: temp dir: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", err
-	}
-	data := filepath.Join(tmp, "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		return "", err
-	}
-	if err := s.chown(data); err != nil {
-		return "", fmt.Errorf("pgserver: chown data dir: %w", err)
-	}
+// seed fills data with base's cluster after Options.Seed ran on it. The
+// test harness seeds its migrated template this way: some forty test
+// processes each started a server and ran every migration on it (about
+// 0.6 s of CPU each); now the first one does, and the others copy the
+// result.
+func (s *Server) seed(ctx context.Context, base, data string) error {
 	if err := copyCluster(ctx, base, data); err != nil {
-		return "", err
+		return err
 	}
 	// The seed server listens on the port this server will: what Seed
 	// remembers in-process about the server it ran on (pgtestdb keeps the
@@ -459,25 +455,18 @@ func (s *Server) seededCache(ctx context.Context, base string) (string, error) {
 		dataDir: data, opts: Options{Ephemeral: true, MaxConnections: 20}, Port: s.Port}
 	if err := seed.Start(ctx); err != nil {
 		seed.cleanup()
-		return "", err
+		return err
 	}
-	err = s.opts.Seed(ctx, seed)
+	err := s.opts.Seed(ctx, seed)
 	// A fast stop ends with a checkpoint: the copy needs no recovery.
 	if serr := seed.Stop("fast"); err == nil {
 		err = serr
 	}
 	seed.cleanup()
 	if err != nil {
-		return "", fmt.Errorf("pgserver: seed the cached cluster: %w", err)
+		return fmt.Errorf("pgserver: seed the cached cluster: %w", err)
 	}
-	// Another process may have won the race: its cache is as good.
-	if err := os.Rename(tmp, cache); err != nil {
-		if _, serr := os.Stat(filepath.Join(cache, "data", "PG_VERSION")); serr != nil {
-			return "", fmt.Errorf("pgserver: seeded cache: %w", err)
-		}
-	}
-	pruneSeeds(base, cache)
-	return cache, nil
+	return nil
 }
 
 // pruneSeeds removes base's other seeded caches (older migrations, say)
