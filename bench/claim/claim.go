@@ -177,7 +177,8 @@ func Run(_ []app.Module, args []string) error {
 		*jobs, *workers, rate, p99*1000, perJob(float64(walEnd-walStart)), perJob(float64(drainTrips)))
 
 	if shared.DatabaseURL != "" { // leave someone else's database as we found it
-		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job_history WHERE kind = $1 AND business_key LIKE $2 RETURNING id)
+		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job_history WHERE kind = $1 AND business_key LIKE $2 RETURNING id),
+			keys AS (DELETE FROM job_key WHERE kind = $1 AND business_key LIKE $2)
 			DELETE FROM job_event WHERE job_id IN (SELECT id FROM gone)`, kind, runID+"-%")
 		return err
 	}

@@ -304,7 +304,8 @@ WITH j AS (
     FROM (VALUES ('workflow'), ('bench.other')) AS k(kind),
          (VALUES ('ready', 100), ('running', 10), ('needs_review', 15), ('unknown', 5)) AS s(state, n),
          LATERAL generate_series(1, s.n) AS g
-  RETURNING id, state, fence)
+  RETURNING id, kind, business_key, state, fence),
+keys AS (INSERT INTO job_key (kind, business_key, job_id) SELECT kind, business_key, id FROM j)
 INSERT INTO job_event (job_id, event, fence, owner, state)
 SELECT id, 'claimed', 1, 'worker-1', 'running' FROM j WHERE fence = 1`
 
@@ -318,7 +319,8 @@ WITH j AS (
          1, 1, t, t, t, '{"ok":true}'
     FROM generate_series(1, $1::int) AS g,
          LATERAL (SELECT now() - interval '30 days' + (g::float8 / $1) * interval '29 days' AS t) AS ts
-  RETURNING id, state, updated_at)
+  RETURNING id, kind, business_key, state, updated_at),
+keys AS (INSERT INTO job_key (kind, business_key, job_id) SELECT kind, business_key, id FROM j)
 INSERT INTO job_event (job_id, event, fence, owner, state, at)
 SELECT id, e.event, 1, 'worker-1', e.st, updated_at
   FROM j, LATERAL (VALUES ('claimed', 'running'), (j.state, j.state)) AS e(event, st)`

@@ -185,6 +185,10 @@ SELECT id, e.event, 1, 'growth', e.state, updated_at
   FROM job_history, (VALUES ('claimed', 'running'), ('succeeded', 'succeeded')) AS e(event, state)
  WHERE kind = 'notify.email' AND business_key LIKE 'notify-%'
  ORDER BY id, e.event`, nil},
+		// Every job loaded above is its key's job (job_key, migration
+		// 0615), as the engine's enqueue would have made it.
+		{"job keys", `
+INSERT INTO job_key (kind, business_key, job_id) SELECT kind, business_key, id FROM job_all`, nil},
 		// Statistics first, so the joins below hash instead of looping.
 		{"notify analyze", `ANALYZE job_history, notify_notification`, nil},
 		{"notify tasks", `

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -174,26 +173,10 @@ func (c *Client) Enqueue(ctx context.Context, db pg.Querier, nj NewJob) (id int6
 		return 0, false, err
 	}
 	err = db.QueryRow(ctx, sqlEnqueue, nj.Kind, nj.BusinessKey, payload, due, maxAttempts).Scan(&id, &created)
-	if _, inTx := db.(pgx.Tx); !inTx && movedWhileInserting(err) {
-		// The key's job finished while this insert waited on its row
-		// (migration 0614's trigger): its statement rolled back, and a
-		// second look finds it in job_history. Inside the caller's
-		// transaction the error is the caller's to retry, like a
-		// serialization failure: the transaction is aborted.
-		err = db.QueryRow(ctx, sqlEnqueue, nj.Kind, nj.BusinessKey, payload, due, maxAttempts).Scan(&id, &created)
-	}
 	if err != nil {
 		return 0, false, fmt.Errorf("claim: enqueue %s/%s: %w", nj.Kind, nj.BusinessKey, pg.MapError(err))
 	}
 	return id, created, nil
-}
-
-// movedWhileInserting tells the unique violation of
-// job_key_unique_across_history: an enqueue that inserted a key whose job
-// moved to job_history meanwhile.
-func movedWhileInserting(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "job_kind_business_key_key"
 }
 
 // EnqueueMany inserts many jobs in one statement (fan-outs, benchmarks);

@@ -223,7 +223,7 @@ func (c *Client) PurgeDays(ctx context.Context, retention time.Duration) ([]stri
 			if err := tx.QueryRow(ctx, fmt.Sprintf(sqlDayCount, name)).Scan(&n); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlDayEvents, name)); err != nil {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlDayRows, name)); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, fmt.Sprintf(sqlDropDay, name))

@@ -8,14 +8,16 @@ import (
 )
 
 // sqlDeleteFinished deletes the jobs among $1 that are finished, with their
-// job_event history in the same statement (CLAIM-I2..I4 never see half a
+// job_event history and their keys (job_key) in the same statement (CLAIM-I2..I4 never see half a
 // job), by id (job_history_id in each partition): the owner's purge of a KeepFinished kind names the
 // jobs its rows pointed at.
 const sqlDeleteFinished = `
 WITH gone AS (
-    DELETE FROM job_history WHERE id = ANY ($1::bigint[]) RETURNING id
+    DELETE FROM job_history WHERE id = ANY ($1::bigint[]) RETURNING id, kind, business_key
 ), history AS (
     DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
+), keys AS (
+    DELETE FROM job_key k USING gone g WHERE k.kind = g.kind AND k.business_key = g.business_key AND k.job_id = g.id
 )
 SELECT count(*) FROM gone`
 

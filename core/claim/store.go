@@ -29,45 +29,51 @@ const historyColumns = `id, kind, business_key, state, payload, due_at, created_
 	attempts, max_attempts, owner, fence, lease_until, last_error, result`
 
 // sqlEnqueue inserts one job or returns the existing one for (kind,
-// business_key), live or finished: a key whose job finished returns that
-// job (from job_history, created false) as it did when finished jobs
-// stayed in job. The uniqueness across the two tables is the
-// look-up here plus migration 0614's constraint trigger, which re-checks
-// with a fresh snapshot after the insert: the statement's snapshot cannot
-// see a completion that moved the key's job while the insert waited on its
-// row, and the trigger's unique_violation makes Enqueue retry (see there).
-// DO UPDATE (a no-op assignment) rather than DO NOTHING so the
-// existing row is returned even when a concurrent enqueue committed it after
-// this statement's snapshot; xmax = 0 tells a fresh insert. A job due now
-// notifies NotifyChannel; the notification is delivered when the caller's
-// transaction commits, never before the row is visible.
+// business_key), live or finished: the key's row in job_key (migration
+// 0615) names its job until claim.purge deletes the job's history, so a
+// key whose job finished returns that job (created false) as it did when
+// finished jobs stayed in job. The key is registered and the job inserted
+// in one statement, under a fresh id from job's sequence; a repeat never
+// touches the job's row, so it neither waits on nor races with a claim or
+// completion of it. DO UPDATE (a no-op assignment) rather than DO NOTHING
+// so the existing key is returned even when a concurrent enqueue
+// committed it after this statement's snapshot; xmax = 0 tells a fresh
+// insert. A job due now notifies NotifyChannel; the notification is
+// delivered when the caller's transaction commits, never before the row
+// is visible.
 const sqlEnqueue = `
-WITH finished AS (
-    SELECT id FROM job_history WHERE kind = $1 AND business_key = $2 LIMIT 1
-), ins AS (
-    INSERT INTO job (kind, business_key, payload, due_at, max_attempts)
-    SELECT $1, $2, $3::jsonb, coalesce($4::timestamptz, now()), $5
-    WHERE NOT EXISTS (SELECT 1 FROM finished)
+WITH k AS (
+    INSERT INTO job_key (kind, business_key, job_id)
+    VALUES ($1, $2, nextval('job_id_seq'))
     ON CONFLICT (kind, business_key) DO UPDATE SET kind = EXCLUDED.kind
-    RETURNING id, (xmax = 0) AS created, due_at
+    RETURNING job_id, (xmax = 0) AS created
+), ins AS (
+    INSERT INTO job (id, kind, business_key, payload, due_at, max_attempts)
+    SELECT job_id, $1, $2, $3::jsonb, coalesce($4::timestamptz, now()), $5 FROM k WHERE created
 )
-SELECT ins.id, ins.created
-FROM ins
+SELECT k.job_id, k.created
+FROM k
 LEFT JOIN LATERAL (
-    SELECT pg_notify('` + NotifyChannel + `', $1) WHERE ins.created AND ins.due_at <= now()
-) AS wake ON true
-UNION ALL
-SELECT id, false FROM finished`
+    SELECT pg_notify('` + NotifyChannel + `', $1) WHERE k.created AND coalesce($4::timestamptz, now()) <= now()
+) AS wake ON true`
 
-// sqlEnqueueMany inserts many jobs of one statement; duplicates are
-// skipped, live or finished (see sqlEnqueue).
+// sqlEnqueueMany inserts many jobs of one statement; keys already
+// registered (live or finished jobs, see sqlEnqueue) are skipped, and of a
+// key given twice the first is taken.
 const sqlEnqueueMany = `
-WITH ins AS (
-    INSERT INTO job (kind, business_key, payload, due_at, max_attempts)
-    SELECT k, b, p::jsonb, coalesce(d, now()), m
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[]) AS i(k, b, p, d, m)
-    WHERE NOT EXISTS (SELECT 1 FROM job_history h WHERE h.kind = i.k AND h.business_key = i.b)
+WITH given AS (
+    SELECT DISTINCT ON (k, b) k, b, p, d, m
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[]) WITH ORDINALITY AS i(k, b, p, d, m, n)
+    ORDER BY k, b, n
+), keyed AS (
+    INSERT INTO job_key (kind, business_key, job_id)
+    SELECT k, b, nextval('job_id_seq') FROM given
     ON CONFLICT (kind, business_key) DO NOTHING
+    RETURNING kind, business_key, job_id
+), ins AS (
+    INSERT INTO job (id, kind, business_key, payload, due_at, max_attempts)
+    SELECT keyed.job_id, g.k, g.b, g.p::jsonb, coalesce(g.d, now()), g.m
+    FROM keyed JOIN given g ON g.k = keyed.kind AND g.b = keyed.business_key
     RETURNING kind
 )
 SELECT count(*), (SELECT count(*) FROM (SELECT pg_notify('` + NotifyChannel + `', kind) FROM (SELECT DISTINCT kind FROM ins) k) n)
@@ -513,11 +519,18 @@ const sqlKeepDay = `
 UPDATE job_history SET kept = true
  WHERE NOT kept AND kind = ANY ($1::text[]) AND updated_at >= $2::timestamptz AND updated_at < $3::timestamptz`
 
-// sqlDayEvents deletes the job_event rows of one day partition's jobs
-// (%s: the partition's name), in the transaction that drops it:
-// CLAIM-I2..I4 never see half a job. job_event's primary key leads with
-// job_id, so this costs the day's events, not the history's.
-const sqlDayEvents = `DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM %s))`
+// sqlDayRows deletes the job_event and job_key rows of one day
+// partition's jobs (%s: the partition's name), in the transaction that
+// drops it: CLAIM-I2..I4 never see half a job, and a key is free again
+// once its job's history is gone. job_event's primary key leads with
+// job_id and job_key's is the key itself, so this costs the day's rows,
+// not the history's.
+const sqlDayRows = `
+WITH day AS MATERIALIZED (SELECT id, kind, business_key FROM %s),
+keys AS (
+    DELETE FROM job_key k USING day WHERE k.kind = day.kind AND k.business_key = day.business_key AND k.job_id = day.id
+)
+DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM day))`
 
 const sqlDayCount = `SELECT count(*) FROM %s`
 
@@ -542,8 +555,8 @@ SELECT count(*) FROM moved`
 
 // sqlPurgeFinished deletes up to $2 jobs of the default partition that
 // finished more than $1 microseconds ago by the database clock, with their
-// job_event history in the same statement (CLAIM-I2..I4 never see half a
-// job). The default partition holds only the finishes of days that had no
+// job_event history and their keys in the same statement (CLAIM-I2..I4
+// never see half a job; the key is free again). The default partition holds only the finishes of days that had no
 // partition yet (the engine fell behind, or finished jobs moved in by
 // 0614), so it is normally empty; this is the one batched purge left.
 // Kinds in $3 are kept: a module's rows point at their jobs (a
@@ -558,8 +571,10 @@ WITH doomed AS (
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM job_history_days_default WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
+    DELETE FROM job_history_days_default WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id, kind, business_key
 ), history AS (
     DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
+), keys AS (
+    DELETE FROM job_key k USING gone g WHERE k.kind = g.kind AND k.business_key = g.business_key AND k.job_id = g.id
 )
 SELECT count(*) FROM gone`

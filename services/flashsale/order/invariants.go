@@ -114,7 +114,7 @@ UNION ALL
 SELECT 'refund owed without a refund job', o.id, 'no ` + RefundKind + ` job'
   FROM flashsale_order o
  WHERE o.state = 'REFUNDING'
-   AND NOT EXISTS (SELECT 1 FROM job_all j WHERE j.kind = '` + RefundKind + `' AND j.business_key = 'order:' || o.id)
+   AND NOT EXISTS (SELECT 1 FROM job_key k WHERE k.kind = '` + RefundKind + `' AND k.business_key = 'order:' || o.id)
 UNION ALL
 SELECT 'order left between its late payment and its unit', o.id, o.state
   FROM flashsale_order o WHERE o.state = 'PAID_LATE'
