@@ -380,9 +380,12 @@ func scanJobs(rows pgx.Rows) ([]*Job, error) {
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
 	var state string
-	err := row.Scan(&j.ID, &j.Kind, &j.BusinessKey, &state, &j.Payload, &j.DueAt, &j.CreatedAt, &j.UpdatedAt,
-		&j.Attempts, &j.MaxAttempts, &j.Owner, &j.Fence, &j.LeaseUntil, &j.LastError, &j.Result)
-	j.State = State(state)
+	// jsonb into []byte is a copy of the server's text; into a
+	// json.RawMessage, pgx would run json.Unmarshal over every payload.
+	var payload, result []byte
+	err := row.Scan(&j.ID, &j.Kind, &j.BusinessKey, &state, &payload, &j.DueAt, &j.CreatedAt, &j.UpdatedAt,
+		&j.Attempts, &j.MaxAttempts, &j.Owner, &j.Fence, &j.LeaseUntil, &j.LastError, &result)
+	j.State, j.Payload, j.Result = State(state), payload, result
 	return &j, err
 }
 
@@ -513,16 +516,27 @@ func scanCompleted(rows pgx.Rows, done map[int64]bool) error {
 // settleCompleted counts a committed batch's outcomes and returns the jobs
 // whose fence no longer matched.
 func (c *Client) settleCompleted(batch []completion, done map[int64]bool) (stale []*Job) {
+	succeeded := perKind{}
 	for _, b := range batch {
 		if done[b.job.ID] {
-			c.m.finished(b.job.Kind, "succeeded")
+			succeeded.add(b.job.Kind)
 		} else {
 			stale = append(stale, b.job)
 			c.m.stale.WithLabelValues(b.job.Kind).Inc()
 		}
 	}
+	for kind, n := range succeeded {
+		c.m.outcomes.WithLabelValues(kind, "succeeded").Add(float64(n))
+	}
 	return stale
 }
+
+// perKind counts a batch's jobs by kind, so that a counter's labels are
+// hashed once per kind and batch, not once per job (a batch is usually of
+// one kind).
+type perKind map[string]int
+
+func (p perKind) add(kind string) { p[kind]++ }
 
 // completeMany runs sqlComplete for one owner's batch and returns the jobs
 // whose fence no longer matched. Deadlocks between concurrent batches (rows
@@ -605,8 +619,12 @@ func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []com
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim: complete and claim: %w", pg.MapError(err))
 	}
+	claimed := perKind{}
 	for _, j := range jobs {
-		c.m.claims.WithLabelValues(j.Kind).Inc()
+		claimed.add(j.Kind)
+	}
+	for kind, n := range claimed {
+		c.m.claims.WithLabelValues(kind).Add(float64(n))
 	}
 	return c.settleCompleted(batch, done), jobs, nil
 }

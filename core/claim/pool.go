@@ -520,9 +520,13 @@ func (p *pool) run(bgCtx context.Context, j *Job) {
 	// after_claim: the claim has committed and nothing else has happened.
 	// An injected failure here is "the process died": the job is abandoned
 	// to lapse and be recovered.
-	if err := p.c.faults.Hit(h.ctx, faults.AfterClaim, strconv.FormatInt(j.ID, 10)); err != nil {
-		p.untrack(j.ID)
-		return
+	// The key is formatted only for an armed point: on every job it was a
+	// string to allocate and collect for nothing.
+	if p.c.faults.Armed(faults.AfterClaim) {
+		if err := p.c.faults.Hit(h.ctx, faults.AfterClaim, strconv.FormatInt(j.ID, 10)); err != nil {
+			p.untrack(j.ID)
+			return
+		}
 	}
 	herr := p.c.handle(h.ctx, j)
 	switch {

@@ -62,6 +62,18 @@ func (s *Set) Hit(ctx context.Context, name, key string) error {
 	return act(ctx, key)
 }
 
+// Armed tells whether an action is armed at name: a hot path whose key
+// costs something to build (a formatted id) asks first, and builds it
+// only for a point a test armed.
+func (s *Set) Armed(name string) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.points[name] != nil
+}
+
 // ArmFunc arms name with an arbitrary action.
 func (s *Set) ArmFunc(name string, act Action) {
 	s.mu.Lock()
