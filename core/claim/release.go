@@ -13,11 +13,11 @@ import (
 // jobs its rows pointed at.
 const sqlDeleteFinished = `
 WITH gone AS (
-    DELETE FROM job_history WHERE id = ANY ($1::bigint[]) RETURNING id, kind, business_key
+    DELETE FROM job_history WHERE id = ANY ($1::bigint[]) RETURNING id
 ), history AS (
     DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 ), keys AS (
-    DELETE FROM job_key k USING gone g WHERE k.kind = g.kind AND k.business_key = g.business_key AND k.job_id = g.id
+    DELETE FROM job_key WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 )
 SELECT count(*) FROM gone`
 

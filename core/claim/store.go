@@ -522,13 +522,13 @@ UPDATE job_history SET kept = true
 // sqlDayRows deletes the job_event and job_key rows of one day
 // partition's jobs (%s: the partition's name), in the transaction that
 // drops it: CLAIM-I2..I4 never see half a job, and a key is free again
-// once its job's history is gone. job_event's primary key leads with
-// job_id and job_key's is the key itself, so this costs the day's rows,
-// not the history's.
+// once its job's history is gone. Both go by the day's job ids, a probe
+// each (job_event's primary key leads with job_id; job_key_job), so this
+// costs the day's rows, not the history's.
 const sqlDayRows = `
-WITH day AS MATERIALIZED (SELECT id, kind, business_key FROM %s),
+WITH day AS MATERIALIZED (SELECT id FROM %s),
 keys AS (
-    DELETE FROM job_key k USING day WHERE k.kind = day.kind AND k.business_key = day.business_key AND k.job_id = day.id
+    DELETE FROM job_key WHERE job_id = ANY (ARRAY(SELECT id FROM day))
 )
 DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM day))`
 
@@ -571,10 +571,10 @@ WITH doomed AS (
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM job_history_days_default WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id, kind, business_key
+    DELETE FROM job_history_days_default WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
 ), history AS (
     DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 ), keys AS (
-    DELETE FROM job_key k USING gone g WHERE k.kind = g.kind AND k.business_key = g.business_key AND k.job_id = g.id
+    DELETE FROM job_key WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
 )
 SELECT count(*) FROM gone`
