@@ -504,8 +504,7 @@ func scanCompleted(rows pgx.Rows, done map[int64]bool) error {
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
-		var kind string
-		if err := rows.Scan(&id, &kind); err != nil {
+		if err := rows.Scan(&id); err != nil {
 			return err
 		}
 		done[id] = true

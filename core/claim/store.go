@@ -179,7 +179,7 @@ ev AS (
     LEFT JOIN LATERAL (SELECT a.state FROM job_all a WHERE a.id = i.id LIMIT 1) cur ON true
     WHERE $5::bool AND i.id NOT IN (SELECT id FROM done)
 )
-SELECT id, kind FROM done`
+SELECT id FROM done`
 
 // sqlFail ends a held attempt with an error: back to ready with due_at
 // pushed out by the backoff (@delay_us), or failed when the error is permanent (@permanent)
