@@ -178,7 +178,7 @@ func Run(_ []app.Module, args []string) error {
 
 	if shared.DatabaseURL != "" { // leave someone else's database as we found it
 		_, err = pool.Exec(ctx, `WITH gone AS (DELETE FROM job_history WHERE kind = $1 AND business_key LIKE $2 RETURNING id),
-			keys AS (DELETE FROM job_key WHERE kind = $1 AND business_key LIKE $2)
+			keys AS (DELETE FROM job_key WHERE job_id IN (SELECT id FROM gone))
 			DELETE FROM job_event WHERE job_id IN (SELECT id FROM gone)`, kind, runID+"-%")
 		return err
 	}

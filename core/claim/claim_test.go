@@ -48,6 +48,18 @@ func events(t *testing.T, db pg.Querier, id int64) []string {
 	return out
 }
 
+// keyedJobs is the job each registered business key names (job_key),
+// in id order: a purge that deletes a job frees its key in the same
+// statement, so after one these are exactly the jobs left.
+func keyedJobs(t *testing.T, db pg.Querier) []int64 {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT job_id FROM job_key ORDER BY job_id`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return out
+}
+
 func TestEnqueueIsIdempotentPerKindAndBusinessKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, claim.Kind{Name: "t.noop", Handle: noop})
@@ -348,6 +360,7 @@ func TestPurgeFinishedDropsOnlyOldFinishedJobsOfUnkeptKinds(t *testing.T) {
 	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Equal(t, []int64{newSlot, running, kept}, left)
+	require.Equal(t, left, keyedJobs(t, b.pool), "a purged job's key went with it")
 	for _, id := range []int64{oldSlot, oldWork, failed} {
 		require.Empty(t, events(t, b.pool, id), "a purged job's history went with it")
 	}
@@ -495,7 +508,11 @@ func TestABusinessKeyStaysUniqueAcrossLiveAndHistory(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	id3 := finish("order-3", tx)
-	again, created, err = b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "order-3"})
+	// Bounded, so that an enqueue that waited on the job's row fails here
+	// instead of hanging on the transaction this goroutine holds open.
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	again, created, err = b.c.Enqueue(waitCtx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "order-3"})
 	require.NoError(t, err, "the enqueue returns without waiting for the completing transaction")
 	require.False(t, created)
 	require.Equal(t, id3, again)
@@ -549,6 +566,11 @@ func TestRetentionDropsAnExpiredDayWhole(t *testing.T) {
 	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Equal(t, []int64{ids[1], ids[2]}, left)
+	require.Equal(t, left, keyedJobs(t, b.pool), "a dropped job's key went with it")
+	again, fresh, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.work", BusinessKey: "old"})
+	require.NoError(t, err)
+	require.True(t, fresh, "the key is free again once its job's history is gone")
+	require.NotEqual(t, ids[0], again)
 	var kept bool
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT kept FROM job_history WHERE id = $1`, ids[1]).Scan(&kept))
 	require.True(t, kept)

@@ -524,9 +524,7 @@ func (c *Client) settleCompleted(batch []completion, done map[int64]bool) (stale
 			c.m.stale.WithLabelValues(b.job.Kind).Inc()
 		}
 	}
-	for kind, n := range succeeded {
-		c.m.outcomes.WithLabelValues(kind, "succeeded").Add(float64(n))
-	}
+	succeeded.addTo(c.m.outcomes, "succeeded")
 	return stale
 }
 
@@ -536,6 +534,13 @@ func (c *Client) settleCompleted(batch []completion, done map[int64]bool) (stale
 type perKind map[string]int
 
 func (p perKind) add(kind string) { p[kind]++ }
+
+// addTo adds each kind's count to vec, labelled (kind, more...).
+func (p perKind) addTo(vec *prometheus.CounterVec, more ...string) {
+	for kind, n := range p {
+		vec.WithLabelValues(append([]string{kind}, more...)...).Add(float64(n))
+	}
+}
 
 // completeMany runs sqlComplete for one owner's batch and returns the jobs
 // whose fence no longer matched. Deadlocks between concurrent batches (rows
@@ -622,9 +627,7 @@ func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []com
 	for _, j := range jobs {
 		claimed.add(j.Kind)
 	}
-	for kind, n := range claimed {
-		c.m.claims.WithLabelValues(kind).Add(float64(n))
-	}
+	claimed.addTo(c.m.claims)
 	return c.settleCompleted(batch, done), jobs, nil
 }
 

@@ -8,9 +8,10 @@ import (
 )
 
 // sqlDeleteFinished deletes the jobs among $1 that are finished, with their
-// job_event history and their keys (job_key) in the same statement (CLAIM-I2..I4 never see half a
-// job), by id (job_history_id in each partition): the owner's purge of a KeepFinished kind names the
-// jobs its rows pointed at.
+// job_event history and their keys (job_key) in the same statement
+// (CLAIM-I2..I4 never see half a job; the key is free again), by id
+// (job_history_id in each partition, job_key_job): the owner's purge of a
+// KeepFinished kind names the jobs its rows pointed at.
 const sqlDeleteFinished = `
 WITH gone AS (
     DELETE FROM job_history WHERE id = ANY ($1::bigint[]) RETURNING id

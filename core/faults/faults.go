@@ -50,12 +50,7 @@ func New() *Set { return &Set{points: map[string]Action{}} }
 // Hit runs the action armed at name, if any. It returns the action's error,
 // or ctx.Err() when the context ends while the action pauses.
 func (s *Set) Hit(ctx context.Context, name, key string) error {
-	if s == nil {
-		return nil
-	}
-	s.mu.RLock()
-	act := s.points[name]
-	s.mu.RUnlock()
+	act := s.action(name)
 	if act == nil {
 		return nil
 	}
@@ -65,13 +60,16 @@ func (s *Set) Hit(ctx context.Context, name, key string) error {
 // Armed tells whether an action is armed at name: a hot path whose key
 // costs something to build (a formatted id) asks first, and builds it
 // only for a point a test armed.
-func (s *Set) Armed(name string) bool {
+func (s *Set) Armed(name string) bool { return s.action(name) != nil }
+
+// action is the action armed at name (nil: none, or a nil Set).
+func (s *Set) action(name string) Action {
 	if s == nil {
-		return false
+		return nil
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.points[name] != nil
+	return s.points[name]
 }
 
 // ArmFunc arms name with an arbitrary action.
