@@ -156,8 +156,19 @@ func naiveRedelivery(x *lab.X, a *lab.App, likes *like.Service, count func() int
 		if n != 15 {
 			outcome = lab.Violates
 		}
+		// The catch means something only once the counter has caught up:
+		// LIKE-I3 speaks of an item with no event pending, and LIKE-I4
+		// allows one unit of error per pending event. Each delivery ends
+		// at the last event, so none may be pending (social_like_unapplied,
+		// what both invariants read).
+		var pending int64
+		var pos string
+		require.NoError(x, a.Pool.QueryRow(ctx, `
+			SELECT u.events, c.position_tx::text || '/' || c.position_id
+			  FROM social_like_unapplied($1) u, outbox_consumer c WHERE c.name = $2`, items[0], like.ConsumerName).Scan(&pending, &pos))
 		x.Step(lab.Step{Actor: "counter", Action: fmt.Sprintf("%s: apply %d events, no inbox", what, added), Outcome: outcome,
-			Note: fmt.Sprintf("count %d, liked facts 15", n)})
+			Note: fmt.Sprintf("count %d, liked facts 15, %d events pending", n, pending)})
+		require.Zero(x, pending, "the counter has caught up: its position %s is the last event read, %s/%d", pos, lastTx, lastID)
 	}
 	deliver("deliver")
 	if x.Control {
