@@ -161,6 +161,7 @@ func naiveRedelivery(x *lab.X, a *lab.App, likes *like.Service, count func() int
 		// allows one unit of error per pending event. Each delivery ends
 		// at the last event, so none may be pending (social_like_unapplied,
 		// what both invariants read).
+		require.NotEmpty(x, items, "the stream has the likes' events")
 		var pending int64
 		var pos string
 		require.NoError(x, a.Pool.QueryRow(ctx, `
