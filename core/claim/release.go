@@ -8,18 +8,13 @@ import (
 )
 
 // sqlDeleteFinished deletes the jobs among $1 that are finished, with their
-// job_event history and their keys (job_key) in the same statement
-// (CLAIM-I2..I4 never see half a job; the key is free again), by id
-// (job_history_id in each partition, job_key_job): the owner's purge of a
-// KeepFinished kind names the jobs its rows pointed at.
+// job_event history and their keys in the same statement (goneRows), by id
+// (job_history_id in each partition): the owner's purge of a KeepFinished
+// kind names the jobs its rows pointed at.
 const sqlDeleteFinished = `
 WITH gone AS (
     DELETE FROM job_history WHERE id = ANY ($1::bigint[]) RETURNING id
-), history AS (
-    DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
-), keys AS (
-    DELETE FROM job_key WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
-)
+), ` + goneRows + `
 SELECT count(*) FROM gone`
 
 // ErrNotFinished is DeleteFinishedTx's answer when a named job is not

@@ -519,18 +519,26 @@ const sqlKeepDay = `
 UPDATE job_history SET kept = true
  WHERE NOT kept AND kind = ANY ($1::text[]) AND updated_at >= $2::timestamptz AND updated_at < $3::timestamptz`
 
+// goneRows are the CTEs that delete the job_event history and the job_key
+// key of the jobs whose ids the CTE "gone" holds, in the statement that
+// deletes the jobs: CLAIM-I2..I4 never see half a job, and a key is free
+// again once its job's history is gone. Both go by id, a probe each
+// (job_event's primary key leads with job_id; job_key_job), so a purge
+// costs its own jobs' rows, never the history's. Every statement that
+// deletes finished jobs ends with it: sqlDayRows, sqlPurgeFinished and
+// sqlDeleteFinished.
+const goneRows = `history AS (
+    DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
+), keys AS (
+    DELETE FROM job_key WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
+)`
+
 // sqlDayRows deletes the job_event and job_key rows of one day
-// partition's jobs (%s: the partition's name), in the transaction that
-// drops it: CLAIM-I2..I4 never see half a job, and a key is free again
-// once its job's history is gone. Both go by the day's job ids, a probe
-// each (job_event's primary key leads with job_id; job_key_job), so this
-// costs the day's rows, not the history's.
+// partition's jobs (%s: the partition's name; goneRows), in the
+// transaction that drops it.
 const sqlDayRows = `
-WITH day AS MATERIALIZED (SELECT id FROM %s),
-keys AS (
-    DELETE FROM job_key WHERE job_id = ANY (ARRAY(SELECT id FROM day))
-)
-DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM day))`
+WITH gone AS MATERIALIZED (SELECT id FROM %s), ` + goneRows + `
+SELECT count(*) FROM gone`
 
 const sqlDayCount = `SELECT count(*) FROM %s`
 
@@ -555,8 +563,8 @@ SELECT count(*) FROM moved`
 
 // sqlPurgeFinished deletes up to $2 jobs of the default partition that
 // finished more than $1 microseconds ago by the database clock, with their
-// job_event history and their keys in the same statement (CLAIM-I2..I4
-// never see half a job; the key is free again). The default partition holds only the finishes of days that had no
+// job_event history and their keys in the same statement (goneRows). The
+// default partition holds only the finishes of days that had no
 // partition yet (the engine fell behind, or finished jobs moved in by
 // 0614), so it is normally empty; this is the one batched purge left.
 // Kinds in $3 are kept: a module's rows point at their jobs (a
@@ -572,9 +580,5 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM job_history_days_default WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
-), history AS (
-    DELETE FROM job_event WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
-), keys AS (
-    DELETE FROM job_key WHERE job_id = ANY (ARRAY(SELECT id FROM gone))
-)
+), ` + goneRows + `
 SELECT count(*) FROM gone`
