@@ -137,3 +137,17 @@ func NoBody(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
+
+// EmptyBody refuses a body on a user route that acts on its path alone
+// (follow, like): none, or an empty JSON object, passes; anything else is
+// refused by Bind's rules (a "user_id" naming someone else is an
+// unknown_field), never ignored — the caller's identity comes from the
+// token, not from a body. Admin routes use NoBody, which refuses any byte.
+func EmptyBody(c echo.Context) error {
+	r := c.Request()
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var none struct{}
+	return Bind(c, &none)
+}

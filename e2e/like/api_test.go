@@ -120,6 +120,8 @@ func TestLikeAPIRefusesBadInput(t *testing.T) {
 		{"acting for someone else", "POST", fmt.Sprintf("/social/items/%d/like", item), user,
 			map[string]string{"user_id": "user-0002"}, 400, ""},
 		{"not JSON", "POST", fmt.Sprintf("/social/items/%d/like", item), user, "like!", 400, ""},
+		// An admin route refuses any body, an empty object too (httpx.NoBody).
+		{"a body on recompute", "POST", "/social/admin/likes/recompute", admin, map[string]string{}, 400, "body_not_allowed"},
 	} {
 		r := a.Do(t, e2etest.Req{Method: c.method, Path: c.path, Token: c.token, Body: c.body, Invalid: true})
 		require.Equal(t, c.status, r.Status, "%s: %s", c.name, r.Body)

@@ -20,7 +20,7 @@ func (h *handlers) set(liked bool) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		if err := noBody(c); err != nil {
+		if err := httpx.EmptyBody(c); err != nil {
 			return err
 		}
 		f, err := h.svc.Set(c.Request().Context(), httpx.PrincipalOf(c).Subject, item, liked)
@@ -55,9 +55,6 @@ func (h *handlers) recompute(c echo.Context) error {
 			return err
 		}
 	}
-	if err := noBody(c); err != nil {
-		return err
-	}
 	rc, err := h.svc.Recompute(c.Request().Context(), item)
 	if err != nil {
 		return err
@@ -71,14 +68,4 @@ func itemParam(s string) (int64, error) {
 		return 0, ErrInvalidItem
 	}
 	return id, nil
-}
-
-// noBody refuses any request body on a route that takes none.
-func noBody(c echo.Context) error {
-	r := c.Request()
-	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
-		return nil
-	}
-	var none struct{}
-	return httpx.Bind(c, &none)
 }

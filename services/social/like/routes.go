@@ -14,5 +14,5 @@ func routes(e *echo.Echo, h *handlers, auth *httpx.Auth) {
 	e.POST("/social/items/:id/unlike", h.set(false), user)
 	e.GET("/social/items/:id/likes", h.likes, user)
 
-	e.POST("/social/admin/likes/recompute", h.recompute, auth.Require(httpx.RoleAdmin, httpx.RoleService))
+	e.POST("/social/admin/likes/recompute", h.recompute, auth.Require(httpx.RoleAdmin, httpx.RoleService), httpx.NoBody)
 }

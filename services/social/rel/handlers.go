@@ -60,7 +60,7 @@ func (h *handlers) setProfile(c echo.Context) error {
 // "follower" field naming someone else) is refused, not ignored.
 func (h *handlers) op(op Op) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := noBody(c); err != nil {
+		if err := httpx.EmptyBody(c); err != nil {
 			return err
 		}
 		res, err := h.svc.Do(c.Request().Context(), op, httpx.PrincipalOf(c).Subject, c.Param("id"))
@@ -69,16 +69,6 @@ func (h *handlers) op(op Op) echo.HandlerFunc {
 		}
 		return c.JSON(http.StatusOK, res)
 	}
-}
-
-// noBody refuses any request body on a route that takes none.
-func noBody(c echo.Context) error {
-	r := c.Request()
-	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
-		return nil
-	}
-	var none struct{}
-	return httpx.Bind(c, &none)
 }
 
 func (h *handlers) relation(c echo.Context) error {
