@@ -166,7 +166,9 @@ func experimentsBlock(c lab.Chapter, rec exploredRecord) string {
 			fmt.Fprintf(&b, "- its control — %s: `fencelab lab run %s --control` (holds; `--naive --control` shows both side by side)\n", e.Control, e.ID)
 		}
 		if e.Test != "" {
-			fmt.Fprintf(&b, "- as a test: `go test -v -run '^%s$' ./e2e/...`\n", e.Test)
+			// A subtest of its chapter's TestExperiments: naming the parent
+			// keeps `-run` from running every other top-level test too.
+			fmt.Fprintf(&b, "- as a test: `go test -v -run '^TestExperiments$/^%s$' ./e2e/...`\n", e.Test)
 		}
 		if e.Explore != nil {
 			b.WriteString(schedulesLines(rec, e))

@@ -54,8 +54,9 @@ func ChapterOf(slug string) (Chapter, bool) {
 type Experiment struct {
 	// ID is "<chapter slug>/<name>", e.g. "points/concurrent-debits".
 	ID string
-	// Test names the e2e test that runs it (kept so nothing a reader
-	// already knows is lost), e.g. "TestPTS01ConcurrentDebitsNeverOverdraw".
+	// Test names the e2e test that runs it: the subtest of its chapter's
+	// TestExperiments (kept so nothing a reader already knows is lost),
+	// e.g. "TestPTS01ConcurrentDebitsNeverOverdraw".
 	Test string
 	// Claim is the one sentence the experiment proves.
 	Claim string

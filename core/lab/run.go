@@ -115,8 +115,8 @@ type InvariantView struct {
 
 // Test runs e under go test: the guarded version must hold its claim and
 // every invariant; the naive version (a subtest) must be caught and its
-// control (a subtest) must hold. Each step is logged, so
-// `go test -v -run TestX` tells the story.
+// control (a subtest) must hold. Each step is logged, so its e2e test
+// (`go test -v -run '^TestExperiments$/^TestX$'`) tells the story.
 func Test(t *testing.T, e Experiment, env Env) {
 	t.Helper()
 	x := newX(t, env, e, Guarded)

@@ -7,7 +7,6 @@
 package cluster_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -135,7 +134,7 @@ func startCluster(t *testing.T, mode string, basePort int, env ...string) *clust
 	require.NoError(t, err, "deploy/local/up.sh:\n%s", out.String())
 	t.Logf("up.sh --%s: %s", mode, time.Since(started).Round(100*time.Millisecond))
 
-	c := &cluster{dir: dir, env: readEnv(t, filepath.Join(dir, "env"))}
+	c := &cluster{dir: dir, env: e2etest.ReadEnvFile(t, filepath.Join(dir, "env"))}
 	c.auth, err = httpx.NewAuth([]byte(c.env["FENCELAB_TOKEN_SECRET"]))
 	require.NoError(t, err)
 	c.app = &lab.App{URL: c.env["APP_URL"], Client: &http.Client{Timeout: 10 * time.Second,
@@ -159,26 +158,6 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
-}
-
-func readEnv(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// up.sh single-quotes every value for sh ('…', a quote inside as '\'').
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok && !strings.HasPrefix(k, "#") {
-			if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
-				v = strings.ReplaceAll(v[1:len(v)-1], `'\''`, "'")
-			}
-			env[k] = v
-		}
-	}
-	require.NoError(t, sc.Err())
-	return env
 }
 
 // pool opens a small pool that survives a failover: every statement that

@@ -25,7 +25,6 @@
 package docs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -313,7 +312,7 @@ func TestDocsExamplesRunInOrder(t *testing.T) {
 	logSlowestBlocks(t, run, timesFile, 5)
 
 	// The docs leave a consistent database behind.
-	dbURL := readEnv(t, dataDir)["DATABASE_URL"]
+	dbURL := e2etest.ReadEnvFile(t, filepath.Join(dataDir, "env"))["DATABASE_URL"]
 	pool, err := pg.Connect(context.Background(), dbURL, pg.PoolOptions{MaxConns: 2})
 	require.NoError(t, err)
 	program.Invariants().Assert(t, pool)
@@ -407,20 +406,6 @@ func cleanEnv() []string {
 			continue
 		}
 		out = append(out, kv)
-	}
-	return out
-}
-
-func readEnv(t *testing.T, dataDir string) map[string]string {
-	f, err := os.Open(filepath.Join(dataDir, "env"))
-	require.NoError(t, err)
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok && !strings.HasPrefix(k, "#") {
-			out[k] = v
-		}
 	}
 	return out
 }

@@ -221,3 +221,26 @@ func ScratchDir(t testing.TB, prefix string) string {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
+
+// ReadEnvFile reads an env file a child writes — `fencelab dev`'s DATA/env,
+// deploy/local/up.sh's DIR/env — as KEY=VALUE lines (# comments skipped).
+// A value single-quoted for sh, as up.sh writes every one, is unquoted (a
+// quote inside it closes the quoting, is escaped and reopens it).
+func ReadEnvFile(t testing.TB, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && !strings.HasPrefix(k, "#") {
+			if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+				v = strings.ReplaceAll(v[1:len(v)-1], `'\''`, "'")
+			}
+			env[k] = v
+		}
+	}
+	require.NoError(t, sc.Err())
+	return env
+}

@@ -216,16 +216,24 @@ var childRoot = sync.OnceValue(func() string {
 	return dir
 })
 
-// Experiment runs a lab experiment as a test: the guarded version must hold
-// its claim and invariants, and the naive version (subtest "naive") must be
-// caught. Each step of the timeline is logged (go test -v tells the story).
-// It marks t parallel first: every experiment runs in databases and
-// processes of its own, so a chapter's experiments never share state and
-// each chapter test used to open with the same t.Parallel() line.
-func Experiment(t *testing.T, e lab.Experiment) {
+// Experiments runs a chapter's list of lab experiments (its lab package's
+// Experiments) as tests, each a subtest named by the experiment's Test: the
+// guarded version must hold its claim and invariants, the naive version
+// (subtest "naive") must be caught and its control (subtest "control")
+// must hold. Each step of the timeline is logged (go test -v tells the
+// story). The test and every subtest run parallel: each experiment runs in
+// databases and processes of its own, so a chapter's experiments never
+// share state. One experiment alone:
+// `go test -v -run '^TestExperiments$/^TestPTS01ConcurrentDebitsNeverOverdraw$' ./e2e/...`.
+func Experiments(t *testing.T, es []lab.Experiment) {
 	t.Helper()
 	t.Parallel()
-	lab.Test(t, e, Env)
+	for _, e := range es {
+		t.Run(e.Test, func(t *testing.T) {
+			t.Parallel()
+			lab.Test(t, e, Env)
+		})
+	}
 }
 
 // X is a guarded lab run for a plain test: the chapters' kits take one.

@@ -13,9 +13,4 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-// The guarded run (a synchronous standby) keeps every acknowledged write;
-// the naive one (asynchronous) loses the writes acknowledged during the
-// stall, and FO-I1 reports them; its control (no stall) holds.
-func TestSyncStandbyKeepsEveryAcknowledgedWrite(t *testing.T) {
-	e2etest.Experiment(t, failover.SyncKeepsAcknowledged)
-}
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, failover.Experiments) }

@@ -180,9 +180,5 @@ func TestFEEDInvariantsCatchEachCorruption(t *testing.T) {
 	e2etest.Assert(t, e.a.Pool, "social")
 }
 
-// The lab's feed experiment: a block takes effect on the next page (and the
-// naive page, the product's statement minus its access re-check, is
-// caught; its control, without the block, holds).
-func TestFEEDLabRevokedOnNextRead(t *testing.T) {
-	e2etest.Experiment(t, feedlab.RevokedOnNextRead)
-}
+// The feed chapter's experiment: lab/feed/lab.go.
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, feedlab.Experiments) }

@@ -12,13 +12,4 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-// idem/concurrent-same-key (naive: a check-then-insert of the key, caught
-// by IDEM-I1).
-func TestIdempotencyConcurrentSameKeyOneEffect(t *testing.T) {
-	e2etest.Experiment(t, idemlab.IdemConcurrentSameKey)
-}
-
-// idem/crashed-request-taken-over: the stalled-holder timeline on a key.
-func TestIdempotencyCrashedRequestIsTakenOver(t *testing.T) {
-	e2etest.Experiment(t, idemlab.IdemCrashedRequest)
-}
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, idemlab.Experiments) }

@@ -9,18 +9,5 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-func TestNTF01SameEventFiftyTimesConcurrentlyMakesOneNotification(t *testing.T) {
-	e2etest.Experiment(t, notifylab.SameEventFiftyTimes)
-}
-
-func TestNTF02CommitThenDropFollowsEachChannelsContract(t *testing.T) {
-	e2etest.Experiment(t, notifylab.CommitThenDrop)
-}
-
-func TestNTF03StalledWorkerIsSupersededAndItsCompletionRefused(t *testing.T) {
-	e2etest.Experiment(t, notifylab.StalledWorkerSuperseded)
-}
-
-func TestNTF04PreferenceTurnedOffBeforeTheClaimCancelsTheTask(t *testing.T) {
-	e2etest.Experiment(t, notifylab.PreferenceOffCancels)
-}
+// The notification chapter's experiments: lab/notify/lab.go.
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, notifylab.Experiments) }

@@ -10,30 +10,4 @@ import (
 	orders "github.com/fencelab/fencelab/lab/orders"
 )
 
-func TestORD01ChargeTakenAnswerDroppedStaysPayingReconcileQueryMakesItPaid(t *testing.T) {
-	e2etest.Experiment(t, orders.ChargeAnswerLost)
-}
-
-func TestORD02SuccessCallbackFiveTimesShuffledWithFailureOneTransitionOneConfirmOneEvent(t *testing.T) {
-	e2etest.Experiment(t, orders.SuccessDeliveredFiveTimes)
-}
-
-func TestORD03SuccessAfterHoldExpiredAndUnitResoldIsRefundedOnce(t *testing.T) {
-	e2etest.Experiment(t, orders.LateSuccessUnitResold)
-}
-
-func TestORD04SuccessAfterHoldExpiredUnitFreeIsConfirmedLate(t *testing.T) {
-	e2etest.Experiment(t, orders.LateSuccessUnitFree)
-}
-
-func TestORD05ForgedAndReplayedCallbacksAreRefusedAndChangeNothing(t *testing.T) {
-	e2etest.Experiment(t, orders.ForgedCallbacks)
-}
-
-func TestORDLateLandingChargeAfterCloseRetakesTheUnit(t *testing.T) {
-	e2etest.Experiment(t, orders.LateLandingCharge)
-}
-
-func TestORDReconcileClosesPendingChargeAfterHoldEndsAndRefusalFails(t *testing.T) {
-	e2etest.Experiment(t, orders.ReconcileCloses)
-}
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, orders.Experiments) }

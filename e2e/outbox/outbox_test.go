@@ -18,17 +18,7 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-// outbox/two-processes: two `fencelab worker` processes, the lease holder
-// killed with SIGKILL mid-stream; 10,000 events applied once, in order.
-func TestOutboxTwoConsumerProcesses(t *testing.T) {
-	e2etest.Experiment(t, outboxlab.OutboxTwoProcesses)
-}
-
-// outbox/redelivery (naive: a consumer without its inbox, its position in
-// another transaction, caught by OUTBOX-I2).
-func TestOutboxRedeliveryAppliesEachEventOnce(t *testing.T) {
-	e2etest.Experiment(t, outboxlab.OutboxRedelivery)
-}
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, outboxlab.Experiments) }
 
 // The consumer table is an admin view; its lag is also a metric.
 func TestOutboxConsumersEndpointIsAdminOnly(t *testing.T) {

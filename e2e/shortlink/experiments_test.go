@@ -9,18 +9,5 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-func TestSL01HundredCreatorsOfOneAliasOneWinsEveryLoserGets409(t *testing.T) {
-	e2etest.Experiment(t, shortlinklab.HundredCreatorsOneAlias)
-}
-
-func TestSL02RevokedLinkRedirectsAtMostOneTTLAfterTheRevoke(t *testing.T) {
-	e2etest.Experiment(t, shortlinklab.RevokeWithinOneTTL)
-}
-
-func TestSL03RedirectsStay302WhileTheStatsStoreIsLockedOrDead(t *testing.T) {
-	e2etest.Experiment(t, shortlinklab.RedirectsOutliveStats)
-}
-
-func TestSL04BatchRetriedAfterItsCommitStoresEachClickOnce(t *testing.T) {
-	e2etest.Experiment(t, shortlinklab.ClickBatchRetried)
-}
+// The short-links chapter's experiments: lab/shortlink/lab.go.
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, shortlinklab.Experiments) }

@@ -9,18 +9,5 @@ import (
 
 func TestMain(m *testing.M) { e2etest.Main(m) }
 
-func TestUP01ChunksInRandomOrderWithRetransmitsMakeTheDeclaredFile(t *testing.T) {
-	e2etest.Experiment(t, uploadlab.ChunksInRandomOrder)
-}
-
-func TestUP03ProcessingLeaseExpiresSecondRunnerTakesOverOnePublish(t *testing.T) {
-	e2etest.Experiment(t, uploadlab.ProcessingLeaseTakenOver)
-}
-
-func TestUP04ReadBeforePublishIs409NotReady(t *testing.T) {
-	e2etest.Experiment(t, uploadlab.ReadBeforePublish)
-}
-
-func TestUP05WrongDeclaredSHA256FailsCompletionNothingReferenced(t *testing.T) {
-	e2etest.Experiment(t, uploadlab.WrongDeclaredSHA256)
-}
+// The upload chapter's experiments: lab/upload/lab.go.
+func TestExperiments(t *testing.T) { e2etest.Experiments(t, uploadlab.Experiments) }
