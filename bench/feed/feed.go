@@ -33,9 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -50,6 +48,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
@@ -317,7 +316,7 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 	}
 	fmt.Printf("%s: feed state built in %s: %d inbox rows (%.0f MB), %d of %d posts pushed, %d authors pulled\n",
 		name, built.Derived.Round(100*time.Millisecond), built.Inbox, float64(r.inboxBytes)/(1<<20), built.Pushed, built.Settled, built.PullSet)
-	s.start() // the fan-out consumer and every other task
+	s.proc.StartBackground() // the fan-out consumer and every other task
 
 	// 1. Reads: a first page, then the page after it.
 	rng := rand.New(rand.NewPCG(b.c.graph.Seed, 7))
@@ -384,7 +383,7 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 		name, ms(r.readP50), ms(r.readP99), r.scannedMean, r.scannedP99, r.scannedMax, ms(r.publishP99), r.rowsMean,
 		celebrity, ms(r.celebPublishP99), ms(r.celebP99), slices.Max(celebRows))
 
-	s.stop()
+	s.proc.StopBackground()
 	r.invariants = "ok"
 	for _, res := range s.proc.Invariants.Run(ctx, s.pool, "social") {
 		if !res.Holds() {
@@ -400,13 +399,12 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 // server is the deployable on one strategy's database.
 type server struct {
 	pool   *pgxpool.Pool
-	proc   *app.Process
+	proc   *setup.InProcess
 	deps   app.Deps
 	feed   *feed.Service
 	base   string
 	client *http.Client
 	g      *feed.Graph
-	stopFn func()
 	close  func()
 }
 
@@ -414,8 +412,7 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 	cfg := app.Defaults()
 	cfg.DatabaseURL, cfg.AccessLog, cfg.MaxConns, cfg.TokenSecret = url, false, b.c.dbConns, b.secret
 	cfg.Settings = map[string]string{feed.EnvStrategy: st.Name(), feed.EnvThreshold: strconv.FormatInt(b.c.threshold, 10)}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	p, err := app.Build(ctx, cfg, b.mods, app.BuildOptions{Role: "bench-feed", Log: log})
+	p, err := setup.StartInProcess(ctx, cfg, b.mods, setup.InProcessOptions{Build: app.BuildOptions{Role: "bench-feed"}})
 	if err != nil {
 		return nil, err
 	}
@@ -430,35 +427,15 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 		p.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	hs := &http.Server{Handler: p.HTTP(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
 	tr := &http.Transport{MaxIdleConnsPerHost: b.c.clients, MaxConnsPerHost: b.c.clients}
-	s := &server{pool: pool, proc: p, deps: p.Deps, feed: fsvc, base: "http://" + ln.Addr().String(),
-		client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, g: b.g, stopFn: func() {}}
+	s := &server{pool: pool, proc: p, deps: p.Deps, feed: fsvc, base: p.Base,
+		client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, g: b.g}
 	s.close = func() {
-		s.stop()
 		tr.CloseIdleConnections()
-		_ = hs.Close()
 		p.Close()
 	}
 	return s, nil
 }
-
-// start runs what serve runs beside HTTP — every module's background
-// tasks (the fan-out consumer among them) and the claim engine — until
-// stop.
-func (s *server) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	wait := s.proc.Background(ctx)
-	s.stopFn = func() { cancel(); wait() }
-}
-
-func (s *server) stop() { s.stopFn(); s.stopFn = func() {} }
 
 func (s *server) token(user string) string {
 	t, err := s.deps.Auth.Mint(user, httpx.RoleUser, time.Hour)
