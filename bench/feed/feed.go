@@ -55,13 +55,11 @@ import (
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
 type config struct {
-	url        string
 	strategies []string
 	graph      feed.GraphConfig
 	threshold  int64
@@ -85,7 +83,7 @@ func Run(mods []app.Module, args []string) error {
 	c := config{graph: feed.DefaultGraph}
 	var strategies string
 	fs := flag.NewFlagSet("bench feed", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", "", "PostgreSQL server, used only when given (never DATABASE_URL); its other databases are left alone and the bench drops the ones it made; empty: a fresh local cluster with durable defaults, removed afterwards")
+	shared := setup.AddServer(fs)
 	fs.StringVar(&strategies, "strategy", strings.Join(feed.Strategies, ","), "strategies to compare, comma-separated: push, pull, hybrid")
 	fs.IntVar(&c.graph.Users, "users", c.graph.Users, "users in the generated graph")
 	fs.Uint64Var(&c.graph.Seed, "seed", c.graph.Seed, "graph seed")
@@ -118,7 +116,7 @@ func Run(mods []app.Module, args []string) error {
 		return errors.New("bench feed: reads, clients, publishes and celebrity must be positive; limit 1..100")
 	}
 	ctx := context.Background()
-	srv, err := pgserver.Provision(ctx, c.url, pgserver.Options{}) // durable defaults: never Ephemeral
+	srv, err := shared.Server(ctx)
 	if err != nil {
 		return err
 	}
@@ -177,10 +175,10 @@ func (b *bench) run(ctx context.Context) error {
 	defer func() {
 		admin := b.srv.URL("postgres")
 		for _, name := range b.c.strategies {
-			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
+			_ = setup.Exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
 		}
 		if !b.c.keepGraph {
-			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
+			_ = setup.Exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
 		}
 	}()
 	var version, fsync string
@@ -241,14 +239,11 @@ func (b *bench) template(ctx context.Context, db string) error {
 		fmt.Printf("graph: reusing database %s\n", db)
 		return nil
 	}
-	if err := exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
+	if err := setup.Exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
 		return err
 	}
-	if err := exec(ctx, admin, `CREATE DATABASE `+pgx.Identifier{db}.Sanitize()); err != nil {
-		return err
-	}
-	url := b.srv.URL(db)
-	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
+	url, _, err := setup.Scratch(ctx, b.srv, db) // dropped with the strategies' copies, or kept (--keep-graph)
+	if err != nil {
 		return err
 	}
 	pool, err := pg.Connect(ctx, url, pg.PoolOptions{MaxConns: 4, ApplicationName: "fencelab-bench-feed"})
@@ -293,10 +288,10 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 	st, _ := feed.ParseStrategy(name, b.c.threshold)
 	db := "feedbench_" + name
 	admin := b.srv.URL("postgres")
-	if err := exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
+	if err := setup.Exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
 		return r, err
 	}
-	if err := exec(ctx, admin, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY`,
+	if err := setup.Exec(ctx, admin, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY`,
 		pgx.Identifier{db}.Sanitize(), pgx.Identifier{graphDB}.Sanitize())); err != nil {
 		return r, err
 	}
@@ -615,16 +610,6 @@ func queryRow(ctx context.Context, url, sql string, args []any, dst ...any) erro
 	}
 	defer conn.Close(ctx)
 	return conn.QueryRow(ctx, sql, args...).Scan(dst...)
-}
-
-func exec(ctx context.Context, url, sql string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	return err
 }
 
 // quantile is the q-quantile of d, from the harness's histogram.
