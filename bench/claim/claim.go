@@ -55,10 +55,6 @@ func Run(_ []app.Module, args []string) error {
 		return errors.New("bench claim: --jobs must be 1..10000000 and --workers 1..10000")
 	}
 	ctx := context.Background()
-
-	if shared.DatabaseURL == "" {
-		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
-	}
 	srv, dbURL, err := shared.Database(ctx)
 	if err != nil {
 		return err

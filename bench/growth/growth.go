@@ -58,9 +58,6 @@ func Run(_ []app.Module, args []string) error {
 		return errors.New("bench growth: --reuse takes the 8-hex-digit id a --keep run printed, and needs that run's --database-url")
 	}
 	ctx := context.Background()
-	if shared.DatabaseURL == "" {
-		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
-	}
 	srv, err := shared.Server(ctx)
 	if err != nil {
 		return err

@@ -64,9 +64,6 @@ func Run(_ []app.Module, args []string) error {
 		return errors.New("bench outbox: clients, backlog, batch, rate and durations must be positive")
 	}
 	ctx := context.Background()
-	if shared.DatabaseURL == "" {
-		fmt.Println("starting a throwaway PostgreSQL cluster with durable defaults …")
-	}
 	srv, url, err := shared.Database(ctx)
 	if err != nil {
 		return err

@@ -68,9 +68,12 @@ func (f *Flags) Profile() (stop func(), err error) {
 
 // Server provisions the server — --database-url, or a fresh local cluster
 // with durable defaults, never Ephemeral: a bench's figures are for fsync
-// on, as in production. The caller closes it (which removes a cluster it
-// started).
+// on, as in production — and says which on stdout when it starts one. The
+// caller closes it (which removes a cluster it started).
 func (f *Flags) Server(ctx context.Context) (*pgserver.Server, error) {
+	if f.DatabaseURL == "" {
+		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
+	}
 	return pgserver.Provision(ctx, f.DatabaseURL, pgserver.Options{})
 }
 
