@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelab/fencelab/bench/load"
 	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
@@ -164,7 +165,7 @@ func Run(_ []app.Module, args []string) error {
 			return err
 		}
 	}
-	report(os.Stdout, results, median(ratios), slices.Min(ratios), version)
+	report(os.Stdout, results, load.Median(ratios), slices.Min(ratios), version)
 	return nil
 }
 
@@ -250,7 +251,7 @@ func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
 			}
 			ms, r.examined = append(ms, plan.Ms), plan.Examined
 		}
-		r.ms = median(ms)
+		r.ms = load.Median(ms)
 		if pr.When == pg.PerScrape {
 			scrapeRows += r.examined
 		}
@@ -275,7 +276,7 @@ func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
 		}
 		fms, fr.examined = append(fms, float64(s.Execution.Microseconds())/1000), s.RowsScanned
 	}
-	fr.ms = median(fms)
+	fr.ms = load.Median(fms)
 	p.rows = append(p.rows, fr)
 
 	// One /metrics scrape of every database-reading collector (claim
@@ -311,7 +312,7 @@ func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
 		}
 		sms = append(sms, float64(time.Since(t0).Microseconds())/1000)
 	}
-	p.rows = append(p.rows, row{name: "/metrics scrape (claim, outbox, social)", when: pg.PerScrape, ms: median(sms), examined: scrapeRows})
+	p.rows = append(p.rows, row{name: "/metrics scrape (claim, outbox, social)", when: pg.PerScrape, ms: load.Median(sms), examined: scrapeRows})
 
 	return p, nil
 }
@@ -370,12 +371,6 @@ func purgeDay(ctx context.Context, sc *scratch) (time.Duration, int64, error) {
 	return time.Since(t0), jobs, nil
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func report(w io.Writer, ps []phase, ratio, minRatio float64, version string) {
 	empty, full := ps[0], ps[len(ps)-1]
 	fmt.Fprintf(w, "\nfencelab growth: every periodic, per-scrape and per-request query at history 0 and %d (PostgreSQL %s)\n", full.history, version)
@@ -395,7 +390,7 @@ func report(w io.Writer, ps []phase, ratio, minRatio float64, version string) {
 		}
 	}
 	fmt.Fprintf(tw, "claim throughput (jobs/s, median of %d alternating rounds from the load on)\tper-job\t%.0f\t\t%.0f\t\t\n",
-		len(full.claimRates), median(empty.claimRates), median(full.claimRates))
+		len(full.claimRates), load.Median(empty.claimRates), load.Median(full.claimRates))
 	fmt.Fprintf(tw, "claim.purge: drop the expired day (jobs dropped)\tperiodic\t%.2f\t%d\t%.2f\t%d\t\n",
 		ms(empty.purgeDay), empty.purgeDayJobs, ms(full.purgeDay), full.purgeDayJobs)
 	_ = tw.Flush()
