@@ -34,7 +34,6 @@ import (
 
 const kind = "bench.noop"
 
-// Run parses flags and runs the benchmark.
 // Bench is `fencelab bench claim`.
 var Bench = app.Bench{Name: "claim", Summary: "enqueue and drain jobs through the claim engine: claims and completions per second", Run: Run}
 

@@ -74,7 +74,6 @@ type config struct {
 	keepGraph  bool
 }
 
-// Run is the command's entry point.
 // Bench is `fencelab bench feed`.
 var Bench = app.Bench{Name: "feed", Summary: "push, pull and hybrid home feeds on one generated graph: read and publish latency, rows scanned, inbox size", Run: Run}
 

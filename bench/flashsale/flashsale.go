@@ -45,7 +45,6 @@ import (
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
-// Run is the command's entry point.
 // Bench is `fencelab bench flashsale`.
 var Bench = app.Bench{Name: "flashsale", Summary: "hundreds of buyers press buy at once: no oversell, time to sell out, 409/503 latencies", Run: Run}
 

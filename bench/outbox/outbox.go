@@ -38,7 +38,6 @@ type config struct {
 	lagFor   time.Duration
 }
 
-// Run parses flags and runs the three phases.
 // Bench is `fencelab bench outbox`.
 var Bench = app.Bench{Name: "outbox", Summary: "append throughput with the outbox, backlog drain rate and steady-state lag", Run: Run}
 

@@ -61,7 +61,6 @@ type config struct {
 	rate float64
 }
 
-// Run is the command's entry point.
 // Bench is `fencelab bench points`.
 var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrency, then one hot account (bench/points-vs-pgbench.sh sets it beside pgbench)", Run: Run}
 
