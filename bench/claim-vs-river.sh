@@ -30,32 +30,8 @@ CONNS=12
 RIVER_FETCH_COOLDOWN=${RIVER_FETCH_COOLDOWN:-1ms}
 if (( ROUNDS < 1 )); then echo "ROUNDS must be at least 1" >&2; exit 2; fi
 
-tmp=$(mktemp -d /tmp/fencelab-vs-river.XXXXXX)
-chmod 755 "$tmp"
-cleanup() {
-  if [[ -n "${PGDATA_DIR:-}" ]]; then
-    as_pg pg_ctl -D "$PGDATA_DIR" -m fast stop >/dev/null 2>&1 || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-as_pg() {
-  local bin; bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-  if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$bin/$1" "${@:2}"; else "$bin/$1" "${@:2}"; fi
-}
-
-if [[ -z "${BENCH_DATABASE_URL:-}" ]]; then
-  PGDATA_DIR="$tmp/pg"
-  port=$(( 20000 + RANDOM % 20000 ))
-  mkdir -p "$PGDATA_DIR"
-  [[ $(id -u) == 0 ]] && chown postgres "$PGDATA_DIR" "$tmp"
-  as_pg initdb -D "$PGDATA_DIR" -A trust -U postgres >/dev/null
-  as_pg pg_ctl -D "$PGDATA_DIR" -l "$tmp/postgres.log" -w \
-    -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-  BENCH_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-  echo "throwaway cluster on port $port (durable defaults: fsync on)"
-fi
+. bench/cluster.sh vs-river
+throwaway_cluster
 
 go build -o "$tmp/fencelab" ./cmd/fencelab
 (cd bench/peers/river && go build -o "$tmp/river" .)
@@ -79,7 +55,6 @@ for round in $(seq "$ROUNDS"); do
   echo "round $round: fencelab $a jobs/s, river $b jobs/s, ratio $r" >&2
 done
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo >&2
 echo "fencelab (fenced):  ${ours[*]} jobs/s" >&2
 echo "river (unfenced):   ${theirs[*]} jobs/s" >&2

@@ -15,29 +15,19 @@ cd "$(dirname "$0")/.."
 N=${1:-400}
 WARM=${2:-20}
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt install valgrind)" >&2; exit 2; }
-pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-as_pg() {
-  if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-
-tmp=$(mktemp -d /tmp/fencelab-points-pg-instructions.XXXXXX)
-chmod 755 "$tmp"
-mkdir -p "$tmp/pg" "$tmp/cg"
-[[ $(id -u) == 0 ]] && chown postgres "$tmp/pg" "$tmp/cg" "$tmp"
+. bench/cluster.sh points-pg-instructions
+PGDATA_DIR="$tmp/pg" # stopped on exit
+mkdir -p "$PGDATA_DIR" "$tmp/cg"
+[[ $(id -u) == 0 ]] && chown postgres "$PGDATA_DIR" "$tmp/cg" "$tmp"
 port=$(( 20000 + RANDOM % 20000 ))
 url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-cleanup() {
-  as_pg "$pgbin/pg_ctl" -D "$tmp/pg" -m fast stop >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 
-as_pg "$pgbin/initdb" -D "$tmp/pg" -A trust -U postgres >/dev/null
+as_pg initdb -D "$PGDATA_DIR" -A trust -U postgres >/dev/null
 # Every process of the cluster under cachegrind (the backends are forks of
 # the postmaster); each writes its count when it exits. Autovacuum off: its
 # workers would count nothing of ours, but they slow everything down.
-as_pg bash -c "nohup valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=$tmp/cg/cg.%p \
-  $pgbin/postgres -D $tmp/pg -p $port -k $tmp -c listen_addresses=127.0.0.1 -c autovacuum=off \
+as_postgres bash -c "nohup valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=$tmp/cg/cg.%p \
+  $pgbin/postgres -D $PGDATA_DIR -p $port -k $tmp -c listen_addresses=127.0.0.1 -c autovacuum=off \
   >$tmp/postgres.log 2>&1 &"
 for _ in $(seq 120); do "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$port" && break; sleep 1; done
 "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$port" || { echo "the cluster under valgrind did not start" >&2; exit 1; }
@@ -46,7 +36,8 @@ go build -o "$tmp/fencelab" ./cmd/fencelab
 "$tmp/fencelab" migrate --database-url "$url" up >/dev/null
 psql -q -v ON_ERROR_STOP=1 -v accounts=1000 -f bench/pgbench/points-setup.sql "$url"
 
-body='{"id":123456,"kind":"debit","account_id":"bench-123456-00042","amount":7,"reason":"bench","balance":999993,"version":2,"entries":[{"account_id":"bench-123456-00042","amount":-7},{"account_id":"sys:redemption","amount":7}],"created_at":"2026-01-01T00:00:00.000000Z"}'
+. bench/pgbench/points-vars.sh
+points_vars 1000 64
 # backend_instructions T: run T transactions on one connection; print the
 # instructions of the backend that served them.
 # settle waits until no other client backend is left and each has written
@@ -62,10 +53,7 @@ backend_instructions() {
   local before after f most=0 n
   settle
   before=$(ls "$tmp/cg")
-  "$pgbin/pgbench" -n -M prepared -c 1 -t "$1" -f bench/pgbench/points.sql \
-    -D accounts=1000 -D shards=64 -D sysacct=sys:redemption -D scope=pgbench.debit \
-    -D reason=bench -D fingerprint='\x0000000000000000000000000000000000000000000000000000000000000000' \
-    -D lockttl=15000 -D topic=points.debited -D status=201 -D ctype=application/json -D body="$body" \
+  "$pgbin/pgbench" -n -M prepared -c 1 -t "$1" -f bench/pgbench/points.sql "${points_vars[@]}" \
     "$url" >"$tmp/pgbench.out" 2>&1
   grep -q 'number of failed transactions: 0 ' "$tmp/pgbench.out" || { cat "$tmp/pgbench.out" >&2; exit 1; }
   settle

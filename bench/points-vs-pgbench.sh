@@ -37,39 +37,15 @@ PGBENCH_PIPELINE=${PGBENCH_PIPELINE:-1}
 RATE=${RATE:-0}
 [[ $ROUNDS -ge 1 ]] || { echo "ROUNDS must be at least 1" >&2; exit 2; }
 
-tmp=$(mktemp -d /tmp/fencelab-points-vs-pgbench.XXXXXX)
-chmod 755 "$tmp"
-cleanup() {
-  if [[ -n "${PGDATA_DIR:-}" ]]; then
-    as_pg pg_ctl -D "$PGDATA_DIR" -m fast stop >/dev/null 2>&1 || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-as_pg() {
-  if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$pgbin/$1" "${@:2}"; else "$pgbin/$1" "${@:2}"; fi
-}
-
-if [[ -z "${BENCH_DATABASE_URL:-}" ]]; then
-  PGDATA_DIR="$tmp/pg"
-  port=$(( 20000 + RANDOM % 20000 ))
-  mkdir -p "$PGDATA_DIR"
-  [[ $(id -u) == 0 ]] && chown postgres "$PGDATA_DIR" "$tmp"
-  as_pg initdb -D "$PGDATA_DIR" -A trust -U postgres >/dev/null
-  as_pg pg_ctl -D "$PGDATA_DIR" -l "$tmp/postgres.log" -w \
-    -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
-  BENCH_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-  echo "throwaway cluster on port $port (durable defaults: fsync on)"
-fi
+. bench/cluster.sh points-vs-pgbench
+throwaway_cluster
 
 go build -o "$tmp/fencelab" ./cmd/fencelab
 "$tmp/fencelab" migrate --database-url "$BENCH_DATABASE_URL" up >/dev/null
 psql -q -v ON_ERROR_STOP=1 -v accounts="$ACCOUNTS" -f bench/pgbench/points-setup.sql "$BENCH_DATABASE_URL"
 
-# A response body and event payload the size of the server's.
-body='{"id":123456,"kind":"debit","account_id":"bench-123456-00042","amount":7,"reason":"bench","balance":999993,"version":2,"entries":[{"account_id":"bench-123456-00042","amount":-7},{"account_id":"sys:redemption","amount":7}],"created_at":"2026-01-01T00:00:00.000000Z"}'
+. bench/pgbench/points-vars.sh
+points_vars "$ACCOUNTS" "$SHARDS"
 script=bench/pgbench/points.sql
 if [[ $PGBENCH_PIPELINE == 0 ]]; then
   script="$tmp/points-unpipelined.sql"
@@ -78,10 +54,7 @@ fi
 pgbench_run() {
   local throttle=()
   if [[ $RATE != 0 ]]; then throttle=(-R "$RATE" -l --log-prefix="$tmp/pgbench_log"); fi
-  "$pgbin/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECONDS_" "${throttle[@]}" -f "$script" \
-    -D accounts="$ACCOUNTS" -D shards="$SHARDS" -D sysacct=sys:redemption -D scope=pgbench.debit \
-    -D reason=bench -D fingerprint='\x0000000000000000000000000000000000000000000000000000000000000000' \
-    -D lockttl=15000 -D topic=points.debited -D status=201 -D ctype=application/json -D body="$body" \
+  "$pgbin/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECONDS_" "${throttle[@]}" -f "$script" "${points_vars[@]}" \
     "$BENCH_DATABASE_URL"
 }
 
@@ -114,7 +87,7 @@ run_theirs() {
   local out c0 c1 n
   c0=$(cluster_cpu)
   rm -f "$tmp"/pgbench_log*
-  out=$(/usr/bin/time -f 'pgbench client CPU %U %S' bash -c "$(declare -f pgbench_run); $(declare -p pgbin CLIENTS SECONDS_ script ACCOUNTS SHARDS body BENCH_DATABASE_URL RATE tmp); pgbench_run" 2>&1)
+  out=$(/usr/bin/time -f 'pgbench client CPU %U %S' bash -c "$(declare -f pgbench_run); $(declare -p pgbin CLIENTS SECONDS_ script points_vars BENCH_DATABASE_URL RATE tmp); pgbench_run" 2>&1)
   printf '%s\n' "$out" >&2
   c1=$(cluster_cpu)
   grep -q 'number of failed transactions: 0 ' <<<"$out" || { echo "pgbench reported failures" >&2; exit 1; }
@@ -139,7 +112,6 @@ done
 "$tmp/fencelab" check --database-url "$BENCH_DATABASE_URL" points idem outbox >&2 ||
   { rc=$?; echo "fencelab check after the last round failed (status $rc)" >&2; exit 1; }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
 echo "fencelab bench points (HTTP, pool $DB_CONNS$([[ $RATE != 0 ]] && echo ", $RATE/s offered")): ${ours[*]} debits/s; p99 ${p99s[*]} ms"
 [[ $RATE == 0 ]] || echo "pgbench at $RATE/s offered: p99 ${theirp99s[*]} ms"

@@ -34,7 +34,6 @@ import (
 
 const kind = "bench.noop"
 
-// Run parses flags and runs the benchmark.
 // Bench is `fencelab bench claim`.
 var Bench = app.Bench{Name: "claim", Summary: "enqueue and drain jobs through the claim engine: claims and completions per second", Run: Run}
 
@@ -55,10 +54,6 @@ func Run(_ []app.Module, args []string) error {
 		return errors.New("bench claim: --jobs must be 1..10000000 and --workers 1..10000")
 	}
 	ctx := context.Background()
-
-	if shared.DatabaseURL == "" {
-		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
-	}
 	srv, dbURL, err := shared.Database(ctx)
 	if err != nil {
 		return err

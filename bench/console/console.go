@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -28,17 +27,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
-	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 )
 
 type config struct {
-	url      string
 	jobs     int
 	events   int
 	requests int
@@ -51,7 +45,7 @@ var Bench = app.Bench{Name: "console", Summary: "every console page's server tim
 func Run(mods []app.Module, args []string) error {
 	var c config
 	fs := flag.NewFlagSet("bench console", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", app.Env("DATABASE_URL", ""), "PostgreSQL server to make two scratch databases on (its role must create databases); empty: a fresh local cluster")
+	shared := setup.AddServer(fs)
 	fs.IntVar(&c.jobs, "jobs", 1_000_000, "finished claim jobs of history to bulk-insert")
 	fs.IntVar(&c.events, "outbox-events", 200_000, "consumed outbox events of history to bulk-insert")
 	fs.IntVar(&c.requests, "requests", 40, "requests per page and database")
@@ -66,34 +60,21 @@ func Run(mods []app.Module, args []string) error {
 		return errors.New("bench console: jobs ≥ 1, outbox-events ≥ 0, requests ≥ 5")
 	}
 	ctx := context.Background()
-	srv, err := pgserver.Provision(ctx, c.url, pgserver.Options{})
+	srv, err := shared.Server(ctx)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 	var urls [2]string
 	for i, name := range []string{"empty", "history"} {
-		db := fmt.Sprintf("fencelab_bench_console_%s_%d", name, os.Getpid())
-		if err := exec(ctx, srv.URL(""), "CREATE DATABASE "+db); err != nil {
+		u, drop, err := setup.Scratch(ctx, srv, fmt.Sprintf("fencelab_bench_console_%s_%d", name, os.Getpid()))
+		if err != nil {
 			return err
 		}
-		defer func() { _ = exec(ctx, srv.URL(""), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") }()
-		urls[i] = srv.URL(db)
-		if err := (pg.Migrator{FS: migrations.FS, URL: urls[i]}).Up(); err != nil {
-			return err
-		}
+		defer func() { _ = drop() }()
+		urls[i] = u
 	}
 	return run(ctx, c, urls, mods)
-}
-
-func exec(ctx context.Context, url, sql string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	return err
 }
 
 type page struct {
@@ -112,7 +93,7 @@ type side struct {
 }
 
 func run(ctx context.Context, c config, urls [2]string, mods []app.Module) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	log := setup.ErrorLog()
 	secret := crand.Text()
 	var sides [2]*side
 	for i, name := range []string{"empty", "history"} {

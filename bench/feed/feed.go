@@ -33,9 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -50,19 +48,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/invariant"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
-	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
 
 type config struct {
-	url        string
 	strategies []string
 	graph      feed.GraphConfig
 	threshold  int64
@@ -77,7 +74,6 @@ type config struct {
 	keepGraph  bool
 }
 
-// Run is the command's entry point.
 // Bench is `fencelab bench feed`.
 var Bench = app.Bench{Name: "feed", Summary: "push, pull and hybrid home feeds on one generated graph: read and publish latency, rows scanned, inbox size", Run: Run}
 
@@ -86,7 +82,7 @@ func Run(mods []app.Module, args []string) error {
 	c := config{graph: feed.DefaultGraph}
 	var strategies string
 	fs := flag.NewFlagSet("bench feed", flag.ContinueOnError)
-	fs.StringVar(&c.url, "database-url", "", "PostgreSQL server, used only when given (never DATABASE_URL); its other databases are left alone and the bench drops the ones it made; empty: a fresh local cluster with durable defaults, removed afterwards")
+	shared := setup.AddServer(fs)
 	fs.StringVar(&strategies, "strategy", strings.Join(feed.Strategies, ","), "strategies to compare, comma-separated: push, pull, hybrid")
 	fs.IntVar(&c.graph.Users, "users", c.graph.Users, "users in the generated graph")
 	fs.Uint64Var(&c.graph.Seed, "seed", c.graph.Seed, "graph seed")
@@ -119,7 +115,7 @@ func Run(mods []app.Module, args []string) error {
 		return errors.New("bench feed: reads, clients, publishes and celebrity must be positive; limit 1..100")
 	}
 	ctx := context.Background()
-	srv, err := pgserver.Provision(ctx, c.url, pgserver.Options{}) // durable defaults: never Ephemeral
+	srv, err := shared.Server(ctx)
 	if err != nil {
 		return err
 	}
@@ -178,10 +174,10 @@ func (b *bench) run(ctx context.Context) error {
 	defer func() {
 		admin := b.srv.URL("postgres")
 		for _, name := range b.c.strategies {
-			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
+			_ = setup.Exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
 		}
 		if !b.c.keepGraph {
-			_ = exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
+			_ = setup.Exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
 		}
 	}()
 	var version, fsync string
@@ -242,14 +238,11 @@ func (b *bench) template(ctx context.Context, db string) error {
 		fmt.Printf("graph: reusing database %s\n", db)
 		return nil
 	}
-	if err := exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
+	if err := setup.Exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
 		return err
 	}
-	if err := exec(ctx, admin, `CREATE DATABASE `+pgx.Identifier{db}.Sanitize()); err != nil {
-		return err
-	}
-	url := b.srv.URL(db)
-	if err := (pg.Migrator{FS: migrations.FS, URL: url}).Up(); err != nil {
+	url, _, err := setup.Scratch(ctx, b.srv, db) // dropped with the strategies' copies, or kept (--keep-graph)
+	if err != nil {
 		return err
 	}
 	pool, err := pg.Connect(ctx, url, pg.PoolOptions{MaxConns: 4, ApplicationName: "fencelab-bench-feed"})
@@ -294,10 +287,10 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 	st, _ := feed.ParseStrategy(name, b.c.threshold)
 	db := "feedbench_" + name
 	admin := b.srv.URL("postgres")
-	if err := exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
+	if err := setup.Exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
 		return r, err
 	}
-	if err := exec(ctx, admin, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY`,
+	if err := setup.Exec(ctx, admin, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY`,
 		pgx.Identifier{db}.Sanitize(), pgx.Identifier{graphDB}.Sanitize())); err != nil {
 		return r, err
 	}
@@ -317,7 +310,7 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 	}
 	fmt.Printf("%s: feed state built in %s: %d inbox rows (%.0f MB), %d of %d posts pushed, %d authors pulled\n",
 		name, built.Derived.Round(100*time.Millisecond), built.Inbox, float64(r.inboxBytes)/(1<<20), built.Pushed, built.Settled, built.PullSet)
-	s.start() // the fan-out consumer and every other task
+	s.proc.StartBackground() // the fan-out consumer and every other task
 
 	// 1. Reads: a first page, then the page after it.
 	rng := rand.New(rand.NewPCG(b.c.graph.Seed, 7))
@@ -384,7 +377,7 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 		name, ms(r.readP50), ms(r.readP99), r.scannedMean, r.scannedP99, r.scannedMax, ms(r.publishP99), r.rowsMean,
 		celebrity, ms(r.celebPublishP99), ms(r.celebP99), slices.Max(celebRows))
 
-	s.stop()
+	s.proc.StopBackground()
 	r.invariants = "ok"
 	for _, res := range s.proc.Invariants.Run(ctx, s.pool, "social") {
 		if !res.Holds() {
@@ -400,13 +393,12 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 // server is the deployable on one strategy's database.
 type server struct {
 	pool   *pgxpool.Pool
-	proc   *app.Process
+	proc   *setup.InProcess
 	deps   app.Deps
 	feed   *feed.Service
 	base   string
 	client *http.Client
 	g      *feed.Graph
-	stopFn func()
 	close  func()
 }
 
@@ -414,8 +406,7 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 	cfg := app.Defaults()
 	cfg.DatabaseURL, cfg.AccessLog, cfg.MaxConns, cfg.TokenSecret = url, false, b.c.dbConns, b.secret
 	cfg.Settings = map[string]string{feed.EnvStrategy: st.Name(), feed.EnvThreshold: strconv.FormatInt(b.c.threshold, 10)}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	p, err := app.Build(ctx, cfg, b.mods, app.BuildOptions{Role: "bench-feed", Log: log})
+	p, err := setup.StartInProcess(ctx, cfg, b.mods, setup.InProcessOptions{Build: app.BuildOptions{Role: "bench-feed"}})
 	if err != nil {
 		return nil, err
 	}
@@ -430,35 +421,15 @@ func (b *bench) serve(ctx context.Context, url string, st feed.Strategy) (*serve
 		p.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	hs := &http.Server{Handler: p.HTTP(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
 	tr := &http.Transport{MaxIdleConnsPerHost: b.c.clients, MaxConnsPerHost: b.c.clients}
-	s := &server{pool: pool, proc: p, deps: p.Deps, feed: fsvc, base: "http://" + ln.Addr().String(),
-		client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, g: b.g, stopFn: func() {}}
+	s := &server{pool: pool, proc: p, deps: p.Deps, feed: fsvc, base: p.Base,
+		client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, g: b.g}
 	s.close = func() {
-		s.stop()
 		tr.CloseIdleConnections()
-		_ = hs.Close()
 		p.Close()
 	}
 	return s, nil
 }
-
-// start runs what serve runs beside HTTP — every module's background
-// tasks (the fan-out consumer among them) and the claim engine — until
-// stop.
-func (s *server) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	wait := s.proc.Background(ctx)
-	s.stopFn = func() { cancel(); wait() }
-}
-
-func (s *server) stop() { s.stopFn(); s.stopFn = func() {} }
 
 func (s *server) token(user string) string {
 	t, err := s.deps.Auth.Mint(user, httpx.RoleUser, time.Hour)
@@ -638,16 +609,6 @@ func queryRow(ctx context.Context, url, sql string, args []any, dst ...any) erro
 	}
 	defer conn.Close(ctx)
 	return conn.QueryRow(ctx, sql, args...).Scan(dst...)
-}
-
-func exec(ctx context.Context, url, sql string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	return err
 }
 
 // quantile is the q-quantile of d, from the harness's histogram.

@@ -23,9 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -47,7 +45,6 @@ import (
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
 
-// Run is the command's entry point.
 // Bench is `fencelab bench flashsale`.
 var Bench = app.Bench{Name: "flashsale", Summary: "hundreds of buyers press buy at once: no oversell, time to sell out, 409/503 latencies", Run: Run}
 
@@ -210,29 +207,17 @@ func newBench(ctx context.Context, dbURL string, mods []app.Module, settings map
 	cfg.DatabaseURL = dbURL
 	cfg.AccessLog = false
 	cfg.Workers = 0 // no background jobs: the release must not run during a sale
-	cfg.TokenSecret = randomHex(32)
 	cfg.Settings = settings
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-flashsale", Log: log, MinConns: int32(cfg.MaxConns)})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
 	st := &serverTimes{}
-	hs := &http.Server{Handler: st.wrap(p.HTTP()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
-	go func() { _ = hs.Serve(ln) }()
-	bgCtx, stopBackground := context.WithCancel(context.Background())
-	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP (Workers = 0: no jobs)
-	return &bench{pool: p.Deps.Pool, deps: p.Deps, invariants: p.Invariants, server: st, base: "http://" + ln.Addr().String(), close: func() {
-		_ = hs.Close()
-		stopBackground()
-		waitBackground()
-		p.Close()
-	}}, nil
+	p, err := setup.StartInProcess(ctx, cfg, mods, setup.InProcessOptions{
+		Build: app.BuildOptions{Role: "bench-flashsale", MinConns: int32(cfg.MaxConns)},
+		Wrap:  st.wrap, IdleTimeout: 5 * time.Minute,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.StartBackground() // what serve runs beside HTTP (Workers = 0: no jobs)
+	return &bench{pool: p.Deps.Pool, deps: p.Deps, invariants: p.Invariants, server: st, base: p.Base, close: p.Close}, nil
 }
 
 // result is one sale's figures.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -19,11 +18,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelab/fencelab/bench/load"
+	"github.com/fencelab/fencelab/bench/setup"
 	"github.com/fencelab/fencelab/core/app"
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/core/pg/pgserver"
 	"github.com/fencelab/fencelab/migrations"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -41,8 +41,7 @@ var Bench = app.Bench{Name: "growth",
 func Run(_ []app.Module, args []string) error {
 	fs := flag.NewFlagSet("bench growth", flag.ContinueOnError)
 	history := fs.Int("history", 1_000_000, "rows of history per growing table")
-	dbURL := fs.String("database-url", "", "a server to create the scratch databases on (its role needs CREATEDB); "+
-		"empty: a fresh local cluster. DATABASE_URL is deliberately not read: the dev database is never touched unless named here")
+	shared := setup.AddServer(fs)
 	jobs := fs.Int("claim-jobs", 50_000, "jobs drained per round to measure claim throughput")
 	workers := fs.Int("workers", 200, "claim worker goroutines")
 	repeat := fs.Int("repeat", 5, "runs per query (the median is reported)")
@@ -56,21 +55,16 @@ func Run(_ []app.Module, args []string) error {
 	if *history < 0 || *history > 100_000_000 || *jobs < 100 || *repeat < 1 || *rounds < 1 {
 		return errors.New("bench growth: --history must be 0..100000000, --claim-jobs ≥ 100, --repeat ≥ 1, --claim-rounds ≥ 1")
 	}
-	if *reuse != "" && (*dbURL == "" || !validRunID(*reuse)) {
+	if *reuse != "" && (shared.DatabaseURL == "" || !validRunID(*reuse)) {
 		return errors.New("bench growth: --reuse takes the 8-hex-digit id a --keep run printed, and needs that run's --database-url")
 	}
 	ctx := context.Background()
-	server := *dbURL
-	if server == "" {
-		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
-		srv, err := pgserver.Provision(ctx, "", pgserver.Options{})
-		if err != nil {
-			return err
-		}
-		defer func() { _ = srv.Close() }()
-		server = srv.URL("postgres")
+	srv, err := shared.Server(ctx)
+	if err != nil {
+		return err
 	}
-	admin, err := pg.Connect(ctx, server, pg.PoolOptions{MaxConns: 2, ApplicationName: "fencelab-bench-growth"})
+	defer func() { _ = srv.Close() }()
+	admin, err := pg.Connect(ctx, srv.URL(""), pg.PoolOptions{MaxConns: 2, ApplicationName: "fencelab-bench-growth"})
 	if err != nil {
 		return err
 	}
@@ -90,24 +84,21 @@ func Run(_ []app.Module, args []string) error {
 	scratches := make([]*scratch, len(sizes))
 	for i, h := range sizes {
 		name := fmt.Sprintf("fencelab_growth_%s_%d", id, h)
-		u, err := withDatabase(server, name)
-		if err != nil {
-			return err
-		}
 		if *reuse != "" {
 			fmt.Printf("history %d: reusing %s …\n", h, name)
-			if scratches[i], err = reopen(ctx, u, h); err != nil {
+			if scratches[i], err = reopen(ctx, srv.URL(name), h); err != nil {
 				return err
 			}
 			defer scratches[i].pool.Close()
 			continue
 		}
-		if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
-			return fmt.Errorf("bench growth: create the scratch database: %w", err)
+		u, drop, err := setup.Scratch(ctx, srv, name)
+		if err != nil {
+			return fmt.Errorf("bench growth: %w", err)
 		}
 		if !*keep {
 			defer func() {
-				if _, err := admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
+				if err := drop(); err != nil {
 					fmt.Fprintf(os.Stderr, "bench growth: drop %s: %v\n", name, err)
 				}
 			}()
@@ -174,17 +165,8 @@ func Run(_ []app.Module, args []string) error {
 			return err
 		}
 	}
-	report(os.Stdout, results, median(ratios), slices.Min(ratios), version)
+	report(os.Stdout, results, load.Median(ratios), slices.Min(ratios), version)
 	return nil
-}
-
-func withDatabase(server, db string) (string, error) {
-	u, err := url.Parse(server)
-	if err != nil {
-		return "", fmt.Errorf("bench growth: database url: %w", err)
-	}
-	u.Path = "/" + db
-	return u.String(), nil
 }
 
 func validRunID(s string) bool {
@@ -236,11 +218,8 @@ type scratch struct {
 	pool    *pgxpool.Pool
 }
 
-// prepare migrates the scratch database and loads history rows into it.
+// prepare loads history rows into the migrated scratch database.
 func prepare(ctx context.Context, u string, history int) (*scratch, error) {
-	if err := (pg.Migrator{FS: migrations.FS, URL: u}).Up(); err != nil {
-		return nil, err
-	}
 	pool, err := pg.Connect(ctx, u, pg.PoolOptions{MaxConns: 12, ApplicationName: "fencelab-bench-growth"})
 	if err != nil {
 		return nil, err
@@ -272,7 +251,7 @@ func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
 			}
 			ms, r.examined = append(ms, plan.Ms), plan.Examined
 		}
-		r.ms = median(ms)
+		r.ms = load.Median(ms)
 		if pr.When == pg.PerScrape {
 			scrapeRows += r.examined
 		}
@@ -297,7 +276,7 @@ func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
 		}
 		fms, fr.examined = append(fms, float64(s.Execution.Microseconds())/1000), s.RowsScanned
 	}
-	fr.ms = median(fms)
+	fr.ms = load.Median(fms)
 	p.rows = append(p.rows, fr)
 
 	// One /metrics scrape of every database-reading collector (claim
@@ -333,7 +312,7 @@ func measure(ctx context.Context, sc *scratch, repeat int) (phase, error) {
 		}
 		sms = append(sms, float64(time.Since(t0).Microseconds())/1000)
 	}
-	p.rows = append(p.rows, row{name: "/metrics scrape (claim, outbox, social)", when: pg.PerScrape, ms: median(sms), examined: scrapeRows})
+	p.rows = append(p.rows, row{name: "/metrics scrape (claim, outbox, social)", when: pg.PerScrape, ms: load.Median(sms), examined: scrapeRows})
 
 	return p, nil
 }
@@ -392,12 +371,6 @@ func purgeDay(ctx context.Context, sc *scratch) (time.Duration, int64, error) {
 	return time.Since(t0), jobs, nil
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func report(w io.Writer, ps []phase, ratio, minRatio float64, version string) {
 	empty, full := ps[0], ps[len(ps)-1]
 	fmt.Fprintf(w, "\nfencelab growth: every periodic, per-scrape and per-request query at history 0 and %d (PostgreSQL %s)\n", full.history, version)
@@ -417,7 +390,7 @@ func report(w io.Writer, ps []phase, ratio, minRatio float64, version string) {
 		}
 	}
 	fmt.Fprintf(tw, "claim throughput (jobs/s, median of %d alternating rounds from the load on)\tper-job\t%.0f\t\t%.0f\t\t\n",
-		len(full.claimRates), median(empty.claimRates), median(full.claimRates))
+		len(full.claimRates), load.Median(empty.claimRates), load.Median(full.claimRates))
 	fmt.Fprintf(tw, "claim.purge: drop the expired day (jobs dropped)\tperiodic\t%.2f\t%d\t%.2f\t%d\t\n",
 		ms(empty.purgeDay), empty.purgeDayJobs, ms(full.purgeDay), full.purgeDayJobs)
 	_ = tw.Flush()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -206,6 +207,17 @@ func Result(name string, kv ...any) {
 		fmt.Fprintf(&sb, " %v=%v", kv[i], v)
 	}
 	fmt.Println(sb.String())
+}
+
+// Median is the middle value of v (of an even count, the upper of the
+// two), 0 when v is empty; v is left as it is.
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // Ms is d in milliseconds.

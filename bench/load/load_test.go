@@ -50,3 +50,11 @@ func TestOpenLoopOffersOnScheduleAndCountsWhatItCannotStart(t *testing.T) {
 	}
 	require.Positive(t, missed, "calls kept coming due while every slot hung")
 }
+
+func TestMedianLeavesItsInputAsItIs(t *testing.T) {
+	v := []float64{3, 1, 2}
+	require.EqualValues(t, 2, Median(v))
+	require.Equal(t, []float64{3, 1, 2}, v)
+	require.EqualValues(t, 3, Median([]float64{4, 1, 3, 2}), "of an even count, the upper middle")
+	require.Zero(t, Median(nil))
+}

@@ -38,7 +38,6 @@ type config struct {
 	lagFor   time.Duration
 }
 
-// Run parses flags and runs the three phases.
 // Bench is `fencelab bench outbox`.
 var Bench = app.Bench{Name: "outbox", Summary: "append throughput with the outbox, backlog drain rate and steady-state lag", Run: Run}
 
@@ -64,9 +63,6 @@ func Run(_ []app.Module, args []string) error {
 		return errors.New("bench outbox: clients, backlog, batch, rate and durations must be positive")
 	}
 	ctx := context.Background()
-	if shared.DatabaseURL == "" {
-		fmt.Println("starting a throwaway PostgreSQL cluster with durable defaults …")
-	}
 	srv, url, err := shared.Database(ctx)
 	if err != nil {
 		return err

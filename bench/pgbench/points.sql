@@ -15,7 +15,7 @@
 -- Statements are copied verbatim with each parameter replaced by a
 -- variable (TestPgbenchScriptRunsTheServiceSQL and
 -- TestPgbenchScriptRunsTheFinishSQL keep them in step).
--- Run with -M prepared and the variables bench/points-vs-pgbench.sh sets
+-- Run with -M prepared and the variables bench/pgbench/points-vars.sh sets
 -- (accounts, shards, sysacct, scope, reason, fingerprint, lockttl, topic,
 -- status, ctype, body). Accounts are 100001 and up, owned by the user of
 -- the same name, so one variable stands for both. The scope is not

@@ -21,9 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -63,7 +61,6 @@ type config struct {
 	rate float64
 }
 
-// Run is the command's entry point.
 // Bench is `fencelab bench points`.
 var Bench = app.Bench{Name: "points", Summary: "debits over HTTP at a concurrency, then one hot account (bench/points-vs-pgbench.sh sets it beside pgbench)", Run: Run}
 
@@ -131,40 +128,26 @@ func newBench(ctx context.Context, c config, mods []app.Module) (*bench, error) 
 	cfg.DatabaseURL = c.url
 	cfg.AccessLog = false
 	cfg.MaxConns = c.dbConns
-	cfg.TokenSecret = crand.Text()
 	cfg.Settings = map[string]string{points.EnvSystemShards: strconv.Itoa(c.shards)}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-points", Log: log})
+	p, err := setup.StartInProcess(ctx, cfg, mods, setup.InProcessOptions{Build: app.BuildOptions{Role: "bench-points"}})
 	if err != nil {
 		return nil, err
 	}
-	pool, d := p.Deps.Pool, p.Deps
-	svc, err := points.NewService(d, points.Config{SystemShards: c.shards})
+	svc, err := points.NewService(p.Deps, points.Config{SystemShards: c.shards})
 	if err != nil {
 		p.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	hs := &http.Server{Handler: p.HTTP(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	bgCtx, stopBackground := context.WithCancel(context.Background())
-	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP
+	p.StartBackground() // what serve runs beside HTTP
 	client, closeClient := load.Client(c.clients, 30*time.Second)
 	return &bench{
-		c: c, pool: pool, deps: d, base: "http://" + ln.Addr().String(),
+		c: c, pool: p.Deps.Pool, deps: p.Deps, base: p.Base,
 		svc:        svc,
 		client:     client,
 		tag:        "bench-" + time.Now().Format("150405"),
 		invariants: p.Invariants,
 		close: func() {
 			closeClient()
-			_ = hs.Close()
-			stopBackground()
-			waitBackground()
 			p.Close()
 		},
 	}, nil

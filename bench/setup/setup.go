@@ -35,6 +35,17 @@ func Add(fs *flag.FlagSet, profiled string) *Flags {
 	return f
 }
 
+// AddServer registers --database-url for a bench that makes scratch
+// databases of its own on a server (Server, Scratch) instead of measuring
+// one migrated database.
+func AddServer(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.DatabaseURL, "database-url", "", "PostgreSQL server to make the bench's scratch databases on, only when given "+
+		"(never DATABASE_URL: the dev database stays untouched; its role must create databases; its other databases are left alone); "+
+		"empty: a fresh local cluster with durable defaults (fsync on), removed afterwards")
+	return f
+}
+
 // Profile starts the CPU profile --cpuprofile asks for (nothing when it
 // is empty); stop ends it and writes the file.
 func (f *Flags) Profile() (stop func(), err error) {
@@ -55,12 +66,23 @@ func (f *Flags) Profile() (stop func(), err error) {
 	}, nil
 }
 
+// Server provisions the server — --database-url, or a fresh local cluster
+// with durable defaults, never Ephemeral: a bench's figures are for fsync
+// on, as in production — and says which on stdout when it starts one. The
+// caller closes it (which removes a cluster it started).
+func (f *Flags) Server(ctx context.Context) (*pgserver.Server, error) {
+	if f.DatabaseURL == "" {
+		fmt.Println("starting a fresh local PostgreSQL cluster (durable defaults: fsync on) …")
+	}
+	return pgserver.Provision(ctx, f.DatabaseURL, pgserver.Options{})
+}
+
 // Database provisions the database to measure — --database-url, or a
 // fresh local cluster with durable defaults, never Ephemeral: a bench's
 // figures are for fsync on, as in production — and migrates it. The
 // caller closes srv (which removes a cluster it started).
 func (f *Flags) Database(ctx context.Context) (srv *pgserver.Server, url string, err error) {
-	srv, err = pgserver.Provision(ctx, f.DatabaseURL, pgserver.Options{})
+	srv, err = f.Server(ctx)
 	if err != nil {
 		return nil, "", err
 	}

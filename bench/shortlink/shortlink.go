@@ -16,15 +16,12 @@ package shortlink
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -205,34 +202,19 @@ func newBench(ctx context.Context, dbURL string, mods []app.Module, accessLog bo
 	cfg := app.Defaults()
 	cfg.DatabaseURL = dbURL
 	cfg.AccessLog = accessLog
-	cfg.TokenSecret = randomHex(32)
-	level := slog.LevelError
+	var log *slog.Logger // errors only
 	if accessLog {
-		level = slog.LevelInfo
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	p, err := app.Build(ctx, cfg, mods, app.BuildOptions{Role: "bench-shortlink", Log: log})
+	p, err := setup.StartInProcess(ctx, cfg, mods, setup.InProcessOptions{
+		Build: app.BuildOptions{Role: "bench-shortlink", Log: log}, IdleTimeout: 120 * time.Second,
+	})
 	if err != nil {
 		return nil, err
 	}
-	e := p.HTTP()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	hs := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	bgCtx, cancelBackground := context.WithCancel(ctx)
-	waitBackground := p.Background(bgCtx) // what serve runs beside HTTP
-	stop := func() { cancelBackground(); waitBackground() }
-	return &bench{pool: p.Deps.Pool, deps: p.Deps, invariants: p.Invariants, dbURL: dbURL, base: "http://" + ln.Addr().String(),
-		client: &http.Client{Timeout: 10 * time.Second}, stopBackground: stop,
-		close: func() {
-			_ = hs.Close()
-			stop()
-			p.Close()
-		}}, nil
+	p.StartBackground() // what serve runs beside HTTP
+	return &bench{pool: p.Deps.Pool, deps: p.Deps, invariants: p.Invariants, dbURL: dbURL, base: p.Base,
+		client: &http.Client{Timeout: 10 * time.Second}, stopBackground: p.StopBackground, close: p.Close}, nil
 }
 
 // createLink makes the benchmark's link over the API.
@@ -438,10 +420,4 @@ func medianBy(rs []round, f func(round) float64) float64 {
 		return (vs[n/2-1] + vs[n/2]) / 2
 	}
 	return vs[len(vs)/2]
-}
-
-func randomHex(n int) string {
-	buf := make([]byte, n)
-	_, _ = rand.Read(buf)
-	return hex.EncodeToString(buf)
 }

@@ -53,7 +53,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,7 +224,7 @@ func Run(mods []app.Module, args []string) error {
 			took.Round(time.Millisecond), completing.Round(time.Millisecond), cpu.Round(10*time.Millisecond), perGiB,
 			100*idleRate, netPerGiB, floorPerGiB, upload.FormatSize(int64(h1.streamed-h0.streamed)), upload.FormatSize(int64(h1.reread-h0.reread)))
 	}
-	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t%.2f\t\t%.2f\t%.2f\t\t\t\n", median(dds), median(ups), median(ratios), median(cpus), median(nets), median(floors))
+	fmt.Fprintf(tw, "median\t%.0f\t%.0f\t%.2f\t\t\t\t%.2f\t\t%.2f\t%.2f\t\t\t\n", load.Median(dds), load.Median(ups), load.Median(ratios), load.Median(cpus), load.Median(nets), load.Median(floors))
 	tw.Flush()
 	hwm, rss, err := s.memory()
 	if err != nil {
@@ -253,9 +252,9 @@ func Run(mods []app.Module, args []string) error {
 		return err
 	}
 	fmt.Printf("after the rounds: %d files committed and published by a worker; upload and claim invariants hold\n\n", published)
-	load.Result("upload", "ratio", median(ratios), "upload_mb_s", fmt.Sprintf("%.0f", median(ups)),
-		"dd_mb_s", fmt.Sprintf("%.0f", median(dds)), "cpu_s_per_gib", median(cpus), "cpu_net_s_per_gib", median(nets),
-		"floor_cpu_s_per_gib", median(floors), "rounds", *rounds,
+	load.Result("upload", "ratio", load.Median(ratios), "upload_mb_s", fmt.Sprintf("%.0f", load.Median(ups)),
+		"dd_mb_s", fmt.Sprintf("%.0f", load.Median(dds)), "cpu_s_per_gib", load.Median(cpus), "cpu_net_s_per_gib", load.Median(nets),
+		"floor_cpu_s_per_gib", load.Median(floors), "rounds", *rounds,
 		"size", compactSize(size), "chunk", compactSize(chunk))
 	return nil
 }
@@ -665,10 +664,4 @@ func (s *server) send(req *http.Request, want int, out any) error {
 		return json.Unmarshal(b, out)
 	}
 	return nil
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

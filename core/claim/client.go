@@ -403,7 +403,7 @@ func (c *Client) Complete(ctx context.Context, j *Job, result any) error {
 		return err
 	}
 	if len(stale) > 0 {
-		return fmt.Errorf("%w (job %d, fence %d, owner %s)", ErrStaleFence, j.ID, j.Fence, j.Owner)
+		return staleErr(j)
 	}
 	j.finished = true
 	return nil
@@ -425,7 +425,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, j *Job, result any) 
 	}
 	if len(stale) > 0 {
 		c.rejectStale(ctx, j, "complete refused")
-		return fmt.Errorf("%w (job %d, fence %d, owner %s)", ErrStaleFence, j.ID, j.Fence, j.Owner)
+		return staleErr(j)
 	}
 	j.finished = true
 	return nil
@@ -639,6 +639,25 @@ func (c *Client) rejectStale(ctx context.Context, j *Job, detail string) {
 	}
 }
 
+// staleErr is the ErrStaleFence a fenced write on j answers.
+func staleErr(j *Job) error {
+	return fmt.Errorf("%w (job %d, fence %d, owner %s)", ErrStaleFence, j.ID, j.Fence, j.Owner)
+}
+
+// refused answers a fenced write (fail, mark unknown) that found j no
+// longer held. With recordStale the statement itself recorded the
+// rejected_stale event and only the metric is left to count; inside the
+// caller's transaction, whose rollback would erase it, the event is
+// recorded on the client's own pool (rejectStale).
+func (c *Client) refused(ctx context.Context, j *Job, recordStale bool, detail string) error {
+	if recordStale {
+		c.m.stale.WithLabelValues(j.Kind).Inc()
+	} else {
+		c.rejectStale(ctx, j, detail)
+	}
+	return staleErr(j)
+}
+
 // Fail ends a held attempt with cause: back to ready after the kind's
 // backoff, or failed when cause is Permanent or the job has used
 // max_attempts claims. Fenced like Complete.
@@ -671,12 +690,7 @@ func (c *Client) fail(ctx context.Context, db pg.Querier, j *Job, cause error, r
 		"record_stale": recordStale,
 	})...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if !recordStale {
-			c.rejectStale(ctx, j, "fail: "+msg)
-		} else {
-			c.m.stale.WithLabelValues(j.Kind).Inc()
-		}
-		return fmt.Errorf("%w (job %d, fence %d, owner %s)", ErrStaleFence, j.ID, j.Fence, j.Owner)
+		return c.refused(ctx, j, recordStale, "fail: "+msg)
 	}
 	if err != nil {
 		return fmt.Errorf("claim: fail job %d: %w", j.ID, pg.MapError(err))
@@ -718,12 +732,7 @@ func (c *Client) markUnknown(ctx context.Context, db pg.Querier, j *Job, cause e
 		"record_stale": recordStale,
 	})...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if !recordStale {
-			c.rejectStale(ctx, j, "unknown: "+msg)
-		} else {
-			c.m.stale.WithLabelValues(j.Kind).Inc()
-		}
-		return fmt.Errorf("%w (job %d, fence %d, owner %s)", ErrStaleFence, j.ID, j.Fence, j.Owner)
+		return c.refused(ctx, j, recordStale, "unknown: "+msg)
 	}
 	if err != nil {
 		return fmt.Errorf("claim: mark unknown job %d: %w", j.ID, pg.MapError(err))

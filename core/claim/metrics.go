@@ -29,26 +29,20 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, c *Client) *metrics {
 	m := &metrics{
-		claims: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_claims_total", Help: "Jobs claimed, by kind."}, []string{"kind"})),
-		outcomes: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_outcomes_total", Help: "Attempts finished, by kind and outcome (succeeded, retry, failed, unknown, cancelled)."},
-			[]string{"kind", "outcome"})),
-		stale: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_stale_rejections_total", Help: "Fenced writes refused because the writer's fence was stale, by kind."},
-			[]string{"kind"})),
-		recoveries: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_recoveries_total", Help: "Expired leases recovered, by kind and the state the job went to."},
-			[]string{"kind", "to"})),
-		unknowns: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_unknowns_total", Help: "Jobs whose outcome became unknown (marked by a handler or recovered), by kind."},
-			[]string{"kind"})),
-		resolutions: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_resolutions_total", Help: "Unknown jobs settled, by kind and verdict (found, absent, review)."},
-			[]string{"kind", "verdict"})),
-		heartbeatLost: promx.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencelab_claim_heartbeat_losses_total", Help: "Leases found lost by a heartbeat, by kind."},
-			[]string{"kind"})),
+		claims: promx.CounterVec(reg, "fencelab_claim_claims_total",
+			"Jobs claimed, by kind.", "kind"),
+		outcomes: promx.CounterVec(reg, "fencelab_claim_outcomes_total",
+			"Attempts finished, by kind and outcome (succeeded, retry, failed, unknown, cancelled).", "kind", "outcome"),
+		stale: promx.CounterVec(reg, "fencelab_claim_stale_rejections_total",
+			"Fenced writes refused because the writer's fence was stale, by kind.", "kind"),
+		recoveries: promx.CounterVec(reg, "fencelab_claim_recoveries_total",
+			"Expired leases recovered, by kind and the state the job went to.", "kind", "to"),
+		unknowns: promx.CounterVec(reg, "fencelab_claim_unknowns_total",
+			"Jobs whose outcome became unknown (marked by a handler or recovered), by kind.", "kind"),
+		resolutions: promx.CounterVec(reg, "fencelab_claim_resolutions_total",
+			"Unknown jobs settled, by kind and verdict (found, absent, review).", "kind", "verdict"),
+		heartbeatLost: promx.CounterVec(reg, "fencelab_claim_heartbeat_losses_total",
+			"Leases found lost by a heartbeat, by kind.", "kind"),
 		busy: promx.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencelab_claim_jobs_held", Help: "Jobs this process holds (running or awaiting their completion write)."})),
 	}
