@@ -84,6 +84,8 @@ type bench struct {
 	pool *pgxpool.Pool
 	run  string
 	rows [][2]string
+	// The figures of the RESULT line, filled in as the phases run.
+	baseTx, oneTx, tenTx, batchEvents, perEventEvents float64
 }
 
 func (b *bench) report(what, figure string) {
@@ -95,7 +97,6 @@ func (b *bench) all(ctx context.Context) error {
 	var fsync, sync string
 	_ = b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &sync)
 	fmt.Printf("fencelab bench outbox — fsync=%s synchronous_commit=%s, %d clients, batch %d\n", fsync, sync, b.c.clients, b.c.batch)
-	fmt.Println("(figures from a shared 2-core machine; other work was running)")
 	if _, err := b.pool.Exec(ctx, `
 		CREATE TABLE IF NOT EXISTS outbox_bench_account (id int PRIMARY KEY, balance bigint NOT NULL);
 		INSERT INTO outbox_bench_account SELECT g, 0 FROM generate_series(1, 1000) g ON CONFLICT DO NOTHING`); err != nil {
@@ -107,16 +108,19 @@ func (b *bench) all(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.baseTx = base
 	b.report("business tx, no event", fmt.Sprintf("%.0f tx/s", base))
 	one, err := b.appendPhase(ctx, 1)
 	if err != nil {
 		return err
 	}
+	b.oneTx = one
 	b.report("business tx + Append (1 event)", fmt.Sprintf("%.0f tx/s = %.0f events/s (%.0f%% of baseline)", one, one, 100*one/base))
 	ten, err := b.appendPhase(ctx, 10)
 	if err != nil {
 		return err
 	}
+	b.tenTx = ten
 	b.report("business tx + AppendMany (10 events)", fmt.Sprintf("%.0f tx/s = %.0f events/s", ten, 10*ten))
 
 	fmt.Printf("consumer throughput (backlog of %d events):\n", b.c.backlog)
@@ -128,10 +132,11 @@ func (b *bench) all(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		what := "batch handler (one multi-row INSERT per batch)"
+		what, figure := "batch handler (one multi-row INSERT per batch)", &b.batchEvents
 		if perEvent {
-			what = "per-event handler (one INSERT per event)"
+			what, figure = "per-event handler (one INSERT per event)", &b.perEventEvents
 		}
+		*figure = rate
 		b.report(what, fmt.Sprintf("%.0f events/s", rate))
 	}
 
@@ -353,6 +358,10 @@ func (b *bench) lagPhase(ctx context.Context) error {
 	b.report("lag, event tx start → effect applied", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms", p50, p99, pmax))
 	b.report("largest lag_events sample (GET /outbox/consumers)", fmt.Sprint(maxLagEvents))
 	b.summary()
+	load.Result("outbox", "base_tx_per_sec", b.baseTx, "append_tx_per_sec", b.oneTx, "append_ratio", b.oneTx/b.baseTx,
+		"append_many_events_per_sec", 10*b.tenTx, "drain_batch_events_per_sec", b.batchEvents,
+		"drain_per_event_events_per_sec", b.perEventEvents, "lag_rate", achieved, "lag_p50_ms", p50, "lag_p99_ms", p99,
+		"lag_max_events", maxLagEvents)
 	return nil
 }
 
