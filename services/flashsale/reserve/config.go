@@ -53,6 +53,11 @@ func DefaultConfig() config {
 // LoadConfig reads the settings over the defaults and validates them.
 func LoadConfig(ac app.Config) (config, error) {
 	c := DefaultConfig()
+	// The default limit fits a smaller pool (FENCELAB_DB_MAX_CONNS=4 is a
+	// server that works); only a limit set above the pool is refused.
+	if ac.MaxConns > 0 {
+		c.Limit = min(c.Limit, ac.MaxConns)
+	}
 	r := app.NewSettingsReader(ac, "flashsale")
 	r.Int(EnvLimit, &c.Limit, 1, 1000)
 	r.Int(EnvWaitLine, &c.WaitLine, 0, 1_000_000)
