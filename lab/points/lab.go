@@ -19,6 +19,7 @@ import (
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/points"
 )
@@ -80,21 +81,9 @@ func runConcurrentDebits(x *lab.X) {
 		// before it reached the handler (Retry-After): the client retries
 		// it with the same key, as the contract says, until it gets the
 		// debit's own answer. Only those answers are the claim's.
-		var (
-			r        lab.Response
-			err      error
-			overload int
-		)
-		for {
-			r, err = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/points/accounts/" + account + "/debits",
-				Token: tok, Body: points.PostingRequest{Amount: amount, Reason: "prize-17"},
-				Headers: map[string]string{idem.Header: key}})
-			if err != nil || r.Status != http.StatusServiceUnavailable || r.Code() != "overloaded" || r.Header.Get("Retry-After") == "" {
-				break
-			}
-			overload++
-			time.Sleep(time.Duration(10+mrand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
-		}
+		r, overload, err := labkit.SendPastOverload(context.Background(), a, lab.Req{Method: "POST", Path: "/points/accounts/" + account + "/debits",
+			Token: tok, Body: points.PostingRequest{Amount: amount, Reason: "prize-17"},
+			Headers: map[string]string{idem.Header: key}})
 		step := lab.Step{Actor: actor, Action: fmt.Sprintf("debit %d", amount)}
 		if overload > 0 {
 			step.Action += fmt.Sprintf(" (after %d × 503 overloaded)", overload)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -79,29 +79,21 @@ func runFiveHundredBuyers(x *lab.X) {
 		actor := fmt.Sprintf("buyer-%03d", i+1)
 		tok := toks[i]
 		key := fmt.Sprintf("fs01-%04d", i+1)
-		for {
-			r, err := a.Send(context.Background(), lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
-				Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
-			if err == nil && r.Status == http.StatusServiceUnavailable && r.Code() == "overloaded" && r.Header.Get("Retry-After") != "" {
-				out[i].overload++
-				time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
-				continue
-			}
-			out[i].status, out[i].code, out[i].err = r.Status, r.Code(), err
-			step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
-			switch {
-			case err != nil:
-				step.Outcome, step.Note = "transport error", err.Error()
-			case r.Status == http.StatusCreated:
-				var res reserve.Reservation
-				r.JSON(x, &res)
-				step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
-			default:
-				step.Outcome = r.Code()
-			}
-			x.Step(step)
-			return
+		r, overload, err := labkit.SendPastOverload(context.Background(), a, lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
+			Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
+		out[i].status, out[i].code, out[i].overload, out[i].err = r.Status, r.Code(), overload, err
+		step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
+		switch {
+		case err != nil:
+			step.Outcome, step.Note = "transport error", err.Error()
+		case r.Status == http.StatusCreated:
+			var res reserve.Reservation
+			r.JSON(x, &res)
+			step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
+		default:
+			step.Outcome = r.Code()
 		}
+		x.Step(step)
 	})
 
 	held, soldOut, overloaded := 0, 0, 0

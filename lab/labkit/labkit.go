@@ -1,0 +1,28 @@
+// Package labkit is what several chapters' kits do alike: a piece of an
+// experiment written once for the chapters that share it.
+package labkit
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/fencelab/fencelab/core/lab"
+)
+
+// SendPastOverload sends req as a client of a crowd does: a 503 overloaded
+// with a Retry-After is the admission limiter shedding the request before
+// it reached the handler, so the client sends the same request again, as
+// the contract says, until it gets the handler's own answer (or a
+// transport error). It returns that answer and how many 503s came before.
+func SendPastOverload(ctx context.Context, a *lab.App, req lab.Req) (r lab.Response, overloads int, err error) {
+	for {
+		r, err = a.Send(ctx, req)
+		if err != nil || r.Status != http.StatusServiceUnavailable || r.Code() != "overloaded" || r.Header.Get("Retry-After") == "" {
+			return r, overloads, err
+		}
+		overloads++
+		time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
+	}
+}
