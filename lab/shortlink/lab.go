@@ -232,10 +232,8 @@ var RevokeWithinOneTTL = lab.Experiment{
 					}
 				}
 				require.Eventually(t, func() bool { // the reader's batches flushed: clicks + counted drops = 302s
-					var n int
-					_ = writer.Pool.QueryRow(ctx, `SELECT (SELECT coalesce(sum(clicks), 0) FROM shortlink_click_count WHERE code = $1)
-					                                    + (SELECT coalesce(sum(dropped), 0) FROM shortlink_click_drops WHERE code = $1)`, l.Code).Scan(&n)
-					return n == found
+					clicks, dropped := writer.Counted(ctx, l.Code)
+					return clicks+dropped == int64(found)
 				}, 30*time.Second, 5*time.Millisecond, "the reader's %d clicks never reached the database", found)
 				var revokedAt time.Time
 				var lastStale *time.Time
@@ -302,8 +300,7 @@ var RedirectsOutliveStats = lab.Experiment{
 		// loaded machine the lock came first). Polled, bounded: an
 		// observable state, not a guessed delay.
 		require.Eventually(t, func() bool {
-			var clicks int64
-			_ = a.Pool.QueryRow(ctx, `SELECT coalesce(sum(clicks), 0) FROM shortlink_click_count WHERE code = $1`, l.Code).Scan(&clicks)
+			clicks, _ := a.Counted(ctx, l.Code)
 			return clicks > 0
 		}, 10*time.Second, 10*time.Millisecond, "the healthy round's first batch is counted")
 
@@ -320,8 +317,7 @@ var RedirectsOutliveStats = lab.Experiment{
 		require.Equal(t, map[int]int{http.StatusFound: n}, Statuses(locked))
 		// While the lock is still held, the drops reach the link's record.
 		require.Eventually(t, func() bool {
-			var dropped int64
-			_ = a.Pool.QueryRow(ctx, `SELECT coalesce(sum(dropped), 0) FROM shortlink_click_drops WHERE code = $1`, l.Code).Scan(&dropped)
+			_, dropped := a.Counted(ctx, l.Code)
 			return dropped > 0
 		}, 10*time.Second, 10*time.Millisecond)
 		require.Positive(t, a.Counter(t, "fencelab_shortlink_clicks_dropped_total"))
