@@ -487,6 +487,20 @@ func freePort(t lab.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// Check-then-insert's two statements, naiveAlias's and the exploration's:
+// look the alias up (every explored creator does), then write it, the last
+// writer winning ($1 the target, $2 the owner) — which only the naive
+// schema, without the guard trigger, lets through.
+const (
+	naiveAliasLook  = `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`
+	naiveAliasWrite = `
+WITH link AS (
+    INSERT INTO shortlink_links (code, target, owner, custom) VALUES ('launch', $1, $2, true)
+    ON CONFLICT (code) DO UPDATE SET target = EXCLUDED.target, owner = EXCLUDED.owner
+)
+INSERT INTO shortlink_creations (code, target, owner, created_at) VALUES ('launch', $1, $2, now())`
+)
+
 // naiveAlias is check-then-insert with the last writer winning, done by
 // the experiment to the scratch database (the product inserts with ON
 // CONFLICT DO NOTHING under the primary key and an immutable row, SL-I1):
@@ -503,16 +517,11 @@ func naiveAlias(x *lab.X, a *Lab, creators int) {
 		owner := fmt.Sprintf("user-%04d", i+1)
 		target := fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
 		var taken bool
-		err := a.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`).Scan(&taken)
+		err := a.Pool.QueryRow(ctx, naiveAliasLook).Scan(&taken)
 		looked.Done()
 		looked.Wait() // everyone has looked before anyone writes
 		if err == nil && !taken {
-			_, err = a.Pool.Exec(ctx, `
-WITH link AS (
-    INSERT INTO shortlink_links (code, target, owner, custom) VALUES ('launch', $1, $2, true)
-    ON CONFLICT (code) DO UPDATE SET target = EXCLUDED.target, owner = EXCLUDED.owner
-)
-INSERT INTO shortlink_creations (code, target, owner, created_at) VALUES ('launch', $1, $2, now())`, target, owner)
+			_, err = a.Pool.Exec(ctx, naiveAliasWrite, target, owner)
 		}
 		action := "alias launch → " + target
 		switch {
