@@ -98,15 +98,7 @@ func naiveHoldSteps(x *lab.X, a *lab.Actor, pool *pgxpool.Pool, user, key string
 		return
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	var id int64
-	_, err = tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, lastUnitSKU, available-1)
-	if err == nil {
-		err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
-		                        VALUES ($1, $2, $3, 'HELD', now() + interval '5 minutes') RETURNING id`, lastUnitSKU, user, key).Scan(&id)
-	}
-	if err == nil {
-		_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, lastUnitSKU, id)
-	}
+	id, err := naiveHold(ctx, tx, lastUnitSKU, available, user, key)
 	action := fmt.Sprintf("read available %d, write %d, insert hold", available, available-1)
 	if err != nil {
 		x.Error(a.Name, action, err)
