@@ -82,10 +82,7 @@ func exploreConcurrentDebits(x *lab.X) {
 				id, after, version int64
 				at                 any
 			)
-			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(pgx.NamedArgs{
-				"account": account, "amount": amount, "client": "user-0042", "key": NewKey(),
-				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
-			})...).Scan(&id, &at, &after, &version)
+			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(debitArgs(account, amount))...).Scan(&id, &at, &after, &version)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				a.Say(action, lab.Refused, "the guarded UPDATE matched no row: insufficient balance")
@@ -106,10 +103,7 @@ func exploreConcurrentDebits(x *lab.X) {
 		}
 		a.Say("commit", "", "")
 	})
-	var balance int64
-	require.NoError(x, l.Pool.QueryRow(context.Background(), `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
-	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: balance %d", balance)})
-	x.Figure("balance", balance)
+	balance := reReadBalance(x, l.App, account)
 	if !x.Naive {
 		require.EqualValues(x, opening-amount, balance, "exactly one debit of 30 fits in 40")
 	}

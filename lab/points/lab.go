@@ -158,10 +158,7 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 		err = pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
 			var id, version int64
 			var at time.Time
-			err := tx.QueryRow(ctx, naiveDebitStmt.SQL, naiveDebitStmt.Args(pgx.NamedArgs{
-				"account": account, "amount": amount, "client": "user-0042", "key": "k-" + rand.Text(),
-				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
-			})...).Scan(&id, &at, &after, &version)
+			err := tx.QueryRow(ctx, naiveDebitStmt.SQL, naiveDebitStmt.Args(debitArgs(account, amount))...).Scan(&id, &at, &after, &version)
 			if errors.Is(err, pgx.ErrNoRows) {
 				err = fmt.Errorf("points: naive debit of %s matched no row", account)
 			}
@@ -178,10 +175,26 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 		}
 		x.Step(lab.Step{Actor: actor, Action: action, Outcome: outcome, Note: fmt.Sprintf("balance %d", after)})
 	})
+	reReadBalance(x, a, account)
+}
+
+// debitArgs are the debit statement's arguments for a debit of amount
+// from account by user-0042, under a fresh key.
+func debitArgs(account string, amount int64) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"account": account, "amount": amount, "client": "user-0042", "key": NewKey(),
+		"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
+	}
+}
+
+// reReadBalance is a debit run's last word: the account's balance read
+// again from the database, on the timeline and as the figure "balance".
+func reReadBalance(x *lab.X, a *lab.App, account string) int64 {
 	var balance int64
-	require.NoError(x, a.Pool.QueryRow(ctx, `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
+	require.NoError(x, a.Pool.QueryRow(context.Background(), `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: balance %d", balance)})
 	x.Figure("balance", balance)
+	return balance
 }
 
 // LostResponse is PTS-02: the server commits a debit, then the response is
