@@ -82,7 +82,7 @@ func exploreConcurrentDebits(x *lab.X) {
 				id, after, version int64
 				at                 any
 			)
-			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(debitArgs(account, amount))...).Scan(&id, &at, &after, &version)
+			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(debitArgs(account, NewKey(), amount))...).Scan(&id, &at, &after, &version)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				a.Say(action, lab.Refused, "the guarded UPDATE matched no row: insufficient balance")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
@@ -154,16 +155,8 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 		}
 		// The product's debit, ledger and all, minus its guard: the
 		// decision was taken in Go on the balance read above.
-		var after int64
-		err = pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
-			var id, version int64
-			var at time.Time
-			err := tx.QueryRow(ctx, naiveDebitStmt.SQL, naiveDebitStmt.Args(debitArgs(account, amount))...).Scan(&id, &at, &after, &version)
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = fmt.Errorf("points: naive debit of %s matched no row", account)
-			}
-			return err
-		})
+		t, err := naiveDebit(ctx, a.Pool, naiveDebitStmt, account, NewKey(), amount)
+		after := t.Balance
 		action := fmt.Sprintf("read %d, debit %d", balance, amount)
 		if err != nil {
 			x.Error(actor, action, err)
@@ -179,12 +172,28 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 }
 
 // debitArgs are the debit statement's arguments for a debit of amount
-// from account by user-0042, under a fresh key.
-func debitArgs(account string, amount int64) pgx.NamedArgs {
+// from account by user-0042 with key.
+func debitArgs(account, key string, amount int64) pgx.NamedArgs {
 	return pgx.NamedArgs{
-		"account": account, "amount": amount, "client": "user-0042", "key": NewKey(),
+		"account": account, "amount": amount, "client": "user-0042", "key": key,
 		"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
 	}
+}
+
+// naiveDebit runs a debit statement (the product's, or naiveDebitStmt) in
+// a transaction of its own, as the naive versions do: no idempotency
+// record with it. It returns the transaction the statement wrote, or an
+// error when it matched no row.
+func naiveDebit(ctx context.Context, pool *pgxpool.Pool, stmt pg.Named, account, key string, amount int64) (points.Txn, error) {
+	var t points.Txn
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(debitArgs(account, key, amount))...).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("points: naive debit of %s matched no row", account)
+		}
+		return err
+	})
+	return t, err
 }
 
 // reReadBalance is a debit run's last word: the account's balance read
@@ -288,21 +297,7 @@ func naiveLostResponse(x *lab.X, a *lab.App, account, key string) {
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE points_ledger_txn DROP CONSTRAINT points_ledger_txn_client_key`)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "the naive schema: UNIQUE (client_id, idem_key) on the ledger dropped"})
-	serve := func() (points.Txn, error) {
-		var t points.Txn
-		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
-			stmt := pg.MustNamed(points.SQLDebit)
-			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(pgx.NamedArgs{
-				"account": account, "amount": 30, "client": "user-0042", "key": key,
-				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
-			})...).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = fmt.Errorf("points: naive debit of %s matched no row", account)
-			}
-			return err
-		})
-		return t, err
-	}
+	serve := func() (points.Txn, error) { return naiveDebit(ctx, a.Pool, guardedDebitStmt, account, key, 30) }
 	first, err := serve()
 	if err != nil {
 		x.Error("client", "debit 30, key "+key, err)
