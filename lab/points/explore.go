@@ -20,7 +20,8 @@ import (
 // guardedDebitStmt is the product's debit statement, guard and all
 // (AND balance >= @amount), run by the explored actors inside their own
 // transactions so that a step boundary can fall between the debit and its
-// commit — where the HTTP handler gives none.
+// commit — where the HTTP handler gives none — and by naiveLostResponse's
+// handler, which keeps the guard and drops the recorded reply.
 var guardedDebitStmt = pg.MustNamed(points.SQLDebit)
 
 // concurrentDebitsExplore: A and B each read the balance, debit 30 and
