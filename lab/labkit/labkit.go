@@ -8,8 +8,21 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/require"
 )
+
+// Pool opens a pool on db for the experiment's own statements, closed when
+// t ends.
+func Pool(t lab.T, db string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), db)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
 
 // SendPastOverload sends req as a client of a crowd does: a 503 overloaded
 // with a Retry-After is the admission limiter shedding the request before

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -40,10 +41,8 @@ func exploreLastUnit(x *lab.X) {
 	db := x.Database()
 	fs := faults.New()
 	inv := reserve.NewInventory(reserve.InventoryOptions{Faults: fs})
-	pool, err := pgxpool.New(context.Background(), db)
-	require.NoError(x, err)
-	defer pool.Close()
-	_, err = inv.CreateSKU(context.Background(), pool, lastUnitSKU, 1)
+	pool := labkit.Pool(x, db)
+	_, err := inv.CreateSKU(context.Background(), pool, lastUnitSKU, 1)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "admin", Action: "put 1 unit of " + lastUnitSKU + " on sale", Outcome: lab.Accepted})
 	// The product's before_commit point is the boundary between a hold's
