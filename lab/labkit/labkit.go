@@ -11,8 +11,24 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/labenv"
 	"github.com/fencelab/fencelab/lab/require"
+	"github.com/fencelab/fencelab/services/social/rel"
 )
+
+// People is the relations service (services/social/rel) built beside app
+// a (labenv.Deps), with a public profile for each of users: the people the
+// social chapters' runs follow, post and like as.
+func People(t lab.T, a *lab.App, users ...string) *rel.Service {
+	t.Helper()
+	svc, err := rel.NewService(labenv.Deps(a))
+	require.NoError(t, err)
+	for _, u := range users {
+		_, err := svc.SetProfile(context.Background(), u, false)
+		require.NoError(t, err)
+	}
+	return svc
+}
 
 // Pool opens a pool on db for the experiment's own statements, closed when
 // t ends.

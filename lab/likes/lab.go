@@ -14,6 +14,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/labkit"
 	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/like"
@@ -49,10 +50,7 @@ var RedeliveryCountedOnce = lab.Experiment{
 func runRedeliveryCountedOnce(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	people, err := rel.NewService(labenv.Deps(a))
-	require.NoError(x, err)
-	_, err = people.SetProfile(ctx, "user-0042", false)
-	require.NoError(x, err)
+	people := labkit.People(x, a, "user-0042")
 	post, err := people.CreatePost(ctx, "user-0042", rel.PostRequest{Body: "a post to like", Visibility: rel.Public})
 	require.NoError(x, err)
 	item := post.PostID
