@@ -47,8 +47,7 @@ func exploreConcurrentDebits(x *lab.X) {
 		account = "acct-0042"
 	)
 	l := StartLab(x, lab.Options{})
-	l.OpenAccount(x, account, "user-0042", opening)
-	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", account, opening), Outcome: lab.Accepted})
+	openAccount(x, l, account, "user-0042", opening)
 	stmt := guardedDebitStmt
 	if x.Naive {
 		_, err := l.Pool.Exec(context.Background(), `ALTER TABLE points_account DROP CONSTRAINT balance_non_negative`)

@@ -59,8 +59,7 @@ func runConcurrentDebits(x *lab.X) {
 	)
 	l := StartLab(x, lab.Options{})
 	a := l.App
-	l.OpenAccount(x, account, "user-0042", opening)
-	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", account, opening), Outcome: lab.Accepted})
+	openAccount(x, l, account, "user-0042", opening)
 
 	if x.Naive {
 		n := clients
@@ -123,6 +122,14 @@ func runConcurrentDebits(x *lab.X) {
 	require.EqualValues(x, opening%amount, balance)
 	require.EqualValues(x, opening/amount, debits)
 	require.EqualValues(x, 1+opening/amount, version, "one grant and 33 debits changed the row")
+}
+
+// openAccount is a run's opening step: the admin opens account id for
+// owner with balance points (OpenAccount), on the timeline.
+func openAccount(x *lab.X, l *Lab, id, owner string, balance int64) {
+	x.Helper()
+	l.OpenAccount(x, id, owner, balance)
+	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", id, balance), Outcome: lab.Accepted})
 }
 
 // naiveDebitStmt is sqlDebit without its guard (AND balance >= @amount):
@@ -229,8 +236,7 @@ var LostResponse = lab.Experiment{
 func runLostResponse(x *lab.X) {
 	l := StartLab(x, lab.Options{})
 	ctx := context.Background()
-	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
-	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
+	openAccount(x, l, "acct-0042", "user-0042", 1000)
 	if x.Naive {
 		naiveLostResponse(x, l.App, "acct-0042", NewKey())
 		return
@@ -343,8 +349,7 @@ var KeyReused = lab.Experiment{
 
 func runKeyReused(x *lab.X) {
 	l := StartLab(x, lab.Options{})
-	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
-	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
+	openAccount(x, l, "acct-0042", "user-0042", 1000)
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
 	key := NewKey()
 
@@ -392,8 +397,7 @@ var SameKeyConcurrently = lab.Experiment{
 
 func runSameKeyConcurrently(x *lab.X) {
 	l := StartLab(x, lab.Options{})
-	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
-	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
+	openAccount(x, l, "acct-0042", "user-0042", 1000)
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
 
 	{ // the timeline
