@@ -46,7 +46,7 @@ func exploreAliasRace(x *lab.X) {
 		target := fmt.Sprintf("https://creator-%s.example.test/landing", a.Name)
 		a.Step("look")
 		var taken bool
-		if err := db.QueryRow(ctx, naiveAliasLook).Scan(&taken); err != nil {
+		if err := db.QueryRow(ctx, aliasLook).Scan(&taken); err != nil {
 			x.Error(a.Name, "look alias launch up", err)
 			return
 		}

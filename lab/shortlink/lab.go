@@ -492,7 +492,7 @@ func freePort(t lab.T) int {
 // writer winning ($1 the target, $2 the owner) — which only the naive
 // schema, without the guard trigger, lets through.
 const (
-	naiveAliasLook  = `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`
+	aliasLook       = `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`
 	naiveAliasWrite = `
 WITH link AS (
     INSERT INTO shortlink_links (code, target, owner, custom) VALUES ('launch', $1, $2, true)
@@ -517,7 +517,7 @@ func naiveAlias(x *lab.X, a *Lab, creators int) {
 		owner := fmt.Sprintf("user-%04d", i+1)
 		target := fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
 		var taken bool
-		err := a.Pool.QueryRow(ctx, naiveAliasLook).Scan(&taken)
+		err := a.Pool.QueryRow(ctx, aliasLook).Scan(&taken)
 		looked.Done()
 		looked.Wait() // everyone has looked before anyone writes
 		if err == nil && !taken {
