@@ -136,14 +136,10 @@ var expiredOwnerExplore = &lab.Explore{
 
 func exploreExpiredOwner(x *lab.X) {
 	const key = "wf-0042"
-	ctx := context.Background()
 	l := newClaimLab(x, bookTool)
 	oldW := l.worker(x, "worker-old")
 	id := l.enqueue(x, oldW, claim.NewJob{Kind: workflow.KindName, BusinessKey: key, Payload: workflow.Input{Input: "report"}})
-	claimed, err := oldW.Claim(ctx, claim.ClaimParams{})
-	require.NoError(x, err)
-	require.Len(x, claimed, 1)
-	stalled := claimed[0]
+	stalled := claimOne(x, oldW)
 	x.Step(lab.Step{Actor: "worker-old", Action: fmt.Sprintf("claim job %d, then stall before the tool call", id), Outcome: lab.Accepted, Fence: stalled.Fence})
 	if x.Naive {
 		x.Step(lab.Step{Actor: "db", Action: "worker-old's completion matches the job by id only", Note: "the naive completion"})

@@ -72,6 +72,16 @@ func (l claimLab) enqueue(x *lab.X, c *claim.Client, nj claim.NewJob) int64 {
 	return id
 }
 
+// claimOne is w's claim round that must take exactly one job (of kinds, or
+// of any kind w runs).
+func claimOne(x *lab.X, w *claim.Client, kinds ...string) *claim.Job {
+	x.Helper()
+	jobs, err := w.Claim(context.Background(), claim.ClaimParams{Kinds: kinds})
+	require.NoError(x, err)
+	require.Len(x, jobs, 1)
+	return jobs[0]
+}
+
 type jobRow struct {
 	State    claim.State
 	Owner    string
@@ -541,10 +551,7 @@ func runExpiredOwner(x *lab.X) {
 	oldW, newW := l.worker(x, "worker-old"), l.worker(x, "worker-new")
 	id := l.enqueue(x, oldW, claim.NewJob{Kind: workflow.KindName, BusinessKey: "wf-0042", Payload: workflow.Input{Input: "report"}})
 
-	claimed, err := oldW.Claim(ctx, claim.ClaimParams{})
-	require.NoError(x, err)
-	require.Len(x, claimed, 1)
-	stalled := claimed[0] // … the old owner stalls here, before its tool call.
+	stalled := claimOne(x, oldW) // … the old owner stalls here, before its tool call.
 	x.Step(lab.Step{Actor: "worker-old", Action: fmt.Sprintf("claim job %d", id), Outcome: lab.Accepted, Fence: stalled.Fence})
 	if x.Control { // no stall: the naive completion under a live lease
 		if err := naiveComplete(x, l, stalled); err != nil {
@@ -557,7 +564,7 @@ func runExpiredOwner(x *lab.X) {
 	}
 	x.Step(lab.Step{Actor: "worker-old", Action: "stall before the tool call", Outcome: "paused", Fence: stalled.Fence})
 
-	_, err = l.pool.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, id)
+	_, err := l.pool.Exec(ctx, `UPDATE job SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, id)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "the old owner's lease lapses (set with SQL)", Fence: stalled.Fence})
 	rec, err := newW.RecoverExpired(ctx, 100, time.Microsecond)
@@ -573,10 +580,7 @@ func runExpiredOwner(x *lab.X) {
 		"the tool authoritatively has no effect for the key: claim again")
 	x.Step(lab.Step{Actor: "worker-new", Action: "ask the tool by key " + workflow.IdempotencyKey("wf-0042") + ": no effect", Outcome: string(claim.StateReady)})
 
-	again, err := newW.Claim(ctx, claim.ClaimParams{})
-	require.NoError(x, err)
-	require.Len(x, again, 1)
-	current := again[0]
+	current := claimOne(x, newW)
 	require.NoError(x, newW.Execute(ctx, current))
 	x.Step(lab.Step{Actor: "worker-new", Action: fmt.Sprintf("claim job %d, call the tool, complete", id), Outcome: lab.Accepted, Fence: current.Fence})
 
@@ -675,14 +679,12 @@ func runUnknownToReview(x *lab.X) {
 
 	for _, kind := range []string{workflow.KindName, "workflow.blind"} {
 		id := l.enqueue(x, w, claim.NewJob{Kind: kind, BusinessKey: "wf-7-" + kind})
-		jobs, err := w.Claim(ctx, claim.ClaimParams{Kinds: []string{kind}})
-		require.NoError(x, err)
-		require.Len(x, jobs, 1)
-		require.NoError(x, w.Execute(ctx, jobs[0]))
+		j := claimOne(x, w, kind)
+		require.NoError(x, w.Execute(ctx, j))
 		require.Equal(x, claim.StateUnknown, l.job(x, id).State, "no response: the outcome is unknown")
-		x.Step(lab.Step{Actor: "worker-1", Action: fmt.Sprintf("%s job %d: claim, call the tool: no response", kind, id), Outcome: string(claim.StateUnknown), Fence: jobs[0].Fence})
+		x.Step(lab.Step{Actor: "worker-1", Action: fmt.Sprintf("%s job %d: claim, call the tool: no response", kind, id), Outcome: string(claim.StateUnknown), Fence: j.Fence})
 
-		_, err = l.pool.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, id)
+		_, err := l.pool.Exec(ctx, `UPDATE job SET due_at = now() WHERE id = $1`, id)
 		require.NoError(x, err)
 		res, err := w.ResolveUnknown(ctx, 10, 1)
 		require.NoError(x, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/feed"
 	"github.com/fencelab/fencelab/services/social/rel"
@@ -44,13 +45,8 @@ var RevokedOnNextRead = lab.Experiment{
 func runRevokedOnNextRead(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{Settings: map[string]string{feed.EnvStrategy: "push", feed.EnvResponseLog: "true"}})
-	people, err := rel.NewService(labenv.Deps(a))
-	require.NoError(x, err)
 	const author, reader = "user-0042", "user-0043"
-	for _, u := range []string{author, reader} {
-		_, err := people.SetProfile(ctx, u, false)
-		require.NoError(x, err)
-	}
+	people := labkit.People(x, a, author, reader)
 	f, err := people.Do(ctx, rel.OpFollow, reader, author)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: reader, Action: "follow " + author, Outcome: lab.Accepted, Note: fmt.Sprintf("relation %s → %s version %d", reader, author, f.Version)})

@@ -44,9 +44,8 @@ func exploreSameKey(x *lab.X) {
 		ctx := a.Context()
 		db := a.Pool(d.pool.Config().ConnString())
 		a.Step("look")
-		var seen int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM idem_request WHERE scope = $1 AND subject = $2 AND key = $3`,
-			idemScope, idemUser, key).Scan(&seen); err != nil {
+		seen, err := lookKey(ctx, db, key)
+		if err != nil {
 			x.Error(a.Name, "look up key "+key, err)
 			return
 		}
@@ -70,7 +69,7 @@ func exploreSameKey(x *lab.X) {
 			a.Say("debit 30, key "+key, "found", "the key is recorded: nothing to do")
 			return
 		}
-		err := naiveDebitAndRecord(ctx, db, key, fp[:])
+		err = naiveDebitAndRecord(ctx, db, key, fp[:])
 		if err != nil {
 			x.Error(a.Name, "debit 30, record the key", err)
 			return

@@ -164,6 +164,16 @@ func debit30(ctx context.Context, tx pgx.Tx, key string) (int, []byte, error) {
 	return status, body, err
 }
 
+// lookKey is the "check" of check-then-insert: how many records the key
+// has. The naive timeline (naiveSameKey) and every explored copy, guarded
+// or naive, look with it.
+func lookKey(ctx context.Context, db *pgxpool.Pool, key string) (int, error) {
+	var seen int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM idem_request WHERE scope = $1 AND subject = $2 AND key = $3`,
+		idemScope, idemUser, key).Scan(&seen)
+	return seen, err
+}
+
 // naiveDebitAndRecord is the "then" of the naive check-then-insert: a copy
 // whose look found no record runs the debit and inserts the key's record,
 // finished, in one transaction. On records without their primary key
@@ -298,9 +308,7 @@ func naiveSameKey(x *lab.X, d *idemDemo, clients int, key string) {
 	read.Add(clients)
 	lab.AtOnce(clients, func(i int) {
 		actor := fmt.Sprintf("client-%02d", i+1)
-		var seen int
-		err := d.pool.QueryRow(ctx, `SELECT count(*) FROM idem_request WHERE scope = $1 AND subject = $2 AND key = $3`,
-			idemScope, idemUser, key).Scan(&seen)
+		seen, err := lookKey(ctx, d.pool, key)
 		read.Done()
 		read.Wait()
 		if err != nil {

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/lease"
 	"github.com/fencelab/fencelab/core/pg"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/report"
 )
@@ -232,7 +232,7 @@ var TwoProcesses = lab.Experiment{
 func runTwoProcesses(x *lab.X) {
 	ctx := context.Background()
 	db := x.Database()
-	pool := labPool(x, db)
+	pool := labkit.Pool(x, db)
 	name := report.LeaseName(labDay)
 	env := func(holder, level string) []string {
 		return x.Env.ChildEnv(db,
@@ -313,15 +313,6 @@ func runTwoProcesses(x *lab.X) {
 	x.Figure("stale_writes_refused", 1)
 }
 
-// labPool opens a small pool on db for the experiment's own reads.
-func labPool(x *lab.X, db string) *pgxpool.Pool {
-	x.Helper()
-	pool, err := pgxpool.New(context.Background(), db)
-	require.NoError(x, err)
-	x.Cleanup(pool.Close)
-	return pool
-}
-
 // WatchdogKeepsAlive: a task that runs for twice its lease's TTL, by the
 // database clock, keeps the lease throughout: the watchdog renews it every
 // TTL/3, a competitor is refused every time it asks, and the fence never
@@ -337,7 +328,7 @@ var WatchdogKeepsAlive = lab.Experiment{
 
 func runWatchdogKeepsAlive(x *lab.X) {
 	ctx := context.Background()
-	pool := labPool(x, x.Database())
+	pool := labkit.Pool(x, x.Database())
 	leases := lease.New(pool)
 	// 3 s, not less: a renewal every second must land within a TTL even on
 	// a loaded 2-core machine (at 1.2 s one missed it at load 20 and the
@@ -455,7 +446,7 @@ func runWatchdogCancelsOnLoss(x *lab.X) {
 		return
 	}
 	ctx := context.Background()
-	pool := labPool(x, x.Database())
+	pool := labkit.Pool(x, x.Database())
 	leases := lease.New(pool)
 	const every = 100 * time.Millisecond
 	expire := func(l lease.Lease) time.Time {

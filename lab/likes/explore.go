@@ -12,9 +12,9 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/like"
-	"github.com/fencelab/fencelab/services/social/rel"
 )
 
 // recomputeExplore: one item, liked by user-0099 (counted) and by
@@ -44,12 +44,7 @@ var recomputeExplore = &lab.Explore{
 func exploreRecompute(x *lab.X) {
 	ctx := context.Background()
 	l := StartLab(x, lab.Options{})
-	people, err := rel.NewService(labenv.Deps(l.App))
-	require.NoError(x, err)
-	for _, u := range []string{"user-0099", "user-0100", "user-0101"} {
-		_, err := people.SetProfile(ctx, u, false)
-		require.NoError(x, err)
-	}
+	labkit.People(x, l.App, "user-0099", "user-0100", "user-0101")
 	item := l.Items(x, 1)[0]
 	likes, err := like.NewService(labenv.Deps(l.App), like.Config{})
 	require.NoError(x, err)

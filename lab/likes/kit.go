@@ -223,6 +223,14 @@ func (l *Lab) NewStorm(t lab.T, nUsers int, items []int64) *Storm {
 	return s
 }
 
+// Go runs the storm (Run) on a goroutine of its own; the returned channel
+// is closed when it is over.
+func (s *Storm) Go(t lab.T, seed uint64, clicksPerUser int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(t, seed, clicksPerUser) }()
+	return done
+}
+
 // Run sends clicksPerUser clicks from every user, concurrently, and
 // returns when all have been answered (or failed). It runs on goroutines:
 // failures are reported with t.Errorf only, never FailNow.

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/labkit"
 	outboxlab "github.com/fencelab/fencelab/lab/outbox"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/like"
@@ -49,10 +50,7 @@ var RedeliveryCountedOnce = lab.Experiment{
 func runRedeliveryCountedOnce(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	people, err := rel.NewService(labenv.Deps(a))
-	require.NoError(x, err)
-	_, err = people.SetProfile(ctx, "user-0042", false)
-	require.NoError(x, err)
+	people := labkit.People(x, a, "user-0042")
 	post, err := people.CreatePost(ctx, "user-0042", rel.PostRequest{Body: "a post to like", Visibility: rel.Public})
 	require.NoError(x, err)
 	item := post.PostID
@@ -248,8 +246,7 @@ func runLIKE01StormWithDuplicatedDeliveryCountsEachChangeOnce(x *lab.X) {
 	stop1 := Running(t, l.Counter(t, "runner-1"))
 	stop2 := Running(t, l.Counter(t, "runner-2"))
 
-	stormDone := make(chan struct{})
-	go func() { defer close(stormDone); s.Run(t, 1, 40) }()
+	stormDone := s.Go(t, 1, 40)
 
 	ctx := context.Background()
 	resets := 0
@@ -291,8 +288,7 @@ func runLIKE02CounterProcessKilledMidBatch(x *lab.X) {
 	ids, s, bound := l.StormOnTen(t)
 	s.Run(t, 2, 30) // the backlog
 
-	stormDone := make(chan struct{})
-	go func() { defer close(stormDone); s.Run(t, 3, 20) }()
+	stormDone := s.Go(t, 3, 20)
 
 	ctx := context.Background()
 	// The backlog: every like event committed before the first process
@@ -390,8 +386,7 @@ func runLIKE03DatabaseStoppedImmediatelyMidStorm(x *lab.X) {
 	l := StartLab(x, lab.Options{DBURL: url + sep + "synchronous_commit=on", Tasks: true})
 	ids, s, bound := l.StormOnTen(t)
 
-	stormDone := make(chan struct{})
-	go func() { defer close(stormDone); s.Run(t, 4, 60) }()
+	stormDone := s.Go(t, 4, 60)
 	require.Eventually(t, func() bool { return InboxRows(t, l.Pool) >= 400 }, time.Minute, 5*time.Millisecond)
 
 	gate := l.Faults.Pause(like.PointApplied, like.ConsumerName)
@@ -441,8 +436,7 @@ func runLIKE04RecomputeBesideOnlineIncrements(x *lab.X) {
 	admin := l.Token(t, "admin-1", httpx.RoleAdmin)
 	ctx := context.Background()
 
-	stormDone := make(chan struct{})
-	go func() { defer close(stormDone); s.Run(t, 5, 40) }()
+	stormDone := s.Go(t, 5, 40)
 	require.Eventually(t, func() bool { return InboxRows(t, l.Pool) >= 300 }, time.Minute, 5*time.Millisecond)
 
 	// Hold the counter between batches until a backlog builds up.

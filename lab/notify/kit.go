@@ -135,6 +135,15 @@ func (l Lab) ClaimAs(t lab.T, channel, owner string) []*claim.Job {
 	return jobs
 }
 
+// RunAs claims channel's one ready job under owner and runs it: one
+// worker's delivery attempt.
+func (l Lab) RunAs(t lab.T, channel, owner string) {
+	t.Helper()
+	jobs := l.ClaimAs(t, channel, owner)
+	require.Len(t, jobs, 1)
+	require.NoError(t, l.Jobs.Execute(context.Background(), jobs[0]))
+}
+
 func channelNamed(name string) (notify.Channel, bool) {
 	for _, c := range notify.Channels {
 		if c.Name == name {

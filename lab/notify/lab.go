@@ -124,14 +124,10 @@ var CommitThenDrop = lab.Experiment{
 
 		// email: no answer → retried after backoff with the same key.
 		email := LabTask(t, n, notify.ChannelEmail)
-		first := l.ClaimAs(t, notify.ChannelEmail, "worker-1")
-		require.Len(t, first, 1)
-		require.NoError(t, l.Jobs.Execute(ctx, first[0]))
+		l.RunAs(t, notify.ChannelEmail, "worker-1")
 		require.Equal(t, notify.TaskQueued, LabTask(t, l.Get(t, n.ID), notify.ChannelEmail).State, "retry scheduled, not unknown")
 		l.DueNow(t, email.JobID)
-		second := l.ClaimAs(t, notify.ChannelEmail, "worker-2")
-		require.Len(t, second, 1)
-		require.NoError(t, l.Jobs.Execute(ctx, second[0]))
+		l.RunAs(t, notify.ChannelEmail, "worker-2")
 		email = LabTask(t, l.Get(t, n.ID), notify.ChannelEmail)
 		require.Equal(t, notify.TaskDelivered, email.State)
 		require.Equal(t, []string{"send:unknown@1", "send:success@2"}, LabCalls(email))
@@ -145,9 +141,7 @@ var CommitThenDrop = lab.Experiment{
 
 		// sms: no answer → unknown → the resolver asks, finds it, done.
 		sms := LabTask(t, n, notify.ChannelSMS)
-		jobs := l.ClaimAs(t, notify.ChannelSMS, "worker-1")
-		require.Len(t, jobs, 1)
-		require.NoError(t, l.Jobs.Execute(ctx, jobs[0]))
+		l.RunAs(t, notify.ChannelSMS, "worker-1")
 		require.Equal(t, notify.TaskUnknown, LabTask(t, l.Get(t, n.ID), notify.ChannelSMS).State)
 		l.DueNow(t, sms.JobID)
 		res, err := l.Jobs.ResolveUnknown(ctx, 10, 1)
@@ -164,9 +158,7 @@ var CommitThenDrop = lab.Experiment{
 
 		// push: no answer → unknown → nothing to ask → needs_review.
 		push := LabTask(t, n, notify.ChannelPush)
-		jobs = l.ClaimAs(t, notify.ChannelPush, "worker-1")
-		require.Len(t, jobs, 1)
-		require.NoError(t, l.Jobs.Execute(ctx, jobs[0]))
+		l.RunAs(t, notify.ChannelPush, "worker-1")
 		l.DueNow(t, push.JobID)
 		res, err = l.Jobs.ResolveUnknown(ctx, 10, 1)
 		require.NoError(t, err)
@@ -237,9 +229,7 @@ var StalledWorkerSuperseded = lab.Experiment{
 			switch {
 			case ch.Keys:
 				require.Equal(t, claim.StateReady, rec[0].State, "keys: a re-run cannot make a second message")
-				again := l.ClaimAs(t, ch.Name, "worker-new")
-				require.Len(t, again, 1)
-				require.NoError(t, l.Jobs.Execute(ctx, again[0]))
+				l.RunAs(t, ch.Name, "worker-new")
 			default:
 				require.Equal(t, claim.StateUnknown, rec[0].State, "without keys a lapsed lease means maybe sent")
 				_, err := l.Jobs.ResolveUnknown(ctx, 10, 1)

@@ -280,6 +280,17 @@ func (l *Lab) Capture(t lab.T) (got func() []Delivery, restore func()) {
 		}
 }
 
+// SettleCaptured is the payment network settling the charge as succeeded
+// while the channel's callbacks are captured (Capture): it returns what the
+// channel sent, for the experiment to deliver itself.
+func (l *Lab) SettleCaptured(t lab.T, effectID string) []Delivery {
+	t.Helper()
+	got, restore := l.Capture(t)
+	defer restore()
+	require.NoError(t, l.Pay.Settle(effectID, fakeprovider.StatusSucceeded))
+	return got()
+}
+
 // AssertSettled is what every experiment ends with: the flash sale's
 // invariants (FS-R* and ORD-*), and the money equation against the
 // channel's ledger — for every order, what we recorded as charged and

@@ -117,10 +117,7 @@ var SuccessDeliveredFiveTimes = lab.Experiment{
 			tok, res, o := l.Ordered(t, sub, labSKU, "ord02-"+sub)
 			ch := l.PayPending(t, tok, o.ID)
 
-			got, restore := l.Capture(t)
-			require.NoError(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
-			ds := got()
-			restore()
+			ds := l.SettleCaptured(t, ch.ID)
 			require.Len(t, ds, 1)
 			success := ds[0]
 			var cb fakeprovider.Callback
@@ -321,10 +318,7 @@ var ForgedCallbacks = lab.Experiment{
 		require.Equal(t, before, l.Snapshot(t), "forged callbacks change nothing")
 		require.Equal(t, order.StatePaying, l.View(t, tok, o.ID).State)
 
-		got, restore := l.Capture(t)
-		require.NoError(t, l.Pay.Settle(ch.ID, fakeprovider.StatusSucceeded))
-		real := got()[0]
-		restore()
+		real := l.SettleCaptured(t, ch.ID)[0]
 		r := l.Callback(t, real.Body, real.Signature)
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 		var first order.CallbackAnswer

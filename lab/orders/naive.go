@@ -184,7 +184,9 @@ VALUES ($1, 'callback', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
 	return applied, err
 }
 
-// signedAt is the t= of a verified Fake-Signature header.
+// signedAt is the t= of a verified Fake-Signature header: a copy, on
+// purpose, of the product's own (signedAt in services/flashsale/order,
+// unexported), so that the naive handler records the same evidence.
 func signedAt(header string) time.Time {
 	for _, part := range strings.Split(header, ",") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "t="); ok {

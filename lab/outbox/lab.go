@@ -17,6 +17,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 )
 
@@ -50,9 +51,7 @@ var OutboxRedelivery = lab.Experiment{
 
 func runOutboxRedelivery(x *lab.X) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, x.Database())
-	require.NoError(x, err)
-	x.Cleanup(pool.Close)
+	pool := labkit.Pool(x, x.Database())
 	const events = 10
 	var msgs []outbox.Message
 	for i := range events {
@@ -220,9 +219,7 @@ func runOutboxTwoProcesses(x *lab.X) {
 	}
 	ctx := context.Background()
 	db := x.Database()
-	pool, err := pgxpool.New(ctx, db)
-	require.NoError(x, err)
-	x.Cleanup(pool.Close)
+	pool := labkit.Pool(x, db)
 	env := x.Env.ChildEnv(db, "FENCELAB_OUTBOX_DEMO=1")
 	workers := map[int]*lab.Proc{}
 	for _, name := range []string{"process-A", "process-B"} {
@@ -247,7 +244,7 @@ func runOutboxTwoProcesses(x *lab.X) {
 	var victim int
 	parts := strings.Split(owner, ":")
 	require.GreaterOrEqual(x, len(parts), 2, "owner %q is host:pid:…", owner)
-	_, err = fmt.Sscanf(parts[1], "%d", &victim)
+	_, err := fmt.Sscanf(parts[1], "%d", &victim)
 	require.NoError(x, err)
 	require.Contains(x, workers, victim, "the lease holder is one of our workers")
 	require.NoError(x, workers[victim].Cmd.Process.Signal(syscall.SIGKILL))

@@ -11,11 +11,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg/pgserver"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 )
 
@@ -116,9 +115,7 @@ func (c *psqlConsumer) wait(x *lab.X) error {
 func naiveTwoProcesses(x *lab.X) {
 	ctx := context.Background()
 	db := x.Database()
-	pool, err := pgxpool.New(ctx, db)
-	require.NoError(x, err)
-	x.Cleanup(pool.Close)
+	pool := labkit.Pool(x, db)
 	require.NoError(x, outbox.Register(ctx, pool, outbox.DemoConsumer()))
 	script := filepath.Join(x.TempDir(), "naive-consumer.sql")
 	require.NoError(x, os.WriteFile(script, []byte(naiveConsumerSQL), 0o600))
@@ -180,6 +177,6 @@ func naiveTwoProcesses(x *lab.X) {
 	} else {
 		require.Equal(x, 10000, byB, "after the kill, process-B applies the first half again")
 	}
-	_, err = pool.Exec(ctx, `ANALYZE outbox_event, outbox_inbox, outbox_consumer`)
+	_, err := pool.Exec(ctx, `ANALYZE outbox_event, outbox_inbox, outbox_consumer`)
 	require.NoError(x, err)
 }

@@ -20,7 +20,8 @@ import (
 // guardedDebitStmt is the product's debit statement, guard and all
 // (AND balance >= @amount), run by the explored actors inside their own
 // transactions so that a step boundary can fall between the debit and its
-// commit — where the HTTP handler gives none.
+// commit — where the HTTP handler gives none — and by naiveLostResponse's
+// handler, which keeps the guard and drops the recorded reply.
 var guardedDebitStmt = pg.MustNamed(points.SQLDebit)
 
 // concurrentDebitsExplore: A and B each read the balance, debit 30 and
@@ -46,8 +47,7 @@ func exploreConcurrentDebits(x *lab.X) {
 		account = "acct-0042"
 	)
 	l := StartLab(x, lab.Options{})
-	l.OpenAccount(x, account, "user-0042", opening)
-	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", account, opening), Outcome: lab.Accepted})
+	openAccount(x, l, account, "user-0042", opening)
 	stmt := guardedDebitStmt
 	if x.Naive {
 		_, err := l.Pool.Exec(context.Background(), `ALTER TABLE points_account DROP CONSTRAINT balance_non_negative`)
@@ -82,10 +82,7 @@ func exploreConcurrentDebits(x *lab.X) {
 				id, after, version int64
 				at                 any
 			)
-			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(pgx.NamedArgs{
-				"account": account, "amount": amount, "client": "user-0042", "key": NewKey(),
-				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
-			})...).Scan(&id, &at, &after, &version)
+			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(debitArgs(account, NewKey(), amount))...).Scan(&id, &at, &after, &version)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				a.Say(action, lab.Refused, "the guarded UPDATE matched no row: insufficient balance")
@@ -106,10 +103,7 @@ func exploreConcurrentDebits(x *lab.X) {
 		}
 		a.Say("commit", "", "")
 	})
-	var balance int64
-	require.NoError(x, l.Pool.QueryRow(context.Background(), `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
-	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: balance %d", balance)})
-	x.Figure("balance", balance)
+	balance := reReadBalance(x, l.App, account)
 	if !x.Naive {
 		require.EqualValues(x, opening-amount, balance, "exactly one debit of 30 fits in 40")
 	}

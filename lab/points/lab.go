@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/idem"
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/pg"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/points"
 )
@@ -57,8 +59,7 @@ func runConcurrentDebits(x *lab.X) {
 	)
 	l := StartLab(x, lab.Options{})
 	a := l.App
-	l.OpenAccount(x, account, "user-0042", opening)
-	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", account, opening), Outcome: lab.Accepted})
+	openAccount(x, l, account, "user-0042", opening)
 
 	if x.Naive {
 		n := clients
@@ -80,21 +81,9 @@ func runConcurrentDebits(x *lab.X) {
 		// before it reached the handler (Retry-After): the client retries
 		// it with the same key, as the contract says, until it gets the
 		// debit's own answer. Only those answers are the claim's.
-		var (
-			r        lab.Response
-			err      error
-			overload int
-		)
-		for {
-			r, err = a.Send(context.Background(), lab.Req{Method: "POST", Path: "/points/accounts/" + account + "/debits",
-				Token: tok, Body: points.PostingRequest{Amount: amount, Reason: "prize-17"},
-				Headers: map[string]string{idem.Header: key}})
-			if err != nil || r.Status != http.StatusServiceUnavailable || r.Code() != "overloaded" || r.Header.Get("Retry-After") == "" {
-				break
-			}
-			overload++
-			time.Sleep(time.Duration(10+mrand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
-		}
+		r, overload, err := labkit.SendPastOverload(context.Background(), a, lab.Req{Method: "POST", Path: "/points/accounts/" + account + "/debits",
+			Token: tok, Body: points.PostingRequest{Amount: amount, Reason: "prize-17"},
+			Headers: map[string]string{idem.Header: key}})
 		step := lab.Step{Actor: actor, Action: fmt.Sprintf("debit %d", amount)}
 		if overload > 0 {
 			step.Action += fmt.Sprintf(" (after %d × 503 overloaded)", overload)
@@ -135,6 +124,14 @@ func runConcurrentDebits(x *lab.X) {
 	require.EqualValues(x, 1+opening/amount, version, "one grant and 33 debits changed the row")
 }
 
+// openAccount is a run's opening step: the admin opens account id for
+// owner with balance points (OpenAccount), on the timeline.
+func openAccount(x *lab.X, l *Lab, id, owner string, balance int64) {
+	x.Helper()
+	l.OpenAccount(x, id, owner, balance)
+	x.Step(lab.Step{Actor: "admin", Action: fmt.Sprintf("open %s with %d points", id, balance), Outcome: lab.Accepted})
+}
+
 // naiveDebitStmt is sqlDebit without its guard (AND balance >= @amount):
 // the naive experiment's write, the product's statement otherwise.
 var naiveDebitStmt = pg.MustNamed(strings.Replace(points.SQLDebit, "AND balance >= @amount", "", 1))
@@ -165,19 +162,8 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 		}
 		// The product's debit, ledger and all, minus its guard: the
 		// decision was taken in Go on the balance read above.
-		var after int64
-		err = pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
-			var id, version int64
-			var at time.Time
-			err := tx.QueryRow(ctx, naiveDebitStmt.SQL, naiveDebitStmt.Args(pgx.NamedArgs{
-				"account": account, "amount": amount, "client": "user-0042", "key": "k-" + rand.Text(),
-				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
-			})...).Scan(&id, &at, &after, &version)
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = fmt.Errorf("points: naive debit of %s matched no row", account)
-			}
-			return err
-		})
+		t, err := naiveDebit(ctx, a.Pool, naiveDebitStmt, account, NewKey(), amount)
+		after := t.Balance
 		action := fmt.Sprintf("read %d, debit %d", balance, amount)
 		if err != nil {
 			x.Error(actor, action, err)
@@ -189,10 +175,42 @@ func naiveDebits(x *lab.X, a *lab.App, account string, clients int, amount int64
 		}
 		x.Step(lab.Step{Actor: actor, Action: action, Outcome: outcome, Note: fmt.Sprintf("balance %d", after)})
 	})
+	reReadBalance(x, a, account)
+}
+
+// debitArgs are the debit statement's arguments for a debit of amount
+// from account by user-0042 with key.
+func debitArgs(account, key string, amount int64) pgx.NamedArgs {
+	return pgx.NamedArgs{
+		"account": account, "amount": amount, "client": "user-0042", "key": key,
+		"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
+	}
+}
+
+// naiveDebit runs a debit statement (the product's, or naiveDebitStmt) in
+// a transaction of its own, as the naive versions do: no idempotency
+// record with it. It returns the transaction the statement wrote, or an
+// error when it matched no row.
+func naiveDebit(ctx context.Context, pool *pgxpool.Pool, stmt pg.Named, account, key string, amount int64) (points.Txn, error) {
+	var t points.Txn
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(debitArgs(account, key, amount))...).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("points: naive debit of %s matched no row", account)
+		}
+		return err
+	})
+	return t, err
+}
+
+// reReadBalance is a debit run's last word: the account's balance read
+// again from the database, on the timeline and as the figure "balance".
+func reReadBalance(x *lab.X, a *lab.App, account string) int64 {
 	var balance int64
-	require.NoError(x, a.Pool.QueryRow(ctx, `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
+	require.NoError(x, a.Pool.QueryRow(context.Background(), `SELECT balance FROM points_account WHERE id = $1`, account).Scan(&balance))
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: balance %d", balance)})
 	x.Figure("balance", balance)
+	return balance
 }
 
 // LostResponse is PTS-02: the server commits a debit, then the response is
@@ -218,8 +236,7 @@ var LostResponse = lab.Experiment{
 func runLostResponse(x *lab.X) {
 	l := StartLab(x, lab.Options{})
 	ctx := context.Background()
-	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
-	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
+	openAccount(x, l, "acct-0042", "user-0042", 1000)
 	if x.Naive {
 		naiveLostResponse(x, l.App, "acct-0042", NewKey())
 		return
@@ -286,21 +303,7 @@ func naiveLostResponse(x *lab.X, a *lab.App, account, key string) {
 	_, err := a.Pool.Exec(ctx, `ALTER TABLE points_ledger_txn DROP CONSTRAINT points_ledger_txn_client_key`)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "db", Action: "the naive schema: UNIQUE (client_id, idem_key) on the ledger dropped"})
-	serve := func() (points.Txn, error) {
-		var t points.Txn
-		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
-			stmt := pg.MustNamed(points.SQLDebit)
-			err := tx.QueryRow(ctx, stmt.SQL, stmt.Args(pgx.NamedArgs{
-				"account": account, "amount": 30, "client": "user-0042", "key": key,
-				"reason": "prize-17", "system": points.RedemptionAccount, "shard": 0,
-			})...).Scan(&t.ID, &t.CreatedAt, &t.Balance, &t.Version)
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = fmt.Errorf("points: naive debit of %s matched no row", account)
-			}
-			return err
-		})
-		return t, err
-	}
+	serve := func() (points.Txn, error) { return naiveDebit(ctx, a.Pool, guardedDebitStmt, account, key, 30) }
 	first, err := serve()
 	if err != nil {
 		x.Error("client", "debit 30, key "+key, err)
@@ -346,8 +349,7 @@ var KeyReused = lab.Experiment{
 
 func runKeyReused(x *lab.X) {
 	l := StartLab(x, lab.Options{})
-	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
-	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
+	openAccount(x, l, "acct-0042", "user-0042", 1000)
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
 	key := NewKey()
 
@@ -395,8 +397,7 @@ var SameKeyConcurrently = lab.Experiment{
 
 func runSameKeyConcurrently(x *lab.X) {
 	l := StartLab(x, lab.Options{})
-	l.OpenAccount(x, "acct-0042", "user-0042", 1000)
-	x.Step(lab.Step{Actor: "admin", Action: "open acct-0042 with 1000 points", Outcome: lab.Accepted})
+	openAccount(x, l, "acct-0042", "user-0042", 1000)
 	tok := l.Token(x, "user-0042", httpx.RoleUser)
 
 	{ // the timeline

@@ -19,7 +19,7 @@ import (
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
 	"github.com/fencelab/fencelab/core/pg"
-	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -74,8 +74,7 @@ func StartLab(x *lab.X, o lab.Options) *Lab {
 	t := x
 	t.Helper()
 	a := x.Start(o)
-	svc, err := rel.NewService(labenv.Deps(a))
-	require.NoError(t, err)
+	svc := labkit.People(t, a)
 	e := &Lab{App: a, Svc: svc, Runners: map[string]*outbox.Runner{}, x: x}
 	for _, v := range rel.Views {
 		e.Runners[v.Name] = e.NewRunner(t, v)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/lab"
 	"github.com/fencelab/fencelab/core/outbox"
-	"github.com/fencelab/fencelab/lab/labenv"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/social/rel"
 )
@@ -49,12 +49,7 @@ var ReplayDoesNotResurrect = lab.Experiment{
 func runReplayDoesNotResurrect(x *lab.X) {
 	ctx := context.Background()
 	a := x.Start(lab.Options{})
-	svc, err := rel.NewService(labenv.Deps(a))
-	require.NoError(x, err)
-	for _, u := range []string{"user-a", "user-b"} {
-		_, err := svc.SetProfile(ctx, u, false)
-		require.NoError(x, err)
-	}
+	svc := labkit.People(x, a, "user-a", "user-b")
 	for range 3 {
 		for _, op := range []rel.Op{rel.OpFollow, rel.OpUnfollow} {
 			r, err := svc.Do(ctx, op, "user-a", "user-b")

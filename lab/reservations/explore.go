@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelab/fencelab/core/faults"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -40,10 +41,8 @@ func exploreLastUnit(x *lab.X) {
 	db := x.Database()
 	fs := faults.New()
 	inv := reserve.NewInventory(reserve.InventoryOptions{Faults: fs})
-	pool, err := pgxpool.New(context.Background(), db)
-	require.NoError(x, err)
-	defer pool.Close()
-	_, err = inv.CreateSKU(context.Background(), pool, lastUnitSKU, 1)
+	pool := labkit.Pool(x, db)
+	_, err := inv.CreateSKU(context.Background(), pool, lastUnitSKU, 1)
 	require.NoError(x, err)
 	x.Step(lab.Step{Actor: "admin", Action: "put 1 unit of " + lastUnitSKU + " on sale", Outcome: lab.Accepted})
 	// The product's before_commit point is the boundary between a hold's
@@ -98,15 +97,7 @@ func naiveHoldSteps(x *lab.X, a *lab.Actor, pool *pgxpool.Pool, user, key string
 		return
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	var id int64
-	_, err = tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, lastUnitSKU, available-1)
-	if err == nil {
-		err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
-		                        VALUES ($1, $2, $3, 'HELD', now() + interval '5 minutes') RETURNING id`, lastUnitSKU, user, key).Scan(&id)
-	}
-	if err == nil {
-		_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, lastUnitSKU, id)
-	}
+	id, err := naiveHold(ctx, tx, lastUnitSKU, available, user, key)
 	action := fmt.Sprintf("read available %d, write %d, insert hold", available, available-1)
 	if err != nil {
 		x.Error(a.Name, action, err)

@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencelab/fencelab/core/claim"
 	"github.com/fencelab/fencelab/core/httpx"
 	"github.com/fencelab/fencelab/core/lab"
+	"github.com/fencelab/fencelab/lab/labkit"
 	"github.com/fencelab/fencelab/lab/require"
 	"github.com/fencelab/fencelab/services/flashsale/reserve"
 )
@@ -79,29 +81,21 @@ func runFiveHundredBuyers(x *lab.X) {
 		actor := fmt.Sprintf("buyer-%03d", i+1)
 		tok := toks[i]
 		key := fmt.Sprintf("fs01-%04d", i+1)
-		for {
-			r, err := a.Send(context.Background(), lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
-				Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
-			if err == nil && r.Status == http.StatusServiceUnavailable && r.Code() == "overloaded" && r.Header.Get("Retry-After") != "" {
-				out[i].overload++
-				time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a crowd more impatient than Retry-After
-				continue
-			}
-			out[i].status, out[i].code, out[i].err = r.Status, r.Code(), err
-			step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
-			switch {
-			case err != nil:
-				step.Outcome, step.Note = "transport error", err.Error()
-			case r.Status == http.StatusCreated:
-				var res reserve.Reservation
-				r.JSON(x, &res)
-				step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
-			default:
-				step.Outcome = r.Code()
-			}
-			x.Step(step)
-			return
+		r, overload, err := labkit.SendPastOverload(context.Background(), a, lab.Req{Method: http.MethodPost, Path: "/flashsale/reservations",
+			Token: tok, Body: reserve.ReserveRequest{SKU: labSKU, RequestKey: key}})
+		out[i].status, out[i].code, out[i].overload, out[i].err = r.Status, r.Code(), overload, err
+		step := lab.Step{Actor: actor, Action: "hold 1 unit", Note: fmt.Sprintf("after %d × 503 overloaded", out[i].overload)}
+		switch {
+		case err != nil:
+			step.Outcome, step.Note = "transport error", err.Error()
+		case r.Status == http.StatusCreated:
+			var res reserve.Reservation
+			r.JSON(x, &res)
+			step.Outcome, step.Note = "held", fmt.Sprintf("reservation %d, %s", res.ID, step.Note)
+		default:
+			step.Outcome = r.Code()
 		}
+		x.Step(step)
 	})
 
 	held, soldOut, overloaded := 0, 0, 0
@@ -159,16 +153,7 @@ func naiveHolds(x *lab.X, a *lab.App, buyers int) {
 			return
 		}
 		defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-		var id int64
-		_, err = tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, labSKU, available-1)
-		if err == nil {
-			err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
-				                        VALUES ($1, $2, $3, 'HELD', now() + interval '5 minutes') RETURNING id`,
-				labSKU, fmt.Sprintf("user-%04d", i+1), fmt.Sprintf("naive-%04d", i+1)).Scan(&id)
-		}
-		if err == nil {
-			_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, labSKU, id)
-		}
+		id, err := naiveHold(ctx, tx, labSKU, available, fmt.Sprintf("user-%04d", i+1), fmt.Sprintf("naive-%04d", i+1))
 		if err == nil {
 			err = tx.Commit(ctx)
 		}
@@ -182,6 +167,24 @@ func naiveHolds(x *lab.X, a *lab.App, buyers int) {
 	x.Step(lab.Step{Actor: "db", Action: fmt.Sprintf("re-read: %d HELD on %d units, available %d",
 		a.Count(x, `SELECT count(*) FROM flashsale_reservation WHERE state = 'HELD'`), labUnits,
 		a.Count(x, `SELECT available FROM flashsale_sku WHERE sku = $1`, labSKU))})
+}
+
+// naiveHold is the naive hold's write in tx, the decision already taken
+// in Go on the available count read: available set to that count minus
+// one, the reservation inserted HELD and its stock move recorded — no
+// guard, no constraint in the way. naiveHolds and the exploration's
+// naive actors (naiveHoldSteps) write with it.
+func naiveHold(ctx context.Context, tx pgx.Tx, sku string, available int, user, key string) (int64, error) {
+	var id int64
+	_, err := tx.Exec(ctx, `UPDATE flashsale_sku SET available = $2 WHERE sku = $1`, sku, available-1)
+	if err == nil {
+		err = tx.QueryRow(ctx, `INSERT INTO flashsale_reservation (sku, user_id, request_key, state, expires_at)
+		                        VALUES ($1, $2, $3, 'HELD', now() + interval '5 minutes') RETURNING id`, sku, user, key).Scan(&id)
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, `INSERT INTO flashsale_stock_move (sku, reservation_id, reason, delta) VALUES ($1, $2, 'hold', -1)`, sku, id)
+	}
+	return id, err
 }
 
 // ReleaseRacesItself is FS-05: the expiry release runs twice at once (the

@@ -46,7 +46,7 @@ func exploreAliasRace(x *lab.X) {
 		target := fmt.Sprintf("https://creator-%s.example.test/landing", a.Name)
 		a.Step("look")
 		var taken bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`).Scan(&taken); err != nil {
+		if err := db.QueryRow(ctx, aliasLook).Scan(&taken); err != nil {
 			x.Error(a.Name, "look alias launch up", err)
 			return
 		}
@@ -58,12 +58,7 @@ func exploreAliasRace(x *lab.X) {
 				a.Say(action, lab.Refused, "found it taken")
 				return
 			}
-			_, err := db.Exec(ctx, `
-WITH link AS (
-    INSERT INTO shortlink_links (code, target, owner, custom) VALUES ('launch', $1, $2, true)
-    ON CONFLICT (code) DO UPDATE SET target = EXCLUDED.target, owner = EXCLUDED.owner
-)
-INSERT INTO shortlink_creations (code, target, owner, created_at) VALUES ('launch', $1, $2, now())`, target, owner)
+			_, err := db.Exec(ctx, naiveAliasWrite, target, owner)
 			if err != nil {
 				x.Error(a.Name, action, err)
 				return

@@ -74,6 +74,16 @@ func (a *Lab) Stats(t lab.T, tok, code string) shortlink.Stats {
 	return s
 }
 
+// Counted is what the database has counted for a link so far: the clicks
+// the click writer stored (shortlink_click_count) and the drops it counted
+// (shortlink_click_drops). Zeros when it cannot be read: a poll reads it
+// again.
+func (a *Lab) Counted(ctx context.Context, code string) (clicks, dropped int64) {
+	_ = a.Pool.QueryRow(ctx, `SELECT (SELECT coalesce(sum(clicks), 0) FROM shortlink_click_count WHERE code = $1),
+	                                 (SELECT coalesce(sum(dropped), 0) FROM shortlink_click_drops WHERE code = $1)`, code).Scan(&clicks, &dropped)
+	return clicks, dropped
+}
+
 func (a *Lab) UserToken(t lab.T, sub string) string {
 	return a.Token(t, sub, httpx.RoleUser)
 }

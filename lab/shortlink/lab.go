@@ -232,10 +232,8 @@ var RevokeWithinOneTTL = lab.Experiment{
 					}
 				}
 				require.Eventually(t, func() bool { // the reader's batches flushed: clicks + counted drops = 302s
-					var n int
-					_ = writer.Pool.QueryRow(ctx, `SELECT (SELECT coalesce(sum(clicks), 0) FROM shortlink_click_count WHERE code = $1)
-					                                    + (SELECT coalesce(sum(dropped), 0) FROM shortlink_click_drops WHERE code = $1)`, l.Code).Scan(&n)
-					return n == found
+					clicks, dropped := writer.Counted(ctx, l.Code)
+					return clicks+dropped == int64(found)
 				}, 30*time.Second, 5*time.Millisecond, "the reader's %d clicks never reached the database", found)
 				var revokedAt time.Time
 				var lastStale *time.Time
@@ -302,8 +300,7 @@ var RedirectsOutliveStats = lab.Experiment{
 		// loaded machine the lock came first). Polled, bounded: an
 		// observable state, not a guessed delay.
 		require.Eventually(t, func() bool {
-			var clicks int64
-			_ = a.Pool.QueryRow(ctx, `SELECT coalesce(sum(clicks), 0) FROM shortlink_click_count WHERE code = $1`, l.Code).Scan(&clicks)
+			clicks, _ := a.Counted(ctx, l.Code)
 			return clicks > 0
 		}, 10*time.Second, 10*time.Millisecond, "the healthy round's first batch is counted")
 
@@ -320,8 +317,7 @@ var RedirectsOutliveStats = lab.Experiment{
 		require.Equal(t, map[int]int{http.StatusFound: n}, Statuses(locked))
 		// While the lock is still held, the drops reach the link's record.
 		require.Eventually(t, func() bool {
-			var dropped int64
-			_ = a.Pool.QueryRow(ctx, `SELECT coalesce(sum(dropped), 0) FROM shortlink_click_drops WHERE code = $1`, l.Code).Scan(&dropped)
+			_, dropped := a.Counted(ctx, l.Code)
 			return dropped > 0
 		}, 10*time.Second, 10*time.Millisecond)
 		require.Positive(t, a.Counter(t, "fencelab_shortlink_clicks_dropped_total"))
@@ -491,6 +487,20 @@ func freePort(t lab.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// Check-then-insert's two statements, naiveAlias's and the exploration's:
+// look the alias up (every explored creator does), then write it, the last
+// writer winning ($1 the target, $2 the owner) — which only the naive
+// schema, without the guard trigger, lets through.
+const (
+	aliasLook       = `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`
+	naiveAliasWrite = `
+WITH link AS (
+    INSERT INTO shortlink_links (code, target, owner, custom) VALUES ('launch', $1, $2, true)
+    ON CONFLICT (code) DO UPDATE SET target = EXCLUDED.target, owner = EXCLUDED.owner
+)
+INSERT INTO shortlink_creations (code, target, owner, created_at) VALUES ('launch', $1, $2, now())`
+)
+
 // naiveAlias is check-then-insert with the last writer winning, done by
 // the experiment to the scratch database (the product inserts with ON
 // CONFLICT DO NOTHING under the primary key and an immutable row, SL-I1):
@@ -507,16 +517,11 @@ func naiveAlias(x *lab.X, a *Lab, creators int) {
 		owner := fmt.Sprintf("user-%04d", i+1)
 		target := fmt.Sprintf("https://creator-%03d.example.test/landing", i+1)
 		var taken bool
-		err := a.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shortlink_links WHERE code = 'launch')`).Scan(&taken)
+		err := a.Pool.QueryRow(ctx, aliasLook).Scan(&taken)
 		looked.Done()
 		looked.Wait() // everyone has looked before anyone writes
 		if err == nil && !taken {
-			_, err = a.Pool.Exec(ctx, `
-WITH link AS (
-    INSERT INTO shortlink_links (code, target, owner, custom) VALUES ('launch', $1, $2, true)
-    ON CONFLICT (code) DO UPDATE SET target = EXCLUDED.target, owner = EXCLUDED.owner
-)
-INSERT INTO shortlink_creations (code, target, owner, created_at) VALUES ('launch', $1, $2, now())`, target, owner)
+			_, err = a.Pool.Exec(ctx, naiveAliasWrite, target, owner)
 		}
 		action := "alias launch → " + target
 		switch {

@@ -45,8 +45,7 @@ var takeoverExplore = &lab.Explore{
 func exploreTakeover(x *lab.X) {
 	ctx := context.Background()
 	l := StartLab(x, lab.Options{})
-	data, _ := Payload(3, 300<<10)
-	f := l.Committed(x, l.Alice, data, 64<<10, "report.bin")
+	data, f := l.CommittedReport(x)
 	ja := l.ClaimProcess(x, "runner-a", f.JobID)
 	x.Step(lab.Step{Actor: "runner-a", Action: "claim processing of " + f.ID, Outcome: lab.Accepted, Fence: ja.Fence})
 	if x.Naive {

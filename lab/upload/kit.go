@@ -171,6 +171,15 @@ func (l *Lab) Committed(t lab.T, tok string, data []byte, chunkSize int, name st
 	return f
 }
 
+// CommittedReport is UP-03's file: Alice's 300 KiB report.bin, uploaded
+// in 64 KiB chunks and committed, its processing job waiting. It returns
+// the bytes and the file.
+func (l *Lab) CommittedReport(t lab.T) ([]byte, upload.File) {
+	t.Helper()
+	data, _ := Payload(3, 300<<10)
+	return data, l.Committed(t, l.Alice, data, 64<<10, "report.bin")
+}
+
 // ClaimProcess claims the file's processing job as owner.
 func (l *Lab) ClaimProcess(t lab.T, owner string, jobID int64) *claim.Job {
 	t.Helper()

@@ -174,8 +174,7 @@ func processingTakeover(x *lab.X, wakes string) {
 	t := x
 	l := StartLab(x, lab.Options{})
 	ctx := context.Background()
-	data, _ := Payload(3, 300<<10)
-	f := l.Committed(t, l.Alice, data, 64<<10, "report.bin")
+	_, f := l.CommittedReport(t)
 	key := strconv.Itoa(int(f.JobID))
 
 	gateA := l.Faults.Pause(faults.BeforeCommit, key)

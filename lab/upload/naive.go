@@ -35,8 +35,7 @@ func naiveTakeover(x *lab.X) {
 	t := x
 	l := StartLab(x, lab.Options{})
 	ctx := context.Background()
-	data, _ := Payload(3, 300<<10)
-	f := l.Committed(t, l.Alice, data, 64<<10, "report.bin")
+	data, f := l.CommittedReport(t)
 
 	a := l.ClaimProcess(t, "runner-a", f.JobID)
 	x.Step(lab.Step{Actor: "runner-a", Action: "claim processing of " + f.ID, Outcome: lab.Accepted, Fence: a.Fence})
