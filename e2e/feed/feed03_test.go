@@ -80,6 +80,7 @@ func paginateWhilePublishing(t *testing.T, strategy string) {
 	type heldPost struct {
 		tx     pgx.Tx
 		author string
+		at     time.Time // the transaction's now(): its post's created_at
 		id     int64
 	}
 	var held []*heldPost
@@ -93,7 +94,7 @@ func paginateWhilePublishing(t *testing.T, strategy string) {
 		if heldAt.IsZero() || at.Before(heldAt) {
 			heldAt = at
 		}
-		held = append(held, &heldPost{tx: tx, author: a})
+		held = append(held, &heldPost{tx: tx, author: a, at: at})
 	}
 	marker := e.post(t, authors[3], rel.Public)
 	e.catchUp(t)
@@ -186,7 +187,10 @@ SELECT count(*) FROM social_feed_post fp JOIN social_post p USING (post_id) WHER
 			for _, h := range held {
 				post, err := e.rel.CreatePostTx(ctx, h.tx, h.author, rel.PostRequest{Body: "held", Visibility: rel.Public})
 				require.NoError(t, err)
-				require.True(t, !post.CreatedAt.After(heldAt.Add(time.Second)) && !post.CreatedAt.Before(heldAt))
+				// Stamped with its transaction's start, not its commit: the
+				// same instant as the now() read when the hold began (exact,
+				// no window a loaded machine could overrun).
+				require.True(t, post.CreatedAt.Equal(h.at), "post %d stamped %s, its transaction began at %s", post.PostID, post.CreatedAt, h.at)
 				require.NoError(t, h.tx.Commit(ctx))
 				h.id = post.PostID
 			}
