@@ -43,8 +43,8 @@ func newMetrics(reg prometheus.Registerer, c *Client) *metrics {
 			"Unknown jobs settled, by kind and verdict (found, absent, review).", "kind", "verdict"),
 		heartbeatLost: promx.CounterVec(reg, "fencelab_claim_heartbeat_losses_total",
 			"Leases found lost by a heartbeat, by kind.", "kind"),
-		busy: promx.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fencelab_claim_jobs_held", Help: "Jobs this process holds (running or awaiting their completion write)."})),
+		busy: promx.Gauge(reg, "fencelab_claim_jobs_held",
+			"Jobs this process holds (running or awaiting their completion write)."),
 	}
 	promx.Register(reg, &queueCollector{c: c, up: pg.NewCollectorUp("claim_queue", c.log)})
 	return m

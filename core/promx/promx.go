@@ -38,7 +38,7 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 
 // Counter registers the counter name on reg (as Register does: shared
 // with an instance already registered there, unregistered for a nil reg).
-// Counter, CounterVec, GaugeFunc, Histogram and HistogramVec are the one way a component declares
+// Counter, CounterVec, Gauge, GaugeFunc, Histogram and HistogramVec are the one way a component declares
 // a series: name, help, labels (and buckets), nothing else differs
 // between them.
 func Counter(reg prometheus.Registerer, name, help string) prometheus.Counter {
@@ -48,6 +48,11 @@ func Counter(reg prometheus.Registerer, name, help string) prometheus.Counter {
 // CounterVec registers the counter name, partitioned by labels, on reg.
 func CounterVec(reg prometheus.Registerer, name, help string, labels ...string) *prometheus.CounterVec {
 	return Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+// Gauge registers the gauge name on reg, set by its component.
+func Gauge(reg prometheus.Registerer, name, help string) prometheus.Gauge {
+	return Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
 }
 
 // GaugeFunc registers the gauge name on reg, read by calling value at

@@ -77,4 +77,11 @@ func TestDeclaringHelpersRegisterAndShare(t *testing.T) {
 	v, _, err = promx.Value(reg, "promx_gauge")
 	require.NoError(t, err)
 	require.Equal(t, 9.0, v, "the gauge is read when scraped, not when registered")
+
+	promx.Gauge(reg, "promx_set", "set").Set(4)
+	promx.Gauge(reg, "promx_set", "set").Inc()
+	v, ok, err = promx.Value(reg, "promx_set")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 5.0, v, "a second declaration shares the first gauge")
 }
