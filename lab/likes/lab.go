@@ -121,7 +121,9 @@ func naiveRedelivery(x *lab.X, a *lab.App, likes *like.Service, count func() int
 	ctx := context.Background()
 	require.NoError(x, outbox.Register(ctx, a.Pool, likes.Counter()))
 	deliver := func(what string) {
-		rows, err := a.Pool.Query(ctx, `SELECT tx_id::text, id, payload FROM outbox_event WHERE topic = $1 ORDER BY tx_id, id`, like.Topic)
+		// ORDER BY e.tx_id, qualified: a bare tx_id names the output
+		// column, tx_id::text, and sorts "1001" before "996".
+		rows, err := a.Pool.Query(ctx, `SELECT e.tx_id::text, e.id, e.payload FROM outbox_event e WHERE e.topic = $1 ORDER BY e.tx_id, e.id`, like.Topic)
 		require.NoError(x, err)
 		var items []int64
 		var txids []string

@@ -170,7 +170,9 @@ func naiveRedelivery(x *lab.X, pool *pgxpool.Pool, events int) {
 				outbox.DemoConsumerName, outbox.DemoTopic); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, `SELECT tx_id::text, id FROM outbox_event WHERE topic = $1 ORDER BY tx_id DESC, id DESC LIMIT 1`,
+			// e.tx_id qualified: a bare tx_id in ORDER BY is the output
+			// column, tx_id::text, whose order puts "996" after "1001".
+			return tx.QueryRow(ctx, `SELECT e.tx_id::text, e.id FROM outbox_event e WHERE e.topic = $1 ORDER BY e.tx_id DESC, e.id DESC LIMIT 1`,
 				outbox.DemoTopic).Scan(&pos[0], &pos[1])
 		})
 		require.NoError(x, err)
