@@ -82,7 +82,13 @@ func Load(ctx context.Context, db pg.Querier, n int, o LoadOptions) error {
 		// day (the engine creates them ahead; here every day the load
 		// spans). Purgeable finished jobs first (oldest, on a day wholly
 		// past the retention, so that claim.purge drops it), then history
-		// spread over 90% of the retention, then the live queue.
+		// spread over the whole UTC days inside 90% of the retention, then
+		// the live queue. Whole days: a day holding only the last minutes
+		// of the history (a load just after 16:10 UTC put 73 rows in one)
+		// is a partition small enough for the planner to scan whole on
+		// every probe of a nested loop, 500 probes deep in notify.purge,
+		// and the plan test then counted 40,000 rows examined. Which day
+		// got the sliver depended on the time of day the test ran.
 		{"job history days", fmt.Sprintf(`
 DO $$
 DECLARE d date;
@@ -96,12 +102,21 @@ END $$`, ret), nil},
 		{"jobs past retention", `
 INSERT INTO job_history (id, kind, business_key, state, payload, due_at, created_at, updated_at, attempts, max_attempts, fence, owner)
 SELECT nextval('job_id_seq'), 'growth.k' || (i % $3), 'old-' || i, 'succeeded', '{}', t, t, t, 1, 5, 1, 'growth'
-  FROM generate_series(1, $1) i, LATERAL (SELECT now() - $2::bigint * interval '1 microsecond' - interval '25 hours' - i * interval '1 millisecond' AS t) x`,
+  FROM generate_series(1, $1) i,
+       -- Noon of a day wholly past the retention: the rows cannot straddle
+       -- midnight into two partitions, one of them a sliver.
+       LATERAL (SELECT (date_trunc('day', (now() - $2::bigint * interval '1 microsecond' - interval '25 hours') AT TIME ZONE 'UTC')
+                        + interval '12 hours') AT TIME ZONE 'UTC' - i * interval '1 millisecond' AS t) x`,
 			[]any{PurgeableRows, ret, historyKinds}},
 		{"job history", `
+WITH days AS (
+    SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS today,
+           (date_trunc('day', (now() - 0.9 * $2::bigint * interval '1 microsecond') AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC' AS first
+)
 INSERT INTO job_history (id, kind, business_key, state, payload, due_at, created_at, updated_at, attempts, max_attempts, fence, owner)
 SELECT nextval('job_id_seq'), 'growth.k' || (i % $3), 'h-' || i, 'succeeded', '{}', t, t, t, 1, 5, 1, 'growth'
-  FROM generate_series(1, $1) i, LATERAL (SELECT now() - (0.9 * $2::bigint * (i::float8 / $1)) * interval '1 microsecond' AS t) x`,
+  FROM days, generate_series(1, $1) i,
+       LATERAL (SELECT days.today - (i::float8 / ($1 + 1)) * (days.today - days.first) AS t) x`,
 			[]any{n, ret, historyKinds}},
 		{"job events", `
 INSERT INTO job_event (job_id, event, fence, owner, state, at)
