@@ -172,12 +172,11 @@ func (b *bench) run(ctx context.Context) error {
 	// Remove what the bench made (with a fresh cluster the whole cluster
 	// goes anyway; on a given server this leaves it as it was).
 	defer func() {
-		admin := b.srv.URL("postgres")
 		for _, name := range b.c.strategies {
-			_ = setup.Exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
+			_ = b.srv.Exec(context.WithoutCancel(ctx), `DROP DATABASE IF EXISTS `+pgx.Identifier{"feedbench_" + name}.Sanitize()+` WITH (FORCE)`)
 		}
 		if !b.c.keepGraph {
-			_ = setup.Exec(context.WithoutCancel(ctx), admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
+			_ = b.srv.Exec(context.WithoutCancel(ctx), `DROP DATABASE IF EXISTS `+pgx.Identifier{graphDB}.Sanitize()+` WITH (FORCE)`)
 		}
 	}()
 	var version, fsync string
@@ -238,7 +237,7 @@ func (b *bench) template(ctx context.Context, db string) error {
 		fmt.Printf("graph: reusing database %s\n", db)
 		return nil
 	}
-	if err := setup.Exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
+	if err := b.srv.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
 		return err
 	}
 	url, _, err := setup.Scratch(ctx, b.srv, db) // dropped with the strategies' copies, or kept (--keep-graph)
@@ -286,11 +285,10 @@ func (b *bench) strategy(ctx context.Context, graphDB, name string) (row, error)
 	r := row{strategy: name}
 	st, _ := feed.ParseStrategy(name, b.c.threshold)
 	db := "feedbench_" + name
-	admin := b.srv.URL("postgres")
-	if err := setup.Exec(ctx, admin, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
+	if err := b.srv.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()); err != nil {
 		return r, err
 	}
-	if err := setup.Exec(ctx, admin, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY`,
+	if err := b.srv.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY`,
 		pgx.Identifier{db}.Sanitize(), pgx.Identifier{graphDB}.Sanitize())); err != nil {
 		return r, err
 	}

@@ -292,10 +292,9 @@ func onServer(s *pgserver.Server, fn func(ctx context.Context, conn *pgx.Conn) e
 }
 
 func exec(s *pgserver.Server, sql string) error {
-	return onServer(s, func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, sql)
-		return err
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return s.Exec(ctx, sql)
 }
 
 func queryRow(s *pgserver.Server, sql string, dest ...any) error {

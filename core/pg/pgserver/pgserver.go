@@ -209,6 +209,19 @@ func (s *Server) URL(db string) string {
 	return u.String()
 }
 
+// Exec runs one statement on the server over a connection of its own, to
+// the database URL("") names: CREATE and DROP DATABASE cannot run in a
+// transaction, nor on the database they name.
+func (s *Server) Exec(ctx context.Context, sql string) error {
+	conn, err := pgx.Connect(ctx, s.URL(""))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
 // DataDir is the cluster's data directory (local servers only).
 func (s *Server) DataDir() string { return s.dataDir }
 
