@@ -83,6 +83,12 @@ func run() error {
 		return err
 	}
 
+	// As `fencelab bench claim` does: the run (enqueue, then drain) starts
+	// right after a checkpoint, so neither side's drain writes back the
+	// other's dirty pages or meets a checkpoint the other started.
+	if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+		fmt.Printf("  (no CHECKPOINT before the run: %v)\n", err)
+	}
 	begin := time.Now()
 	const chunk = 5000
 	for i := 0; i < *jobs; i += chunk {
@@ -137,6 +143,12 @@ func run() error {
 		*jobs, *workers, *maxConns, rate, elapsed.Round(time.Millisecond), p99*1000)
 	fmt.Printf("  PostgreSQL %s, fsync=%s\n", version, fsync)
 	fmt.Printf("RESULT system=river jobs=%d workers=%d jobs_per_sec=%.0f p99_ms=%.1f\n", *jobs, *workers, rate, p99*1000)
-	_, err = pool.Exec(ctx, `DELETE FROM river_job`)
+	if _, err = pool.Exec(ctx, `DELETE FROM river_job`); err != nil {
+		return err
+	}
+	// Vacuumed now rather than by autovacuum during the next measurement
+	// (fencelab's drain, on the same server; `fencelab bench claim` does
+	// the same for its tables).
+	_, err = pool.Exec(ctx, `VACUUM river_job`)
 	return err
 }
