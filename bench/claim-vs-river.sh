@@ -3,7 +3,9 @@
 # back: `fencelab bench claim` and bench/peers/river (a separate Go module)
 # each enqueue then drain the same number of no-op jobs with the same number
 # of workers and connections (12). Rounds alternate which system goes first
-# (a machine that slows down mid-run penalises both alike); each round's
+# (a machine that slows down mid-run penalises both alike), and each side's
+# run starts right after a checkpoint and vacuums what it left dead before
+# it ends, so neither drain meets the other's autovacuum; each round's
 # ratio is Fencelab's jobs/s over River's in that round, and the last line
 # is the median of those ratios and of each side's rates:
 #
