@@ -209,14 +209,18 @@ func Result(name string, kv ...any) {
 	fmt.Println(sb.String())
 }
 
-// Median is the middle value of v (of an even count, the upper of the
-// two), 0 when v is empty; v is left as it is.
+// Median is the middle value of v (of an even count, the mean of the two
+// middle ones, as bench/cluster.sh's median), 0 when v is empty; v is left
+// as it is.
 func Median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 	return s[len(s)/2]
 }
 

@@ -55,6 +55,6 @@ func TestMedianLeavesItsInputAsItIs(t *testing.T) {
 	v := []float64{3, 1, 2}
 	require.EqualValues(t, 2, Median(v))
 	require.Equal(t, []float64{3, 1, 2}, v)
-	require.EqualValues(t, 3, Median([]float64{4, 1, 3, 2}), "of an even count, the upper middle")
+	require.EqualValues(t, 2.5, Median([]float64{4, 1, 3, 2}), "of an even count, the mean of the two middle values")
 	require.Zero(t, Median(nil))
 }

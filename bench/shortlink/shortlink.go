@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -407,17 +406,11 @@ func (c counters) since(c0 counters) string {
 		d("clicks_dropped_total{queue_full}"), d("clicks_dropped_total{write_failed}"), d("click_batch_retries_total"))
 }
 
+// medianBy is the median of f over the rounds.
 func medianBy(rs []round, f func(round) float64) float64 {
 	vs := make([]float64, len(rs))
 	for i, r := range rs {
 		vs[i] = f(r)
 	}
-	if len(vs) == 0 {
-		return 0
-	}
-	slices.Sort(vs)
-	if n := len(vs); n%2 == 0 {
-		return (vs[n/2-1] + vs[n/2]) / 2
-	}
-	return vs[len(vs)/2]
+	return load.Median(vs)
 }
