@@ -158,6 +158,10 @@ func Run(_ []app.Module, args []string) error {
 		}
 		results[i].claimRates = rates
 	}
+	if len(results[0].rows) != len(results[1].rows) {
+		return fmt.Errorf("bench growth: %d probes at 0 against %d at %d (an expired day on one side only?)",
+			len(results[0].rows), len(results[1].rows), *history)
+	}
 	// Retention last (it drops what it purges): claim.purge's drop of the
 	// one day of finished jobs wholly past the retention, timed on each.
 	for i, sc := range scratches {

@@ -304,7 +304,9 @@ ON CONFLICT (name) DO UPDATE SET position_tx = EXCLUDED.position_tx`, nil},
 }
 
 // Probes are every periodic, per-scrape and per-request query of the
-// loaded modules, with the arguments Load's state calls for.
+// loaded modules, with the arguments Load's state calls for, and the rows
+// claim.purge's drop of each expired day reads (claim.DayProbes: Load
+// puts the purgeable jobs on one such day).
 func Probes(ctx context.Context, db pg.Querier) ([]pg.Probe, error) {
 	var pos outbox.Position
 	if err := db.QueryRow(ctx, `SELECT position_tx, position_id FROM outbox_consumer WHERE name = $1`, Consumer).
@@ -317,6 +319,11 @@ func Probes(ctx context.Context, db pg.Querier) ([]pg.Probe, error) {
 		kept = append(kept, ch.Kind())
 	}
 	ps = append(ps, claim.GrowthProbes(Retention, kept)...)
+	days, err := claim.DayProbes(ctx, db, Retention)
+	if err != nil {
+		return nil, fmt.Errorf("growth: %w", err)
+	}
+	ps = append(ps, days...)
 	ps = append(ps, outbox.GrowthProbes(Retention, []string{ConsumedTopic}, pos)...)
 	ps = append(ps, rel.GrowthProbes(Reader)...)
 	ps = append(ps, shortlink.GrowthProbes(Retention, LinkCode)...)

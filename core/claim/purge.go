@@ -139,7 +139,7 @@ func (c *Client) EnsureHistoryDays(ctx context.Context, from, to int) ([]string,
 	if err != nil {
 		return nil, err
 	}
-	have, err := c.historyDays(ctx)
+	have, err := historyDays(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +166,8 @@ func (c *Client) EnsureHistoryDays(ctx context.Context, from, to int) ([]string,
 	return created, nil
 }
 
-func (c *Client) historyDays(ctx context.Context) (map[string]time.Time, error) {
-	rows, err := c.pool.Query(ctx, sqlHistoryDays)
+func historyDays(ctx context.Context, db pg.Querier) (map[string]time.Time, error) {
+	rows, err := db.Query(ctx, sqlHistoryDays)
 	if err != nil {
 		return nil, fmt.Errorf("claim: list history days: %w", pg.MapError(err))
 	}
@@ -186,56 +186,103 @@ func (c *Client) historyDays(ctx context.Context) (map[string]time.Time, error) 
 	return out, nil
 }
 
+// historyDay is one day partition of job_history: its name and the
+// instants it holds, [from, to).
+type historyDay struct {
+	name     string
+	from, to time.Time
+}
+
+// expiredDays are the day partitions whose last instant is older than
+// retention by the database clock, oldest first: what PurgeDays drops.
+func expiredDays(ctx context.Context, db pg.Querier, retention time.Duration) ([]historyDay, error) {
+	days, err := historyDays(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, fmt.Errorf("claim: purge days: %w", pg.MapError(err))
+	}
+	cutoff := now.Add(-retention)
+	var out []historyDay
+	for _, name := range slices.Sorted(maps.Keys(days)) {
+		d := historyDay{name: name, from: days[name], to: days[name].AddDate(0, 0, 1)}
+		if !d.to.After(cutoff) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 // PurgeDays drops every day partition whose last instant is older than
 // retention by the database clock, each in its own transaction: the day's
 // jobs of KeepFinished kinds move to job_history_kept, the day's jobs'
 // events are deleted, and the partition is dropped. The cost is the day's
-// rows and a catalog change, never the rest of the history. It returns
-// the days dropped and how many jobs they held.
+// rows and a catalog change, never the rest of the history (DayProbes
+// lets the plan tests hold it to that). It returns the days dropped and
+// how many jobs they held.
 func (c *Client) PurgeDays(ctx context.Context, retention time.Duration) ([]string, int64, error) {
-	days, err := c.historyDays(ctx)
+	days, err := expiredDays(ctx, c.pool, retention)
 	if err != nil {
 		return nil, 0, err
 	}
-	var now time.Time
-	if err := c.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, 0, fmt.Errorf("claim: purge days: %w", pg.MapError(err))
-	}
-	cutoff := now.Add(-retention)
 	kept := c.kept()
 	var dropped []string
 	var jobs int64
-	names := slices.Sorted(maps.Keys(days))
-	for _, name := range names {
-		d := days[name]
-		end := d.AddDate(0, 0, 1)
-		if end.After(cutoff) {
-			continue
-		}
+	for _, d := range days {
 		var n int64
 		err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, sqlKeepDay, kept, d, end); err != nil {
+			if _, err := tx.Exec(ctx, sqlKeepDay, kept, d.from, d.to); err != nil {
 				return err
 			}
-			if err := tx.QueryRow(ctx, fmt.Sprintf(sqlDayCount, name)).Scan(&n); err != nil {
+			if err := tx.QueryRow(ctx, fmt.Sprintf(sqlDayCount, d.name)).Scan(&n); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlDayRows, name)); err != nil {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlDayRows, d.name)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, fmt.Sprintf(sqlDropDay, name))
+			_, err := tx.Exec(ctx, fmt.Sprintf(sqlDropDay, d.name))
 			return err
 		})
 		if err != nil {
-			return dropped, jobs, fmt.Errorf("claim: drop history day %s: %w", name, pg.MapError(err))
+			return dropped, jobs, fmt.Errorf("claim: drop history day %s: %w", d.name, pg.MapError(err))
 		}
-		dropped = append(dropped, name)
+		dropped = append(dropped, d.name)
 		jobs += n
 	}
 	return dropped, jobs, nil
+}
+
+// DayProbes are, for each day with jobs that PurgeDays would drop now,
+// the part of its drop that reads rows — sqlDayRows, deleting the day's
+// events and keys by job id — as a probe bounded by the day's own jobs
+// (the drop itself is a catalog change), for the plan tests and
+// `fencelab bench growth` (docs/DATA.md). A first version of that statement joined on the key
+// and hashed the whole key table; a probe fails on such a plan. Measured
+// before sqlKeepDay has moved the day's kept jobs out, it examines those
+// too: still the day's rows.
+func DayProbes(ctx context.Context, db pg.Querier, retention time.Duration) ([]pg.Probe, error) {
+	days, err := expiredDays(ctx, db, retention)
+	if err != nil {
+		return nil, err
+	}
+	var ps []pg.Probe
+	for _, d := range days {
+		var n int
+		if err := db.QueryRow(ctx, fmt.Sprintf(sqlDayCount, d.name)).Scan(&n); err != nil {
+			return nil, fmt.Errorf("claim: count history day %s: %w", d.name, pg.MapError(err))
+		}
+		if n == 0 {
+			continue // an empty day's drop reads no rows: nothing to hold
+		}
+		ps = append(ps, pg.Probe{Name: "claim.purge: an expired day's events and keys", When: pg.Periodic,
+			SQL: fmt.Sprintf(sqlDayRows, d.name), Bound: pg.Batch(n)})
+	}
+	return ps, nil
 }
 
 // GrowthProbes are the claim engine's periodic and per-scrape queries, for
