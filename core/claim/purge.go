@@ -261,10 +261,10 @@ func (c *Client) PurgeDays(ctx context.Context, retention time.Duration) ([]stri
 // the part of its drop that reads rows — sqlDayRows, deleting the day's
 // events and keys by job id — as a probe bounded by the day's own jobs
 // (the drop itself is a catalog change), for the plan tests and
-// `fencelab bench growth` (docs/DATA.md). A first version of that statement joined on the key
-// and hashed the whole key table; a probe fails on such a plan. Measured
-// before sqlKeepDay has moved the day's kept jobs out, it examines those
-// too: still the day's rows.
+// `fencelab bench growth` (docs/DATA.md). A first version of that
+// statement joined on the key and hashed the whole key table; a probe
+// fails on such a plan. Measured before sqlKeepDay has moved the day's
+// kept jobs out, it examines those too: still the day's rows.
 func DayProbes(ctx context.Context, db pg.Querier, retention time.Duration) ([]pg.Probe, error) {
 	days, err := expiredDays(ctx, db, retention)
 	if err != nil {
