@@ -63,6 +63,9 @@ func TestNoPeriodicScrapeOrRequestQueryExaminesHistory(t *testing.T) {
 	probes, err := growthbench.Probes(ctx, pool)
 	require.NoError(t, err)
 	require.NotEmpty(t, probes)
+	days, err := claim.DayProbes(ctx, pool, growthbench.Retention)
+	require.NoError(t, err)
+	require.Len(t, days, 1, "Load puts the purgeable jobs on one expired day, whose drop the probes must include")
 	for _, p := range probes {
 		require.GreaterOrEqual(t, int64(history), minMargin*p.Bound.Max(growthbench.Live),
 			"%s: a bound this close to the history could pass a plan that reads it: grow history", p.Name)
