@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,6 +204,54 @@ func TestOnClaimHookCanCancelInsideTheClaimTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, claim.StateCancelled, j.State)
 	require.Equal(t, []string{"claimed:1", "cancelled:1"}, events(t, b.pool, muted))
+	invariants.Assert(t, b.pool, "claim")
+}
+
+// A claim's scan is written with a power of two for its LIMIT (5 jobs:
+// a scan of up to 8) and its update takes the 5: the scan runs only as far
+// as the update reads it, so it locks 5 rows and a claimer beside it finds
+// the other 5 of 10, not 2. The first claim is held open inside its
+// transaction by its OnClaim hook while the second runs.
+func TestAClaimLocksOnlyTheJobsItTakes(t *testing.T) {
+	t.Parallel()
+	inside, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool // not a sync.Once: the second claim's hooks must not wait for the first's
+	b := setup(t, claim.Kind{
+		Name: "t.held",
+		OnClaim: func(context.Context, pgx.Tx, claim.Job) error {
+			if first.CompareAndSwap(false, true) {
+				close(inside)
+				<-release
+			}
+			return nil
+		},
+		Handle: noop,
+	})
+	ctx := context.Background()
+	for i := range 10 {
+		_, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.held", BusinessKey: fmt.Sprint("held-", i)})
+		require.NoError(t, err)
+	}
+	held := make(chan []*claim.Job, 1)
+	go func() {
+		jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 5})
+		if err != nil {
+			t.Error(err)
+		}
+		held <- jobs
+	}()
+	<-inside // the first claim's rows are locked, its transaction open
+	beside, err := b.c.Claim(ctx, claim.ClaimParams{Owner: "test-b", Limit: 100})
+	require.NoError(t, err)
+	close(release)
+	firstJobs := <-held
+	require.Len(t, firstJobs, 5)
+	require.Len(t, beside, 5, "the second claimer finds every job the first did not take")
+	ids := map[int64]bool{}
+	for _, j := range append(firstJobs, beside...) {
+		ids[j.ID] = true
+	}
+	require.Len(t, ids, 10)
 	invariants.Assert(t, b.pool, "claim")
 }
 

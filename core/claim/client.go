@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -343,21 +345,33 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) {
 	return jobs, nil
 }
 
-// claimStmt is sqlClaim rewritten to $n once (pg.MustNamed): it runs on
-// every claim.
-var claimStmt = pg.MustNamed(sqlClaim)
+// claimStmts are sqlClaim with @bucket = 1, 2, 4, … 2³⁰ written in,
+// rewritten to $n once (pg.MustNamed): a claim runs claimStmt(limit).
+var claimStmts = func() (out [31]pg.Named) {
+	for k := range out {
+		out[k] = pg.MustNamed(strings.Replace(sqlClaim, "@bucket", strconv.Itoa(1<<k), 1))
+	}
+	return out
+}()
 
-// claimArgs are sqlClaim's parameters in claimStmt's order.
+// claimStmt is the claim statement for up to limit jobs: the one whose
+// bucket is the least power of two ≥ limit (see sqlClaim).
+func claimStmt(limit int) pg.Named {
+	return claimStmts[min(bits.Len(uint(max(limit, 1)-1)), len(claimStmts)-1)]
+}
+
+// claimArgs are sqlClaim's parameters in claimStmt's order (every bucket's
+// is the same).
 func claimArgs(p ClaimParams) []any {
 	due, created, id := p.after.args()
-	return claimStmt.Args(pgx.NamedArgs{
+	return claimStmt(p.Limit).Args(pgx.NamedArgs{
 		"kinds": p.Kinds, "limit": p.Limit, "owner": p.Owner, "lease_us": p.Lease.Microseconds(),
 		"after_due": due, "after_created": created, "after_id": id,
 	})
 }
 
 func claimIn(ctx context.Context, db pg.Querier, p ClaimParams) ([]*Job, error) {
-	rows, err := db.Query(ctx, claimStmt.SQL, claimArgs(p)...)
+	rows, err := db.Query(ctx, claimStmt(p.Limit).SQL, claimArgs(p)...)
 	if err != nil {
 		return nil, err
 	}
@@ -591,7 +605,7 @@ func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []com
 		b.Queue(sqlComplete, ids, fences, results, owner, true)
 	}
 	if cp.Limit > 0 {
-		b.Queue(claimStmt.SQL, claimArgs(cp)...)
+		b.Queue(claimStmt(cp.Limit).SQL, claimArgs(cp)...)
 	}
 	if b.Len() == 0 {
 		return nil, nil, nil

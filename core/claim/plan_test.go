@@ -85,14 +85,16 @@ func TestHotStatementsExamineTheirBatchInGenericPlans(t *testing.T) {
 
 	// Claim a batch: the ready rows it takes and their primary-key probes.
 	// claimStmt's $n order is its names' first appearance: list both by name.
+	// Its scan's LIMIT is a literal (the bucket of batch, 128); the update
+	// takes $limit of it.
 	inOrder := func(by pgx.NamedArgs) string {
 		var out []string
-		for _, v := range claimStmt.Args(by) {
+		for _, v := range claimStmt(batch).Args(by) {
 			out = append(out, v.(string))
 		}
 		return strings.Join(out, ", ")
 	}
-	n := explain("claim_probe", claimStmt.SQL,
+	n := explain("claim_probe", claimStmt(batch).SQL,
 		inOrder(pgx.NamedArgs{"kinds": "text[]", "limit": "int", "owner": "text", "lease_us": "bigint",
 			"after_due": "timestamptz", "after_created": "timestamptz", "after_id": "bigint"}),
 		inOrder(pgx.NamedArgs{"kinds": "'{t.plan}'", "limit": strconv.Itoa(batch), "owner": "'me'", "lease_us": "30000000",

@@ -103,6 +103,17 @@ FROM ins`
 // enqueue committed after a later row was claimed — still waits at most
 // that long. Fairness is unchanged in kind: SKIP LOCKED is not fair
 // either.
+//
+// The scan's LIMIT is @bucket, a power of two at least @limit written into
+// the text as a literal (claimStmt), and @limit cuts what the update takes
+// from picked. A LIMIT the planner cannot see is planned as a tenth of the
+// ready rows, so the prepared statement's generic plan sorted the whole
+// ready set, and PostgreSQL kept planning the claim afresh instead: 170 µs
+// a claim, an eighth of the database's time at 100 workers. With the
+// bucket in the text the generic plan is the custom one, made once per
+// connection and bucket. picked is not inlined (a CTE that locks rows never
+// is) and runs only as far as it is read: the update's LIMIT @limit pulls
+// @limit rows, so only those are locked.
 const sqlClaim = `
 WITH picked AS (
     SELECT id
@@ -110,14 +121,14 @@ WITH picked AS (
     WHERE state = 'ready' AND due_at <= now() AND kind = ANY(@kinds::text[])
       AND (due_at, created_at, id) > (@after_due::timestamptz, @after_created::timestamptz, @after_id::bigint)
     ORDER BY due_at, created_at, id
-    LIMIT @limit
+    LIMIT @bucket
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE job
     SET state = 'running', owner = @owner, fence = job.fence + 1, attempts = job.attempts + 1,
         lease_until = now() + @lease_us::bigint * interval '1 microsecond', updated_at = now()
-    WHERE job.id = ANY (ARRAY(SELECT id FROM picked))
+    WHERE job.id = ANY (ARRAY(SELECT id FROM picked LIMIT @limit))
     RETURNING ` + jobColumns + `
 ),
 ev AS (
