@@ -360,18 +360,20 @@ func claimStmt(limit int) pg.Named {
 	return claimStmts[min(bits.Len(uint(max(limit, 1)-1)), len(claimStmts)-1)]
 }
 
-// claimArgs are sqlClaim's parameters in claimStmt's order (every bucket's
-// is the same).
-func claimArgs(p ClaimParams) []any {
+// claimQuery is the claim for p: its bucket's text and its parameters in
+// that text's order.
+func claimQuery(p ClaimParams) (string, []any) {
 	due, created, id := p.after.args()
-	return claimStmt(p.Limit).Args(pgx.NamedArgs{
+	stmt := claimStmt(p.Limit)
+	return stmt.SQL, stmt.Args(pgx.NamedArgs{
 		"kinds": p.Kinds, "limit": p.Limit, "owner": p.Owner, "lease_us": p.Lease.Microseconds(),
 		"after_due": due, "after_created": created, "after_id": id,
 	})
 }
 
 func claimIn(ctx context.Context, db pg.Querier, p ClaimParams) ([]*Job, error) {
-	rows, err := db.Query(ctx, claimStmt(p.Limit).SQL, claimArgs(p)...)
+	sql, args := claimQuery(p)
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -605,7 +607,8 @@ func (c *Client) completeAndClaim(ctx context.Context, owner string, batch []com
 		b.Queue(sqlComplete, ids, fences, results, owner, true)
 	}
 	if cp.Limit > 0 {
-		b.Queue(claimStmt(cp.Limit).SQL, claimArgs(cp)...)
+		sql, args := claimQuery(cp)
+		b.Queue(sql, args...)
 	}
 	if b.Len() == 0 {
 		return nil, nil, nil
