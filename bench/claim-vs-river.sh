@@ -9,10 +9,20 @@
 # ratio is Fencelab's jobs/s over River's in that round, and the last line
 # is the median of those ratios and of each side's rates:
 #
-#   RESULT claim ratio=… fencelab_jobs_per_sec=… river_jobs_per_sec=… rounds=N jobs=… workers=…
+#   RESULT claim ratio=… fencelab_jobs_per_sec=… river_jobs_per_sec=… rounds=N jobs=… workers=… conns=… floor_jobs_per_sec=… floor_ratio=… of_floor=…
 #
 # `fencelab bench claim` fails unless CLAIM-I1..I4 hold after its drain, so
 # a round only counts when every fence and event held.
+#
+# Each round also drains the same number of jobs through the claim floor
+# (bench/pgbench/claim-floor.sql under pgbench), a yardstick rather than a
+# competitor: the rows a fenced claim and completion cannot do without (the
+# claimed job, its history row, an event a transition) and nothing else (no
+# handler, no pool, none of the engine's guards, no rows sent back), at the
+# fastest of 1, 2 and 4 clients holding at most WORKERS jobs in all.
+# floor_ratio is the floor over River: an engine that writes those rows
+# beats River by that much only if it costs nothing beyond them. of_floor
+# is the share of the floor Fencelab reaches (medians of the rounds).
 #
 #   bench/claim-vs-river.sh [JOBS] [WORKERS] [ROUNDS]     (defaults 50000 2000 3)
 #
@@ -38,7 +48,41 @@ throwaway_cluster
 go build -o "$tmp/fencelab" ./cmd/fencelab
 (cd bench/peers/river && go build -o "$tmp/river" .)
 
-ours=() theirs=() ratios=()
+ours=() theirs=() ratios=() floors=() floor_ratios=() of_floors=()
+# floor_once CLIENTS BATCH: one drain of the claim floor, in jobs/s.
+floor_once() {
+  local clients=$1 batch=$2
+  psql -q -v ON_ERROR_STOP=1 -v jobs="$JOBS" -f bench/pgbench/claim-floor-setup.sql "$BENCH_DATABASE_URL" >/dev/null
+  # Every client claims until the queue is empty; the transactions left
+  # over find nothing and cost a round trip each.
+  local per=$(( (JOBS + batch * clients - 1) / (batch * clients) + 2 ))
+  local start end left events
+  start=$(date +%s.%N)
+  "$pgbin/pgbench" -n -M prepared -c "$clients" -j "$clients" -t "$per" -D batch="$batch" \
+    -f bench/pgbench/claim-floor.sql "$BENCH_DATABASE_URL" >"$tmp/floor.out" 2>&1 || { cat "$tmp/floor.out" >&2; exit 1; }
+  end=$(date +%s.%N)
+  read -r left events < <(psql -tA -F ' ' "$BENCH_DATABASE_URL" -c \
+    "SELECT (SELECT count(*) FROM claim_floor_job), (SELECT count(*) FROM claim_floor_event)")
+  # A drain only counts if it was whole: no job left, a claimed and a
+  # succeeded event for each.
+  [[ $left == 0 && $events == $(( 2 * JOBS )) ]] || { echo "claim floor: $left jobs left, $events events" >&2; exit 1; }
+  psql -q "$BENCH_DATABASE_URL" -c "DROP TABLE claim_floor_job, claim_floor_history, claim_floor_event" >/dev/null
+  awk -v s="$start" -v e="$end" -v j="$JOBS" 'BEGIN { printf "%.0f", j / (e - s) }'
+}
+# run_floor: the fastest of 1, 2 and 4 clients, each claiming up to
+# min(1000, WORKERS / clients) jobs, so that no more than WORKERS jobs are
+# ever held, as in the two engines.
+run_floor() {
+  local best=0 c b r
+  for c in 1 2 4; do
+    b=$(( WORKERS / c < 1000 ? WORKERS / c : 1000 ))
+    (( b >= 1 )) || continue
+    r=$(floor_once "$c" "$b")
+    echo "  floor: $c clients, claims of up to $b: $r jobs/s" >&2
+    (( r > best )) && best=$r
+  done
+  echo "$best"
+}
 run_ours() {
   "$tmp/fencelab" bench claim --jobs "$JOBS" --workers "$WORKERS" --db-max-conns "$CONNS" --database-url "$BENCH_DATABASE_URL" \
     | tee "$tmp/ours.out" >&2
@@ -52,14 +96,20 @@ run_theirs() {
 for round in $(seq "$ROUNDS"); do
   if (( round % 2 == 1 )); then a=$(run_ours); b=$(run_theirs); else b=$(run_theirs); a=$(run_ours); fi
   [[ -n "$a" && -n "$b" ]] || { echo "round $round: a run printed no RESULT line" >&2; exit 1; }
+  f=$(run_floor)
   r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')
-  ours+=("$a") theirs+=("$b") ratios+=("$r")
-  echo "round $round: fencelab $a jobs/s, river $b jobs/s, ratio $r" >&2
+  fr=$(awk -v f="$f" -v b="$b" 'BEGIN { printf "%.3f", f / b }')
+  of=$(awk -v a="$a" -v f="$f" 'BEGIN { printf "%.3f", a / f }')
+  ours+=("$a") theirs+=("$b") ratios+=("$r") floors+=("$f") floor_ratios+=("$fr") of_floors+=("$of")
+  echo "round $round: fencelab $a jobs/s, river $b jobs/s, ratio $r; floor $f jobs/s ($fr× river, fencelab at $of of it)" >&2
 done
 
 echo >&2
 echo "fencelab (fenced):  ${ours[*]} jobs/s" >&2
 echo "river (unfenced):   ${theirs[*]} jobs/s" >&2
+echo "floor (pgbench):    ${floors[*]} jobs/s (the fastest of 1, 2 and 4 clients)" >&2
 echo "ratios per round:   ${ratios[*]}  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-printf 'RESULT claim ratio=%.2f fencelab_jobs_per_sec=%.0f river_jobs_per_sec=%.0f rounds=%d jobs=%d workers=%d conns=%d\n' \
-  "$(median "${ratios[@]}")" "$(median "${ours[@]}")" "$(median "${theirs[@]}")" "$ROUNDS" "$JOBS" "$WORKERS" "$CONNS"
+echo "floor/river:        ${floor_ratios[*]}" >&2
+printf 'RESULT claim ratio=%.2f fencelab_jobs_per_sec=%.0f river_jobs_per_sec=%.0f rounds=%d jobs=%d workers=%d conns=%d floor_jobs_per_sec=%.0f floor_ratio=%.2f of_floor=%.2f\n' \
+  "$(median "${ratios[@]}")" "$(median "${ours[@]}")" "$(median "${theirs[@]}")" "$ROUNDS" "$JOBS" "$WORKERS" "$CONNS" \
+  "$(median "${floors[@]}")" "$(median "${floor_ratios[@]}")" "$(median "${of_floors[@]}")"
