@@ -77,7 +77,8 @@ run_floor() {
   for c in 1 2 4; do
     b=$(( WORKERS / c < 1000 ? WORKERS / c : 1000 ))
     (( b >= 1 )) || continue
-    r=$(floor_once "$c" "$b")
+    # A failed drain ends the script (set -e does not reach into $(…)).
+    r=$(floor_once "$c" "$b") || exit 1
     echo "  floor: $c clients, claims of up to $b: $r jobs/s" >&2
     (( r > best )) && best=$r
   done

@@ -6,8 +6,8 @@
 -- one event per transition, with no index at all. The engine's tables
 -- carry more (CHECKs, the unique claim per fence, the lease index, the
 -- business key, the retry schedule): the floor is what is left when all
--- of that is stripped, so no engine that writes an event per transition
--- can drain faster than it on the same server.
+-- of that is stripped, a yardstick for what the rows alone cost on the
+-- server it runs on (bench/claim-vs-river.sh drains it every round).
 SET client_min_messages = warning;
 DROP TABLE IF EXISTS claim_floor_job, claim_floor_history, claim_floor_event;
 CREATE TABLE claim_floor_job (
