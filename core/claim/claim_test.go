@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -232,19 +233,31 @@ func TestAClaimLocksOnlyTheJobsItTakes(t *testing.T) {
 		_, _, err := b.c.Enqueue(ctx, b.pool, claim.NewJob{Kind: "t.held", BusinessKey: fmt.Sprint("held-", i)})
 		require.NoError(t, err)
 	}
-	held := make(chan []*claim.Job, 1)
+	// A failure below must not leave the first claim parked in its hook
+	// (nor this test waiting on it): release it on every way out.
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	type result struct {
+		jobs []*claim.Job
+		err  error
+	}
+	held := make(chan result, 1)
 	go func() {
 		jobs, err := b.c.Claim(ctx, claim.ClaimParams{Limit: 5})
-		if err != nil {
-			t.Error(err)
-		}
-		held <- jobs
+		held <- result{jobs, err}
 	}()
-	<-inside // the first claim's rows are locked, its transaction open
+	select {
+	case <-inside: // the first claim's rows are locked, its transaction open
+	case r := <-held:
+		t.Fatalf("the first claim ended before its hook held it: %d jobs, %v", len(r.jobs), r.err)
+	}
 	beside, err := b.c.Claim(ctx, claim.ClaimParams{Owner: "test-b", Limit: 100})
 	require.NoError(t, err)
-	close(release)
-	firstJobs := <-held
+	unblock()
+	r := <-held
+	require.NoError(t, r.err)
+	firstJobs := r.jobs
 	require.Len(t, firstJobs, 5)
 	require.Len(t, beside, 5, "the second claimer finds every job the first did not take")
 	ids := map[int64]bool{}
